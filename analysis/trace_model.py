@@ -1,0 +1,74 @@
+"""In-memory shape of one rank's trace: only the fields the analysis uses.
+
+Times are microseconds on the trace's own clock (PyTorch profiler `ts`/`dur`).
+"""
+from __future__ import annotations
+
+import msgspec
+
+
+class RankId(msgspec.Struct, frozen=True):
+    """Where a trace comes from. Fields absent from the file name stay None."""
+
+    tp: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    stage: str | None = None  # DECODE, EXTEND, ... as written in the file name
+    label: str = "rank0"  # stable display name, e.g. "TP0-EP0"
+
+
+class Kernel(msgspec.Struct, gc=False):
+    """One GPU activity (kernel, memcpy or memset) as the device ran it."""
+
+    name: str
+    stream: int
+    start_us: float
+    dur_us: float
+    correlation: int
+    launcher: str  # runtime/driver call that launched it: cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, ...
+    kind: str = "kernel"  # kernel | memcpy | memset
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+class Range(msgspec.Struct, gc=False):
+    """A named time range: a GPU or CPU annotation, or an nn.Module python range."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    tid: int
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+class Launch(msgspec.Struct, gc=False):
+    """A CPU-side runtime/driver call that launched GPU work (keyed by correlation id)."""
+
+    name: str
+    start_us: float
+    tid: int
+    correlation: int
+    kernel_name: str | None = None  # present in graph-capture traces (args.kernel)
+
+
+class RankTrace(msgspec.Struct):
+    """Everything the analysis needs from one rank's trace file."""
+
+    path: str
+    rank: RankId
+    device_name: str | None
+    kernels: list[Kernel]  # sorted by start_us
+    gpu_annotations: list[Range]  # cat gpu_user_annotation
+    cpu_annotations: list[Range]  # cat user_annotation
+    module_ranges: list[Range]  # python_function events named "nn.Module: ..."
+    launches: list[Launch]  # cudaLaunchKernel / cuLaunchKernelEx / cudaGraphLaunch / hip* ...
+    json_bytes: int = 0  # uncompressed JSON size, for throughput figures
+
+    def launch_by_correlation(self) -> dict[int, Launch]:
+        return {launch.correlation: launch for launch in self.launches}
