@@ -72,6 +72,7 @@ class _Collector:
         self.cpu_annotations: list[Range] = []
         self.module_ranges: list[Range] = []
         self.launches: list[Launch] = []
+        self.cpu_ops: list[Range] = []  # kept only for CPU-only traces (no GPU activity)
         self._names: dict[str, str] = {}
         self.events_seen = 0
 
@@ -114,6 +115,9 @@ class _Collector:
                 self.gpu_annotations.append(self._range(ev))
             elif cat == "user_annotation":
                 self.cpu_annotations.append(self._range(ev))
+            elif cat == "cpu_op":
+                if not self.kernels:
+                    self.cpu_ops.append(self._range(ev))
             elif cat == "python_function" and ev.name.startswith(_MODULE_PREFIX):
                 self.module_ranges.append(self._range(ev, ev.name[len(_MODULE_PREFIX):]))
 
@@ -238,8 +242,12 @@ def load_trace(
     tail = _finish(path, buf, collector)
     device_name = _device_name(header_bytes, tail)
     if not collector.kernels:
+        collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
+    if not collector.kernels:
         raise TraceLoadError(
-            path, f"no GPU kernel events among {collector.events_seen} events (was the profiler run with CUDA activities?)"
+            path,
+            f"no kernel events among {collector.events_seen} events "
+            "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
     launch_names = {launch.correlation: launch.name for launch in collector.launches}
     kernels = collector.kernels
@@ -260,6 +268,26 @@ def load_trace(
         launches=collector.launches,
         json_bytes=total,
     )
+
+
+def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
+    """For CPU-only traces: the innermost CPU operators stand in for kernels, one stream per thread.
+
+    An operator that encloses another on the same thread is a wrapper (aten::linear around
+    aten::addmm); only the leaves do the work, so only they are kept and no time is counted twice.
+    """
+    by_thread: dict[int, list[Range]] = {}
+    for op in cpu_ops:
+        by_thread.setdefault(op.tid, []).append(op)
+    leaves: list[Kernel] = []
+    for tid, ops in by_thread.items():
+        ops.sort(key=lambda r: (r.start_us, -r.dur_us))
+        for i, op in enumerate(ops):
+            nxt = ops[i + 1] if i + 1 < len(ops) else None
+            if nxt is not None and nxt.start_us < op.end_us:
+                continue  # encloses the next operator: a wrapper
+            leaves.append(Kernel(op.name, tid, op.start_us, op.dur_us, -1, "cpu", "cpu_op"))
+    return leaves
 
 
 def _device_name(header: bytes, tail: bytes) -> str | None:
