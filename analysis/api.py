@@ -16,6 +16,7 @@ from analysis.errors import AnalysisError, TraceLoadError
 from analysis.model_spec import ModelSpec, load_model_spec
 from analysis.module_attribution import build_capture_map
 from analysis.rank_id import rank_id_for
+from analysis.overlap import StreamSummary, stream_summary
 from analysis.signature import Signature, load_signature
 from analysis.steps import DEFAULT_GAP_US
 from analysis.tables import KernelRow, RankProblem, StepRow
@@ -202,9 +203,11 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
-    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, problems.csv, analysis.json."""
+    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, analysis.json."""
     out = Path(out_dir)
-    files = {name: out / name for name in ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "problems.csv", ANALYSIS_FILE)}
+    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv", ANALYSIS_FILE)
+    files = {name: out / name for name in names}
+    _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
     _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)

@@ -84,7 +84,9 @@ def _policy(per_rank: dict[str, float], policy: str) -> float:
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
-    ok = [s.stage for s in steps if s.status == "ok"]
+    """The stage the table describes: verify (MTP) over decode over extend, among usable steps."""
+    steps = list(steps)
+    ok = [s.stage for s in steps if s.status == "ok"] or [s.stage for s in steps]
     for stage in ("target_verify", "decode", "extend"):
         if stage in ok:
             return stage

@@ -73,6 +73,13 @@ def run(args) -> int:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 1
     print(render_markdown([result.d4], args.lang))
+    from analysis.overlap import stream_summary
+
+    streams = stream_summary(result.kernel_rows)
+    if len({s.stream for s in streams}) > 1:
+        print("streams (busy / exposed ms, exposed = no other stream running):")
+        for s in streams:
+            print(f"  {s.rank} stream {s.stream}: {s.kernels} kernels, {s.busy_us / 1000:.3f} / {s.exposed_us / 1000:.3f} ms")
     for problem in result.problems:
         where = f"{problem.path} " if problem.path else ""
         print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
