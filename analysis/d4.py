@@ -18,6 +18,8 @@ from analysis.tables import SECTION_LAYER, SECTION_POST, SECTION_PRE, KernelRow,
 
 STATS = ("mean", "median", "p90")
 MTP_GROUP = "mtp"
+# The seed table's group order; groups not listed follow in order of first appearance.
+GROUP_ORDER = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "unattributed")
 
 
 class D4Row(msgspec.Struct):
@@ -255,7 +257,10 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     groups: dict[str, list[tuple[str, str, str]]] = {}
     for key in keys:
         groups.setdefault(key[0], []).append(key)
-    for group, members in groups.items():
+    canonical = {g: i for i, g in enumerate(GROUP_ORDER)}
+    ordered_groups = sorted(groups, key=lambda g: canonical.get(g, len(canonical)))
+    for group in ordered_groups:
+        members = groups[group]
         for key in members:
             cells = [_fmt(look[key].value_us) if key in look else "" for look in lookup]
             out.append([group_name(group), key[1], key[2], *cells])
