@@ -9,6 +9,7 @@ import sys
 COMMAND_MODULES = [
     "harness.commands.analyze",
     "harness.commands.compare",
+    "harness.commands.plan",
 ]
 
 

@@ -174,3 +174,17 @@ def read_server_args_source(dist_path: Path) -> str:
 def pinned_flag_table(cache_dir: Path | None = None) -> FlagTable:
     pin = load_pin()
     return parse_server_args_source(read_server_args_source(download_pinned_dist(pin, cache_dir)), pin.version)
+
+
+ENVIRON_MEMBER = "sglang/srt/environ.py"
+
+
+def read_sglang_env_names(dist_path: Path) -> set[str]:
+    """SGLANG_* variables the pinned version declares (class attributes in srt/environ.py)."""
+    with zipfile.ZipFile(dist_path) as zf:
+        tree = ast.parse(zf.read(ENVIRON_MEMBER).decode())
+    names = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.startswith(("SGLANG_", "SGL_"))}
+    return names
