@@ -59,6 +59,7 @@ class DeploymentSpec:
     mem_fraction_static: float | None = None
     trust_remote_code: bool = True
     enable_metrics: bool = True
+    host: str = "0.0.0.0"
     port: int = 30000
     dist_init_port: int = 5000
     extra_args: tuple[str, ...] = ()
@@ -163,7 +164,7 @@ def check_spec(spec: DeploymentSpec) -> None:
 
 
 def _server_args(spec: DeploymentSpec, node_rank: int) -> list[str]:
-    a = ["--model-path", spec.model_path, "--host", "0.0.0.0", "--port", str(spec.port),
+    a = ["--model-path", spec.model_path, "--host", spec.host, "--port", str(spec.port),
          "--tp-size", str(spec.tp_size)]
     if spec.dp > 1:
         a += ["--dp-size", str(spec.dp)]

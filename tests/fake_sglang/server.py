@@ -220,7 +220,8 @@ def make_handler(state):
 
 def follow_node0(state):
     """Nodes > 0 serve nothing; they watch node 0 and write their ranks' traces when it profiles."""
-    host = state.args.dist_init_addr.split(":")[0]
+    # Tests bind node 0 to loopback; FAKE_SGLANG_NODE0_HOST points followers there.
+    host = os.environ.get("FAKE_SGLANG_NODE0_HOST") or state.args.dist_init_addr.split(":")[0]
     url = f"http://{host}:{state.args.port}/_fake/profile"
     seen, last_ok = 0, time.time()
     while True:
