@@ -18,13 +18,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
 
 from harness.engines.embedded.log_buffer import LogBuffer
+from harness.trace_names import trace_file_name
 
 FAULT_EXIT_CODE = 17  # exit status of a deliberate crash (engine.fault_injection.exit_at_step)
-
-
-def trace_file_name(prefix: str, stage: str = "DECODE", tp_rank: int = 0) -> str:
-    """SGLang's per-rank name, so the analysis reads embedded and SGLang traces alike."""
-    return f"{prefix}-TP-{tp_rank}-{stage}.trace.json.gz"
 
 
 class DecodeEngine:
@@ -196,5 +192,5 @@ class DecodeEngine:
         return records
 
 
-__all__ = ["DecodeEngine", "trace_file_name", "FAULT_EXIT_CODE"]
+__all__ = ["DecodeEngine", "FAULT_EXIT_CODE"]
 logging.getLogger("transformers").setLevel(logging.ERROR)
