@@ -4,7 +4,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = ROOT
+for entry in (str(ROOT), str(Path(__file__).resolve().parent)):
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
 REAL = ROOT.parent / "shared" / "traces" / "real"
 
 
