@@ -145,20 +145,29 @@ def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_tim
     return dep
 
 
-def _wait_all_ready(dep: Deployment, timeout_s: float) -> None:
-    """Node 0 answers /health_generate; every other node must stay up meanwhile. First failure wins."""
+def _wait_all_ready(dep: Deployment, timeout_s: float, poll_s: float = 0.5) -> None:
+    """Node 0 answers /health_generate; every other node must stay up meanwhile. First failure wins.
+
+    Every node is polled while node 0 is still starting, so a node that dies early is named as the
+    cause instead of node 0's readiness time-out that its death brings about.
+    """
     pending = {rank: a.wait_ready.remote(f"{dep.url}/health_generate" if rank == 0 else None, timeout_s)
                for rank, a in enumerate(dep.actors)}
     ref_rank = {ref: rank for rank, ref in pending.items()}
     refs = list(pending.values())
+    deadline = time.monotonic() + timeout_s + 30
     while refs:
-        done, refs = ray.wait(refs, num_returns=1, timeout=timeout_s + 30)
+        dep.check_alive()
+        done, refs = ray.wait(refs, num_returns=1, timeout=poll_s)
         if not done:
-            raise DeploymentError(f"deployment not ready after {timeout_s:.0f} s")
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"deployment not ready after {timeout_s:.0f} s")
+            continue
         rank = ref_rank[done[0]]
         try:
             ray.get(done[0])
         except ray.exceptions.RayTaskError as exc:
+            dep.check_alive()  # a dead node explains the failure better than a readiness time-out
             cause = exc.cause if isinstance(exc.cause, ServerStartError) else exc
             tail = ray.get(dep.actors[rank].log_tail.remote(), timeout=30)
             raise DeploymentError(f"node {rank}: {cause}\n--- log tail (node {rank}) ---\n{tail}") from None

@@ -44,6 +44,7 @@ class State:
         self.decode_steps = 0
         self.profile = None          # dict of the pending /start_profile request
         self.profile_seq = 0         # bumps on every /start_profile (followers poll it)
+        self.joined = set()          # node ranks > 0 that have polled node 0
         fail = os.environ.get("FAKE_SGLANG_FAIL", "")
         only = os.environ.get("FAKE_SGLANG_FAIL_NODE")
         self.fail = fail if (only is None or int(only) == args.node_rank) else ""
@@ -123,6 +124,14 @@ def make_handler(state):
             return json.loads(self.rfile.read(n) or b"{}")
 
         def do_GET(self):
+            if self.path.startswith("/_fake/profile?node="):  # a follower's poll: it has joined
+                with state.lock:
+                    state.joined.add(int(self.path.rsplit("=", 1)[1]))
+                self.path = "/_fake/profile"
+            if self.path in ("/health", "/health_generate"):
+                # Like SGLang, node 0 is healthy only once every node has joined the process group.
+                if len(state.joined) < args.nnodes - 1:
+                    return self._send(503, b"waiting for nodes", "text/plain")
             if self.path == "/health":
                 return self._send(200, b"", "text/plain")
             if self.path == "/health_generate":
@@ -222,7 +231,7 @@ def follow_node0(state):
     """Nodes > 0 serve nothing; they watch node 0 and write their ranks' traces when it profiles."""
     # Tests bind node 0 to loopback; FAKE_SGLANG_NODE0_HOST points followers there.
     host = os.environ.get("FAKE_SGLANG_NODE0_HOST") or state.args.dist_init_addr.split(":")[0]
-    url = f"http://{host}:{state.args.port}/_fake/profile"
+    url = f"http://{host}:{state.args.port}/_fake/profile?node={state.args.node_rank}"
     seen, last_ok = 0, time.time()
     while True:
         time.sleep(0.1)
