@@ -76,8 +76,8 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def build(root: Path) -> Path:
-    run_dir = Path(root) / RUN_ID
+def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO) -> Path:
+    run_dir = Path(root) / run_id
     (run_dir / "analysis").mkdir(parents=True)
     (run_dir / "load").mkdir()
     long_rows = []
@@ -121,11 +121,17 @@ def build(root: Path) -> Path:
 
     with open(run_dir / "load" / "requests.jsonl", "w", encoding="utf-8") as handle:
         for i, (start, end, ttft, itl, tokens, error) in enumerate(REQUESTS):
-            handle.write(json.dumps({"request_id": f"r{i}", "start_s": start, "end_s": end, "ttft_s": ttft,
-                                     "itl_s": itl, "input_tokens": 16, "output_tokens": tokens, "error": error}) + "\n")
+            record = {"request_id": i, "input_len": 16, "output_len": tokens, "submitted_ts": start,
+                      "finished_ts": end, "ttft_ms": None if ttft is None else ttft * 1e3,
+                      "itl_ms": [v * 1e3 for v in itl], "completed": error is None}
+            if error:
+                record["error"] = error
+            handle.write(json.dumps(record) + "\n")
     (run_dir / "load" / "summary.json").write_text(json.dumps({"accept_length": ACCEPT_LENGTH}))
+    (run_dir / "scenario.yaml").write_text(
+        f"name: {scenario}\ncluster: {{nodes: 1, gpus_per_node: {GPUS}}}\nmodel: {{name: none}}\n"
+        "analysis: {signature: synthetic, rank_policy: mean}\n")
     (run_dir / "manifest.json").write_text(json.dumps({
-        "run_id": RUN_ID, "scenario": SCENARIO, "status": "ok", "engine": "synthetic", "model": "none",
-        "gpus": GPUS, "started_at": "2025-01-01T00:00:00+00:00", "finished_at": "2025-01-01T00:02:00+00:00",
-        "versions": {"harness": "0.1.0"}}))
+        "scenario": scenario, "status": "ok", "engine": "synthetic",
+        "started_at": 1735689600.0, "finished_at": 1735689720.0, "versions": {"moe-harness": "0.1.0"}}))
     return run_dir

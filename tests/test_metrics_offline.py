@@ -104,10 +104,10 @@ def test_malformed_load_record_names_file_and_line(tmp_path):
     records = run_dir / "load" / "requests.jsonl"
     lines = records.read_text().splitlines()
     bad = json.loads(lines[1])
-    bad["ttft_s"] = "fast"
+    bad["ttft_ms"] = "fast"
     lines[1] = json.dumps(bad)
     records.write_text("\n".join(lines) + "\n")
-    with pytest.raises(RunDataError, match=r"requests\.jsonl:2: field 'ttft_s' must be a number"):
+    with pytest.raises(RunDataError, match=r"requests\.jsonl:2: field 'ttft_ms' must be a number"):
         read_run(run_dir)
 
 

@@ -93,11 +93,7 @@ def test_delete_old_groups_removes_only_same_scenario(prom_stack, tmp_path):
     gateway = prom_stack["pushgateway"]
     runs = {}
     for scenario, run_id in (("keepme", "keepme-1"), ("sweep", "sweep-1"), ("sweep", "sweep-2"), ("sweep", "sweep-3")):
-        run_dir = synthetic_run.build(tmp_path / run_id)
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        manifest.update(run_id=run_id, scenario=scenario)
-        (run_dir / "manifest.json").write_text(json.dumps(manifest))
-        runs[run_id] = run_dir
+        runs[run_id] = synthetic_run.build(tmp_path, run_id=run_id, scenario=scenario)
     for run_id in ("keepme-1", "sweep-1", "sweep-2"):
         assert push_run(runs[run_id], gateway).ok
     result = push_run(runs["sweep-3"], gateway, delete_old_groups=True)

@@ -100,20 +100,20 @@ MTP_ACCEPT_LENGTH = _m(
 
 TTFT = _m(
     "request_ttft_seconds", SUMMARY, "Time to first token per request (quantiles over the run).",
-    RUN_LABELS, "load/requests.jsonl ttft_s")
+    RUN_LABELS, "load/requests.jsonl ttft_ms")
 TPOT = _m(
     "request_tpot_seconds", SUMMARY,
-    "Time per output token after the first, per request: (latency - ttft) / (output_tokens - 1).",
+    "Time per output token after the first, per request: (latency - ttft) / (output_len - 1).",
     RUN_LABELS, "load/requests.jsonl")
 ITL = _m(
     "request_itl_seconds", SUMMARY, "Inter-token latency: every gap between streamed chunks.",
-    RUN_LABELS, "load/requests.jsonl itl_s")
+    RUN_LABELS, "load/requests.jsonl itl_ms")
 REQUESTS = _m(
     "requests_total", COUNTER, "Requests sent during the run, by outcome (ok | error).",
     RUN_LABELS + ("outcome",), "load/requests.jsonl")
 OUTPUT_TOKENS = _m(
     "output_tokens_total", COUNTER, "Output tokens received over all successful requests.",
-    RUN_LABELS, "load/requests.jsonl output_tokens")
+    RUN_LABELS, "load/requests.jsonl output_len")
 
 PROGRESS_REQUESTS = _m(
     "progress_requests_completed_total", COUNTER, "Requests completed so far in the running run.",

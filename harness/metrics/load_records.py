@@ -1,12 +1,14 @@
 """Latency summaries from the per-request load records (load/requests.jsonl).
 
 The per-request JSONL is the source of truth (as in aiperf and vLLM's bench serve); every
-summary here is derived from it. One record per line:
+summary here is derived from it. One record per line, as the load driver writes it:
 
-    {"request_id": str, "start_s": float, "end_s": float, "ttft_s": float | null,
-     "itl_s": [float, ...], "input_tokens": int, "output_tokens": int, "error": str | null}
+    {"request_id": ..., "input_len": int, "output_len": int, "submitted_ts": float,
+     "finished_ts": float, "ttft_ms": float | null, "tpot_ms": float | null,
+     "itl_ms": [float, ...], "e2e_latency_ms": float, "completed": bool, "error": str (optional)}
 
-Times are seconds; start_s / end_s are wall-clock (Unix) times.
+submitted_ts / finished_ts are Unix seconds; the other times are milliseconds. A request counts
+as successful when `completed` is true and it has no `error`.
 """
 from __future__ import annotations
 
@@ -97,17 +99,21 @@ def read_records(path: Path) -> list[RequestRecord]:
                 raise RunDataError(where, f"not valid JSON ({exc.msg})") from None
             if not isinstance(raw, dict):
                 raise RunDataError(where, "each line must be a JSON object")
-            itl = raw.get("itl_s") or []
+            itl = raw.get("itl_ms") or []
             if not isinstance(itl, list) or not all(isinstance(v, (int, float)) for v in itl):
-                raise RunDataError(where, "field 'itl_s' must be a list of numbers")
+                raise RunDataError(where, "field 'itl_ms' must be a list of numbers")
             error = raw.get("error")
+            if error in (None, "") and raw.get("completed") is not True:
+                error = "not completed"
+            ok = error in (None, "")
+            ttft_ms = _number(raw, "ttft_ms", where, required=ok)
             records.append(RequestRecord(
-                start_s=float(_number(raw, "start_s", where)),
-                end_s=float(_number(raw, "end_s", where)),
-                ttft_s=_number(raw, "ttft_s", where, required=error is None),
-                itl_s=[float(v) for v in itl],
-                output_tokens=int(_number(raw, "output_tokens", where, required=error is None) or 0),
-                error=None if error in (None, "") else str(error),
+                start_s=float(_number(raw, "submitted_ts", where)),
+                end_s=float(_number(raw, "finished_ts", where, required=ok) or raw["submitted_ts"]),
+                ttft_s=None if ttft_ms is None else ttft_ms * 1e-3,
+                itl_s=[float(v) * 1e-3 for v in itl],
+                output_tokens=int(_number(raw, "output_len", where, required=ok) or 0),
+                error=None if ok else str(error),
             ))
     return records
 

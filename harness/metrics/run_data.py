@@ -22,6 +22,7 @@ ANALYSIS_DIR = "analysis"
 LOAD_RECORDS = "load/requests.jsonl"
 LOAD_SUMMARY = "load/summary.json"
 MANIFEST = "manifest.json"
+SCENARIO = "scenario.yaml"  # the resolved scenario the run wrote
 
 
 @dataclass
@@ -155,6 +156,16 @@ def _read_json(path: Path) -> dict:
     return data
 
 
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise RunDataError(path, f"not valid YAML ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
 def _find(run_dir: Path, name: str) -> Path | None:
     for candidate in (run_dir / ANALYSIS_DIR / name, run_dir / name):
         if candidate.is_file():
@@ -173,15 +184,22 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     summary = _read_json(run_dir / LOAD_SUMMARY) if (run_dir / LOAD_SUMMARY).is_file() else {}
     problems: list[str] = []
 
+    resolved = _read_yaml(run_dir / SCENARIO) if (run_dir / SCENARIO).is_file() else {}
     run_id = str(manifest.get("run_id") or run_dir.name)
-    scenario = str(manifest.get("scenario") or run_id.rsplit("-", 1)[0])
-    versions = manifest.get("versions") or {}
+    scenario = str(manifest.get("scenario") or resolved.get("name") or run_id.rsplit("-", 1)[0])
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
     gpus = manifest.get("gpus")
+    if gpus is None and isinstance(resolved.get("cluster"), dict):
+        cluster = resolved["cluster"]
+        gpus = int(cluster.get("nodes", 1)) * int(cluster.get("gpus_per_node", 0))
+    model = manifest.get("model") or (resolved.get("model") or {}).get("name", "")
+    signature = manifest.get("signature") or (resolved.get("analysis") or {}).get("signature") \
+        or analysis_json.get("signature", "")
     info = {
         "engine": str(manifest.get("engine", "")),
-        "model": str(manifest.get("model", "")),
-        "signature": str(manifest.get("signature", analysis_json.get("signature", ""))),
-        "harness_version": str(versions.get("harness", "") if isinstance(versions, dict) else ""),
+        "model": str(model),
+        "signature": str(signature),
+        "harness_version": str(versions.get("moe-harness", versions.get("harness", ""))),
         "gpus": "" if gpus is None else str(gpus),
     }
 
