@@ -72,9 +72,9 @@ def test_existing_export_is_not_overwritten_without_flag(tmp_path):
 
 def test_unknown_or_missing_columns_are_errors_naming_the_file(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
-    d4 = run_dir / "analysis" / "d4.csv"
+    d4 = run_dir / "analysis" / "d4_detail.csv"
     d4.write_text(d4.read_text().replace("layers", "layer_count"))
-    with pytest.raises(RunDataError, match=r"d4\.csv: columns differ .*missing \['layers'\].*unknown \['layer_count'\]"):
+    with pytest.raises(RunDataError, match=r"d4_detail\.csv: columns differ .*missing \['layers'\].*unknown \['layer_count'\]"):
         export_run(run_dir, "csv", tables=("d4",))
     steps = run_dir / "analysis" / "steps.csv"
     steps.write_text(steps.read_text().replace(",8,", ",eight,", 1))
@@ -99,7 +99,7 @@ def test_docs_list_every_column():
     version, specs = load_schema()
     for name, spec in specs.items():
         section = text.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
-        documented = re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
+        documented = re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.M)
         assert documented == [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], name
         for column in spec.columns:
             assert column.meaning in section, (name, column.name)

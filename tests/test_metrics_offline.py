@@ -17,7 +17,7 @@ from harness.metrics.errors import RunDataError
 from harness.metrics.live import LiveProgressExporter
 from harness.metrics.load_records import quantile
 from harness.metrics.results import build_registry
-from harness.metrics.run_data import module_exposed_from_long, read_run
+from harness.metrics.run_data import read_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,6 +45,7 @@ def test_metrics_equal_the_hand_computed_synthetic_values(tmp_path):
     assert samples[(d.RANK_STEP_MAX.name, decode)] == pytest.approx(want["rank_max_s"])
     assert samples[(d.RANK_STEP_MIN.name, decode)] == pytest.approx(want["rank_min_s"])
     assert samples[(d.RANK_STEP_SPREAD.name, decode)] == pytest.approx(want["rank_spread_s"])
+    assert samples[(d.RANK_STEP_SPREAD_RATIO.name, decode)] == pytest.approx(want["rank_spread_ratio"])
     assert samples[(d.TTFT.name, (("quantile", "0.5"),))] == pytest.approx(want["ttft_p50_s"])
     assert samples[(d.TPOT.name, (("quantile", "0.5"),))] == pytest.approx(want["tpot_p50_s"])
     assert samples[(d.ITL.name, (("quantile", "0.5"),))] == pytest.approx(want["itl_p50_s"])
@@ -76,22 +77,6 @@ def test_every_exported_name_is_defined_and_labels_are_bounded(tmp_path):
         assert "rank" not in metric.labels and "request_id" not in metric.labels
 
 
-def test_exposed_aggregation_reproduces_d4_busy_from_the_long_table(tmp_path):
-    """Same aggregation on busy_us must give the D4 CSV's module values (they share one definition)."""
-    run_dir = synthetic_run.build(tmp_path)
-    long_path = run_dir / "analysis" / "kernels_long.csv"
-    busy_as_exposed = tmp_path / "busy_as_exposed.csv"
-    text = long_path.read_text().splitlines()
-    header = text[0].split(",")
-    header[header.index("exposed_us")], header[header.index("busy_us")] = "busy_us", "exposed_us"
-    busy_as_exposed.write_text("\n".join([",".join(header)] + text[1:]) + "\n")
-    from_long = module_exposed_from_long(busy_as_exposed, "decode")
-    d4 = read_run(run_dir).module_busy_s
-    assert from_long.keys() == d4.keys()
-    for key in d4:
-        assert from_long[key] == pytest.approx(d4[key]), key
-
-
 def test_quantile_matches_numpy_linear():
     rng = np.random.default_rng(7)
     values = sorted(rng.exponential(0.05, size=101).tolist())
@@ -113,15 +98,15 @@ def test_malformed_load_record_names_file_and_line(tmp_path):
 
 def test_missing_d4_column_is_a_clear_error(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
-    d4 = run_dir / "analysis" / "d4.csv"
-    d4.write_text(d4.read_text().replace("value_us", "val"))
-    with pytest.raises(RunDataError, match=r"d4\.csv: missing column\(s\) value_us"):
+    d4 = run_dir / "analysis" / "d4_detail.csv"
+    d4.write_text(d4.read_text().replace("exposed_us", "exp"))
+    with pytest.raises(RunDataError, match=r"d4_detail\.csv: missing column\(s\) exposed_us"):
         read_run(run_dir)
 
 
 def test_run_without_analysis_exports_only_what_it_has(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
-    for name in ("d4.csv", "kernels_long.csv", "steps.csv"):
+    for name in ("d4_detail.csv", "analysis.json", "kernels_long.csv", "steps.csv"):
         (run_dir / "analysis" / name).unlink()
     data = read_run(run_dir, status="failed")
     samples = _samples(run_dir)

@@ -47,9 +47,9 @@ def _sglang_names() -> set[str]:
     return names
 
 
-def _module_values_from_d4_csv(run_dir: Path) -> dict[tuple[str, str], float]:
+def _module_values_from_d4_detail_csv(run_dir: Path) -> dict[tuple[str, str], float]:
     values: dict[tuple[str, str], float] = {}
-    with open(run_dir / "analysis" / "d4.csv", newline="") as handle:
+    with open(run_dir / "analysis" / "d4_detail.csv", newline="") as handle:
         for row in csv.DictReader(handle):
             key = (row["group"], row["module"])
             values[key] = values.get(key, 0.0) + float(row["value_us"]) * 1e-6
@@ -60,7 +60,7 @@ def test_pushed_module_values_equal_the_csv(prom_stack, tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     result = push_run(run_dir, prom_stack["pushgateway"])
     assert result.ok, result.message
-    expected = _module_values_from_d4_csv(run_dir)
+    expected = _module_values_from_d4_detail_csv(run_dir)
     series = prom_servers.wait_for_series(
         prom_stack["prometheus"],
         f'moe_harness_layer_module_busy_seconds{{run_id="{synthetic_run.RUN_ID}"}}', len(expected))

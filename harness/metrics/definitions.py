@@ -54,34 +54,37 @@ LAYER_MODULE_BUSY = _m(
     "layer_module_busy_seconds", GAUGE,
     "Per-layer kernel busy time of one module (D4 cell): sum of kernel durations per layer, averaged "
     "over the profiled steps and layers, ranks combined by the rank policy.",
-    RUN_LABELS + ("group", "module"), "analysis/d4.csv (value_us summed over the module's kernels)")
+    RUN_LABELS + ("group", "module"), "analysis/d4_detail.csv value_us, summed over the module's kernels")
 LAYER_MODULE_EXPOSED = _m(
     "layer_module_exposed_seconds", GAUGE,
     "Per-layer exposed time of one module: the part of its kernels' time not hidden under kernels "
     "on other streams, averaged like layer_module_busy_seconds.",
-    RUN_LABELS + ("group", "module"), "analysis/kernels_long.csv (exposed_us, layer section)")
+    RUN_LABELS + ("group", "module"), "analysis/d4_detail.csv exposed_us, summed over the module's kernels")
 LAYER_KERNEL_BUSY = _m(
     "layer_kernel_busy_seconds", GAUGE,
     "Per-layer busy time of one signature kernel label inside a module (D4 row).",
-    RUN_LABELS + ("group", "module", "kernel"), "analysis/d4.csv value_us")
+    RUN_LABELS + ("group", "module", "kernel"), "analysis/d4_detail.csv value_us")
 STEP_TIME = _m(
-    "step_seconds", GAUGE, "Mean wall time of one profiled forward step.",
-    RUN_LABELS + ("stage",), "analysis/steps.csv step_us (status ok)")
+    "step_seconds", GAUGE, "Wall time of one profiled forward step of the D4 stage (the D4 table's end-to-end row).",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.step_ms")
 LAYERS_TIME = _m(
     "all_layers_seconds", GAUGE,
-    "Mean wall time from the first layer kernel's start to the last layer kernel's end in a step.",
-    RUN_LABELS + ("stage",), "analysis/steps.csv layers_us (status ok)")
+    "Wall time from the first layer kernel's start to the last layer kernel's end in a step (D4 table).",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.layers_ms")
 RANK_STEP_MAX = _m(
-    "rank_step_max_seconds", GAUGE, "Slowest rank's mean step time.",
-    RUN_LABELS + ("stage",), "analysis/steps.csv, per-rank mean of step_us")
+    "rank_step_max_seconds", GAUGE, "Slowest rank's step time.",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.rank_step_ms")
 RANK_STEP_MIN = _m(
-    "rank_step_min_seconds", GAUGE, "Fastest rank's mean step time.",
-    RUN_LABELS + ("stage",), "analysis/steps.csv, per-rank mean of step_us")
+    "rank_step_min_seconds", GAUGE, "Fastest rank's step time.",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.rank_step_ms")
 RANK_STEP_SPREAD = _m(
-    "rank_step_spread_seconds", GAUGE, "Slowest minus fastest rank's mean step time.",
-    RUN_LABELS + ("stage",), "analysis/steps.csv")
+    "rank_step_spread_seconds", GAUGE, "Slowest minus fastest rank's step time.",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.rank_step_ms")
+RANK_STEP_SPREAD_RATIO = _m(
+    "rank_step_spread_ratio", GAUGE, "Slowest minus fastest rank's step time, over the median rank's.",
+    RUN_LABELS + ("stage",), "analysis/analysis.json d4.rank_spread_pct / 100")
 RANKS = _m(
-    "ranks", GAUGE, "Number of ranks with profiled steps.", RUN_LABELS, "analysis/steps.csv")
+    "ranks", GAUGE, "Number of ranks in the D4 column.", RUN_LABELS, "analysis/analysis.json d4.rank_step_ms")
 
 DECODE_THROUGHPUT = _m(
     "decode_throughput_per_gpu_tokens_per_second", GAUGE,
@@ -92,11 +95,11 @@ PROFILE_THROUGHPUT = _m(
     "profile_decode_throughput_per_gpu_tokens_per_second", GAUGE,
     "Decode tokens per second per GPU implied by the profile: per-rank batch size times MTP "
     "accept length (1 without MTP) divided by the mean decode step time.",
-    RUN_LABELS, "analysis/steps.csv batch_size, step_us; accept length")
+    RUN_LABELS, "analysis/steps.csv batch_size; analysis.json d4.step_ms; accept length")
 MTP_ACCEPT_LENGTH = _m(
     "mtp_accept_length", GAUGE,
     "Mean tokens emitted per verify step with multi-token prediction (1 = no speculative gain).",
-    RUN_LABELS, "load summary accept_length, else analysis.json accept_length")
+    RUN_LABELS, "load/summary.json accept_length, else analysis.json d4.accept_length")
 
 TTFT = _m(
     "request_ttft_seconds", SUMMARY, "Time to first token per request (quantiles over the run).",

@@ -83,15 +83,17 @@ class RunResultsCollector(Collector):
         run = self.run
         if not run.stages:
             return
-        families = {m.name: _gauge(m) for m in (d.STEP_TIME, d.LAYERS_TIME, d.RANK_STEP_MAX, d.RANK_STEP_MIN, d.RANK_STEP_SPREAD)}
+        families = {m.name: _gauge(m) for m in (d.STEP_TIME, d.LAYERS_TIME, d.RANK_STEP_MAX, d.RANK_STEP_MIN, d.RANK_STEP_SPREAD, d.RANK_STEP_SPREAD_RATIO)}
         for stage, times in sorted(run.stages.items()):
-            rank_means = list(times.rank_step_s.values())
             families[d.STEP_TIME.name].add_metric(base + [stage], times.step_s)
             families[d.LAYERS_TIME.name].add_metric(base + [stage], times.layers_s)
-            families[d.RANK_STEP_MAX.name].add_metric(base + [stage], max(rank_means))
-            families[d.RANK_STEP_MIN.name].add_metric(base + [stage], min(rank_means))
-            families[d.RANK_STEP_SPREAD.name].add_metric(base + [stage], max(rank_means) - min(rank_means))
-        yield from families.values()
+            rank_s = list(times.rank_step_s.values())
+            if rank_s:
+                families[d.RANK_STEP_MAX.name].add_metric(base + [stage], max(rank_s))
+                families[d.RANK_STEP_MIN.name].add_metric(base + [stage], min(rank_s))
+                families[d.RANK_STEP_SPREAD.name].add_metric(base + [stage], max(rank_s) - min(rank_s))
+                families[d.RANK_STEP_SPREAD_RATIO.name].add_metric(base + [stage], times.rank_spread_ratio)
+        yield from (f for f in families.values() if f.samples)
         ranks = _gauge(d.RANKS)
         ranks.add_metric(base, float(len({r for t in run.stages.values() for r in t.rank_step_s})))
         yield ranks

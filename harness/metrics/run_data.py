@@ -1,7 +1,7 @@
 """Read what the metrics need from a run directory, offline.
 
 Reads only files earlier stages wrote (see docs/exports.md for their columns):
-manifest.json, analysis/{d4.csv, kernels_long.csv, steps.csv, analysis.json},
+manifest.json, scenario.yaml, analysis/{d4_detail.csv, analysis.json, steps.csv},
 load/requests.jsonl and load/summary.json. Missing optional files give missing metrics, never
 invented values; malformed files raise RunDataError naming the file and line.
 """
@@ -27,9 +27,12 @@ SCENARIO = "scenario.yaml"  # the resolved scenario the run wrote
 
 @dataclass
 class StageTimes:
+    """Step figures of the D4 column (its step statistic and rank policy applied)."""
+
     step_s: float
     layers_s: float
-    rank_step_s: dict[str, float]  # per-rank mean step time
+    rank_step_s: dict[str, float]  # per-rank step time
+    rank_spread_ratio: float  # (slowest - fastest) / median rank
     mean_batch_size: float | None
 
 
@@ -46,16 +49,13 @@ class RunData:
     module_busy_s: dict[tuple[str, str], float]  # (group, module) -> per-layer seconds (D4)
     kernel_busy_s: dict[tuple[str, str, str], float]  # (group, module, kernel) -> seconds (D4)
     module_exposed_s: dict[tuple[str, str], float]
-    stages: dict[str, StageTimes]
+    stages: dict[str, StageTimes]  # the D4 column's stage only
     accept_length: float | None
     load: LoadStats | None
     problems: list[str] = field(default_factory=list)
 
     @property
     def decode_stage(self) -> str | None:
-        for name in ("decode", "target_verify"):
-            if name in self.stages:
-                return name
         return next(iter(self.stages), None)
 
 
@@ -89,61 +89,43 @@ def _time_s(value) -> float | None:
         return None
 
 
-def read_d4(path: Path) -> tuple[dict, dict]:
-    """(group, module) and (group, module, kernel) per-layer seconds from d4.csv's value_us."""
-    modules: dict[tuple[str, str], float] = defaultdict(float)
-    kernels: dict[tuple[str, str, str], float] = defaultdict(float)
-    for line, row in enumerate(_read_csv(path, ("group", "module", "kernel", "value_us")), 2):
-        value_s = _float(row, "value_us", path, line) * 1e-6
-        modules[(row["group"], row["module"])] += value_s
-        kernels[(row["group"], row["module"], row["kernel"])] += value_s
-    return dict(modules), dict(kernels)
+def read_d4_detail(path: Path) -> tuple[dict, dict, dict]:
+    """Module busy, module exposed and kernel busy per-layer seconds from d4_detail.csv.
 
-
-def module_exposed_from_long(path: Path, stage: str | None, rank_policy: str = "mean") -> dict[tuple[str, str], float]:
-    """Per-layer exposed seconds per module, aggregated like the D4 busy figure.
-
-    Per rank: sum of exposed_us over layer-section kernels of the stage, divided by the number of
-    (step, layer) pairs that rank has; ranks then combined by the rank policy (mean or max).
+    A module's figure is the sum of its kernels' rows, as the D4 table sums them.
     """
-    rows = _read_csv(path, ("rank", "step", "stage", "section", "layer", "group", "module", "exposed_us"))
-    per_rank: dict[str, dict[tuple[str, str], float]] = defaultdict(lambda: defaultdict(float))
-    layer_slots: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    for line, row in enumerate(rows, 2):
-        if row["section"] != "layer" or (stage is not None and row["stage"] != stage):
-            continue
-        per_rank[row["rank"]][(row["group"], row["module"])] += _float(row, "exposed_us", path, line)
-        layer_slots[row["rank"]].add((row["step"], row["layer"]))
-    combined: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for rank, sums in per_rank.items():
-        for key, total_us in sums.items():
-            combined[key].append(total_us / len(layer_slots[rank]) * 1e-6)
-    n_ranks = len(per_rank)
-    pick = max if rank_policy == "max" else (lambda values: math.fsum(values) / n_ranks)
-    return {key: pick(values) for key, values in combined.items()}
+    busy: dict[tuple[str, str], float] = defaultdict(float)
+    exposed: dict[tuple[str, str], float] = defaultdict(float)
+    kernels: dict[tuple[str, str, str], float] = defaultdict(float)
+    for line, row in enumerate(_read_csv(path, ("group", "module", "kernel", "value_us", "exposed_us")), 2):
+        value_s = _float(row, "value_us", path, line) * 1e-6
+        busy[(row["group"], row["module"])] += value_s
+        exposed[(row["group"], row["module"])] += _float(row, "exposed_us", path, line) * 1e-6
+        kernels[(row["group"], row["module"], row["kernel"])] += value_s
+    return dict(busy), dict(exposed), dict(kernels)
 
 
-def read_steps(path: Path) -> dict[str, StageTimes]:
-    rows = _read_csv(path, ("rank", "step", "stage", "step_us", "layers_us", "status"))
-    by_stage: dict[str, list[tuple[int, dict]]] = defaultdict(list)
-    for line, row in enumerate(rows, 2):
-        if row["status"] == "ok":
-            by_stage[row["stage"]].append((line, row))
-    stages = {}
-    for stage, items in by_stage.items():
-        step_us = [_float(r, "step_us", path, line) for line, r in items]
-        layers_us = [_float(r, "layers_us", path, line) for line, r in items]
-        per_rank: dict[str, list[float]] = defaultdict(list)
-        for (line, r), value in zip(items, step_us):
-            per_rank[r["rank"]].append(value)
-        batches = [float(r["batch_size"]) for _, r in items if r.get("batch_size") not in (None, "")]
-        stages[stage] = StageTimes(
-            step_s=math.fsum(step_us) / len(step_us) * 1e-6,
-            layers_s=math.fsum(layers_us) / len(layers_us) * 1e-6,
-            rank_step_s={rank: math.fsum(v) / len(v) * 1e-6 for rank, v in per_rank.items()},
-            mean_batch_size=(math.fsum(batches) / len(batches)) if batches else None,
+def _mean_batch_size(path: Path, stage: str) -> float | None:
+    rows = _read_csv(path, ("stage", "status", "batch_size"))
+    sizes = [float(r["batch_size"]) for r in rows
+             if r["stage"] == stage and r["status"] == "ok" and r["batch_size"] not in ("", None)]
+    return math.fsum(sizes) / len(sizes) if sizes else None
+
+
+def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, StageTimes]:
+    """The D4 column's step, all-layers and per-rank step times (analysis.json "d4")."""
+    try:
+        stage = str(d4["stage"])
+        rank_ms = {str(k): float(v) for k, v in (d4.get("rank_step_ms") or {}).items()}
+        times = StageTimes(
+            step_s=float(d4["step_ms"]) * 1e-3, layers_s=float(d4["layers_ms"]) * 1e-3,
+            rank_step_s={k: v * 1e-3 for k, v in rank_ms.items()},
+            rank_spread_ratio=float(d4.get("rank_spread_pct") or 0.0) / 100,
+            mean_batch_size=_mean_batch_size(steps_path, stage) if steps_path else None,
         )
-    return stages
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunDataError(where, f"'d4' lacks a usable step figure ({exc!r})") from None
+    return {stage: times}
 
 
 def _read_json(path: Path) -> dict:
@@ -203,25 +185,23 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         "gpus": "" if gpus is None else str(gpus),
     }
 
-    d4_path = _find(run_dir, "d4.csv")
-    module_busy, kernel_busy = read_d4(d4_path) if d4_path else ({}, {})
-    if not d4_path:
-        problems.append("no d4.csv: layer metrics not exported")
-    steps_path = _find(run_dir, "steps.csv")
-    stages = read_steps(steps_path) if steps_path else {}
-    long_path = _find(run_dir, "kernels_long.csv")
+    detail_path = _find(run_dir, "d4_detail.csv")
+    module_busy, module_exposed, kernel_busy = read_d4_detail(detail_path) if detail_path else ({}, {}, {})
+    if not detail_path:
+        problems.append("no d4_detail.csv: layer metrics not exported")
+    d4 = analysis_json.get("d4") if isinstance(analysis_json.get("d4"), dict) else None
+    stages = stage_times(d4, analysis_json_path, _find(run_dir, "steps.csv")) if d4 else {}
+    if not d4:
+        problems.append("no analysis.json with a D4 column: step metrics not exported")
     data = RunData(
         run_dir=run_dir, scenario=scenario, run_id=run_id,
         status=str(status or manifest.get("status") or "running"), info=info,
         started_at_s=_time_s(manifest.get("started_at")), finished_at_s=_time_s(manifest.get("finished_at")),
         gpus=int(gpus) if isinstance(gpus, int) else None,
-        module_busy_s=module_busy, kernel_busy_s=kernel_busy, module_exposed_s={}, stages=stages,
+        module_busy_s=module_busy, kernel_busy_s=kernel_busy, module_exposed_s=module_exposed, stages=stages,
         accept_length=None, load=None, problems=problems,
     )
-    if long_path:
-        rank_policy = str(analysis_json.get("rank_policy", "mean"))
-        data.module_exposed_s = module_exposed_from_long(long_path, data.decode_stage, rank_policy)
-    accept = summary.get("accept_length", analysis_json.get("accept_length"))
+    accept = summary.get("accept_length", (d4 or {}).get("accept_length"))
     data.accept_length = float(accept) if isinstance(accept, (int, float)) else None
     records_path = run_dir / LOAD_RECORDS
     if records_path.is_file():
