@@ -18,6 +18,7 @@ from promql_names import metric_names, substitute_grafana
 
 from harness.metrics import definitions as d
 from harness.metrics.live import LiveProgressExporter
+from harness.exports.tables import export_run
 from harness.metrics.push import push_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,3 +190,38 @@ def test_the_parse_checks_catch_a_broken_query(prom_stack, tmp_path):
     checked = subprocess.run([prom_servers.PROMTOOL_BIN, "check", "rules", str(rules_path)],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode != 0
+
+
+REAL_TRACE = Path("/work/shared/traces/real/nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz")
+REAL_TRACE_IN_REPO = REPO / "tests/data/traces/sglang_qwen3-30b-a3b_b300-TP-0-DECODE.trace.json.gz"
+
+
+def _real_trace() -> Path:
+    for path in (REAL_TRACE_IN_REPO, REAL_TRACE):
+        if path.is_file():
+            return path
+    pytest.fail(f"real trace not found at {REAL_TRACE_IN_REPO} or {REAL_TRACE}")
+
+
+def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path):
+    """A run directory from analysis.api on a real SGLang MoE decode trace, through the real servers."""
+    api = pytest.importorskip("analysis.api", reason="analysis.api not merged yet")
+    run_dir = tmp_path / "realtrace-20250101-000000"
+    result = api.analyze([str(_real_trace())], signature="generic",
+                         options=api.AnalysisOptions(run=run_dir.name))
+    api.write_outputs(result, run_dir / "analysis")
+    (run_dir / "manifest.json").write_text(json.dumps({"scenario": "realtrace", "status": "ok",
+                                                        "engine": "sglang", "started_at": 1735689600.0}))
+    expected = _module_values_from_d4_detail_csv(run_dir)
+    assert expected and all(v >= 0 for v in expected.values())
+    assert push_run(run_dir, prom_stack["pushgateway"]).ok
+    series = prom_servers.wait_for_series(
+        prom_stack["prometheus"], f'moe_harness_layer_module_busy_seconds{{run_id="{run_dir.name}"}}', len(expected))
+    got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+    (step,) = prom_servers.wait_for_series(prom_stack["prometheus"], f'moe_harness_step_seconds{{run_id="{run_dir.name}"}}', 1)
+    assert float(step["value"][1]) == pytest.approx(result.d4.step_ms * 1e-3, rel=1e-9)
+    exported = export_run(run_dir, "parquet")
+    assert {p.name for p in exported} == {"kernels_long.parquet", "steps.parquet", "d4.parquet"}
