@@ -9,6 +9,9 @@ import sys
 COMMAND_MODULES = [
     "harness.commands.analyze",
     "harness.commands.compare",
+    "harness.commands.validate",
+    "harness.commands.run",
+    "harness.commands.plan",
     "harness.commands.export",
     "harness.commands.metrics",
 ]

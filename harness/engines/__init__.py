@@ -1,0 +1,1 @@
+"""Engines that serve the model under test: the embedded transformers engine, SGLang."""

@@ -1,0 +1,332 @@
+"""The main job: `python harness/run.py --scenario demo` (also `moe-harness run`, or a Ray job).
+
+Launch the engine through Ray, drive the batch to a steady decode step time, profile a bounded
+number of steps, collect traces into a new run directory, analyse them, print the D4 table.
+Every phase's output is written as soon as it exists; manifest.json, written last, says whether
+the run finished (status ok) or where it stopped (status failed) and why.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (`python harness/run.py`): import from the repo root
+    _REPO = Path(__file__).resolve().parent.parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _REPO / "harness"]
+    sys.path.insert(0, str(_REPO))
+
+import argparse
+import os
+import platform
+import time
+import traceback
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from harness.run_dir import (
+    RUNS_DIR_ENV,
+    append_lines,
+    create_run_dir,
+    default_runs_root,
+    in_ray_job,
+    write_atomic,
+    write_jsonl,
+    write_manifest,
+)
+from harness.scenario import (
+    REPO_ROOT,
+    EmbeddedEngine,
+    Scenario,
+    ScenarioError,
+    embedded_model_config,
+    load_scenario,
+    scenario_to_yaml,
+)
+from harness.steady_state import NotSteadyError, is_steady
+from harness.trace_names import trace_file_name
+
+# Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
+RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
+
+
+class RunFailed(Exception):
+    """A phase could not complete; the message says which and what to do."""
+
+
+class Progress:
+    """Phase lines with elapsed times (rich), readable both on a terminal and in a Ray job's log."""
+
+    def __init__(self, quiet: bool = False):
+        from rich.console import Console
+
+        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.timings_s: dict[str, float] = {}
+        self.current: str | None = None
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.current = name
+        started = time.perf_counter()
+        self.console.print(f"[bold]>[/bold] {name} ...")
+        try:
+            yield
+        finally:
+            self.timings_s[name] = round(time.perf_counter() - started, 3)
+        self.console.print(f"  [green]done[/green] {name} ({self.timings_s[name]:.1f} s)")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  {text}")
+
+
+def connect_ray(repo_root: Path, progress: Progress) -> Any:
+    """An existing cluster (inside a Ray job, or RAY_ADDRESS set), else a local Ray started here."""
+    import ray
+
+    if in_ray_job():
+        ray.init(log_to_driver=False)  # the job's runtime env (working_dir) already carries the code
+        progress.note(f"inside a Ray job; cluster at {os.environ.get('RAY_ADDRESS', 'auto')}")
+    elif os.environ.get("RAY_ADDRESS"):
+        ray.init(
+            log_to_driver=False,
+            runtime_env={"working_dir": str(repo_root), "excludes": RUNTIME_ENV_EXCLUDES},
+        )
+        progress.note(f"connected to the Ray cluster at {os.environ['RAY_ADDRESS']}")
+    else:
+        ray.init(
+            log_to_driver=False,
+            include_dashboard=False,
+            runtime_env={"env_vars": {"PYTHONPATH": str(repo_root)}},
+        )
+        progress.note("started a local Ray instance (set RAY_ADDRESS to use a cluster)")
+    return ray
+
+
+class EngineHandle:
+    """Calls the engine actor with a time bound, writing its log lines to the run directory at once."""
+
+    def __init__(self, ray: Any, actor: Any, log_path: Path):
+        self.ray, self.actor, self.log_path = ray, actor, log_path
+
+    def call(self, method: str, *args: Any, timeout_s: float) -> Any:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            reply = self.ray.get(getattr(self.actor, method).remote(*args), timeout=timeout_s)
+        except GetTimeoutError as exc:
+            raise RunFailed(f"engine call {method} did not return within {timeout_s:.0f} s") from exc
+        except RayActorError as exc:
+            raise RunFailed(
+                f"the engine actor died during {method}: {_first_line(exc)}. "
+                f"Its log so far is in {self.log_path}"
+            ) from exc
+        append_lines(self.log_path, reply["log"])
+        return reply["result"]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "exit" in line.lower() or "died" in line.lower() or "Error" in line:
+            return line.strip()[:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+def start_engine(ray: Any, scenario: Scenario, log_path: Path) -> EngineHandle:
+    from harness.engines.embedded.actor import remote_actor_class
+
+    engine = scenario.engine
+    assert isinstance(engine, EmbeddedEngine)
+    options: dict[str, Any] = {"num_cpus": engine.threads or 1}
+    if engine.device == "cuda":
+        options["num_gpus"] = 1
+    actor = remote_actor_class().options(**options).remote(
+        engine.model_dump(mode="json"), embedded_model_config(scenario), scenario.workload.model_dump(mode="json")
+    )
+    return EngineHandle(ray, actor, log_path)
+
+
+def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress) -> list[float]:
+    w = scenario.workload
+    step_ms: list[float] = []
+    while len(step_ms) < w.max_warmup_steps:
+        step_ms += handle.call("decode", 1, timeout_s=scenario.profile.timeout_s)
+        if is_steady(step_ms, w.warmup_steps, w.steady_window, w.steady_rel_spread):
+            window = step_ms[-w.steady_window :]
+            progress.note(f"steady after {len(step_ms)} steps: {sum(window) / len(window):.2f} ms per step")
+            return step_ms
+    raise NotSteadyError(step_ms, w.steady_window, w.steady_rel_spread)
+
+
+def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir: Path) -> tuple[str, dict[str, str]]:
+    """analysis.api on the collected traces; returns the D4 table (markdown) and the files written."""
+    from analysis.api import AnalysisOptions, analyze, write_outputs
+    from analysis.d4 import render_markdown
+
+    a = scenario.analysis
+    result = analyze(
+        [str(p) for p in trace_paths],
+        signature=a.signature,
+        model=a.model,
+        options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy),
+    )
+    files = write_outputs(result, str(out_dir))
+    table = render_markdown([(run_name, result.d4)], lang="en")
+    problems = getattr(result, "problems", [])
+    if problems:
+        table += f"\n\n{len(problems)} problem(s) reported by the analysis: see {out_dir}/analysis.json"
+    written = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {"files": str(files)}
+    return table, written
+
+
+def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
+    versions: dict[str, Any] = {"python": platform.python_version()}
+    for module in ("ray", "transformers", "pydantic", "msgspec"):
+        try:
+            versions[module] = __import__(module).__version__
+        except Exception:  # noqa: BLE001 - a missing optional package is simply not listed
+            pass
+    try:
+        from importlib.metadata import version
+
+        versions["moe-harness"] = version("moe-harness")
+    except Exception:  # noqa: BLE001
+        pass
+    if engine_info:
+        versions["torch (engine)"] = engine_info.get("torch")
+    return versions
+
+
+def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False) -> tuple[int, Path]:
+    """Run a scenario; returns (exit status, run directory). Never raises for a failed run."""
+    progress = Progress(quiet=quiet)
+    started_at = time.time()
+    run_dir = create_run_dir(runs_root, scenario.name, started_at)
+    progress.console.print(f"run directory: {run_dir}")
+    write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
+    write_atomic(run_dir / "scenario.source.yaml", scenario_path.read_bytes())
+    log_path = run_dir / "engine.log"
+    manifest: dict[str, Any] = {
+        "status": "failed",
+        "scenario": scenario.name,
+        "scenario_source": str(scenario_path),
+        "run_dir": str(run_dir),
+        "started_at": started_at,
+        "engine": scenario.engine.kind,
+        "in_ray_job": in_ray_job(),
+    }
+    engine_info: dict[str, Any] | None = None
+    ray = None
+    handle: EngineHandle | None = None
+    exit_status = 1
+    try:
+        if not isinstance(scenario.engine, EmbeddedEngine):
+            raise RunFailed(f"engine.kind {scenario.engine.kind}: only the embedded engine runs from this entry point yet")
+        with progress.phase("connect to Ray"):
+            ray = connect_ray(REPO_ROOT, progress)
+            manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
+        with progress.phase("start engine"):
+            handle = start_engine(ray, scenario, log_path)
+            engine_info = handle.call("ready", timeout_s=scenario.engine.start_timeout_s)
+            manifest["engine_info"] = engine_info
+            progress.note(
+                f"{engine_info['num_layers']} layers, {engine_info['parameters'] / 1e6:.1f} M parameters on "
+                f"{engine_info['device_name']} (host {engine_info['hostname']})"
+            )
+        with progress.phase("prefill"):
+            manifest["prefill_ms"] = handle.call("prefill", timeout_s=scenario.profile.timeout_s)
+        with progress.phase("warm up to steady state"):
+            warmup_ms = drive_to_steady_state(handle, scenario, progress)
+            manifest["warmup_step_ms"] = warmup_ms
+        prefix = scenario.outputs.trace_prefix or run_dir.name
+        with progress.phase(f"profile {scenario.profile.num_steps} decode steps"):
+            profiled = handle.call(
+                "profile", scenario.profile.num_steps, prefix, scenario.profile.record_shapes,
+                scenario.profile.with_stack, timeout_s=scenario.profile.timeout_s,
+            )
+            manifest["profiled_step_ms"] = profiled["step_ms"]
+            expected = trace_file_name(prefix, "DECODE", 0)
+            if expected not in profiled["files"]:
+                raise RunFailed(
+                    f"the profile wrote no trace: expected {expected} from rank TP-0, got "
+                    f"{sorted(profiled['files']) or 'nothing'} (see {log_path})"
+                )
+            trace_paths = [write_atomic(run_dir / "traces" / name, data) for name, data in sorted(profiled["files"].items())]
+        with progress.phase("finish requests"):
+            finished = handle.call("finish", timeout_s=scenario.profile.timeout_s)
+            write_jsonl(run_dir / "load" / "requests.jsonl", finished["requests"])
+            steps = [{"phase": "warmup", "step_ms": x} for x in warmup_ms]
+            steps += [{"phase": "profile", "step_ms": x} for x in profiled["step_ms"]]
+            steps += [{"phase": "finish", "step_ms": x} for x in finished["step_ms"]]
+            write_jsonl(run_dir / "load" / "steps.jsonl", [dict(s, step=i) for i, s in enumerate(steps)])
+            incomplete = [r["request_id"] for r in finished["requests"] if not r["completed"]]
+            if incomplete:
+                raise RunFailed(f"requests {incomplete} did not complete")
+        _stop(ray, handle)
+        handle = None
+        with progress.phase("analyse traces"):
+            table, written = analyse(trace_paths, scenario, run_dir.name, run_dir / "analysis")
+            manifest["analysis_outputs"] = written
+        if not scenario.outputs.keep_traces:
+            for path in trace_paths:
+                path.unlink()
+            manifest["traces_removed"] = [p.name for p in trace_paths]
+        manifest["status"] = "ok"
+        exit_status = 0
+        print(table, flush=True)
+    except (RunFailed, NotSteadyError) as exc:
+        manifest["error"] = {"phase": progress.current, "message": str(exc)}
+        progress.console.print(f"[red]run failed[/red] during {progress.current}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - any failure must still leave a manifest behind
+        manifest["error"] = {"phase": progress.current, "message": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()}
+        progress.console.print(f"[red]run failed[/red] during {progress.current}: {type(exc).__name__}: {exc}")
+    finally:
+        if handle is not None:
+            _stop(ray, handle)
+        manifest["versions"] = _versions(engine_info)
+        manifest["timings_s"] = progress.timings_s
+        manifest["finished_at"] = time.time()
+        manifest["wall_s"] = round(manifest["finished_at"] - started_at, 3)
+        write_manifest(run_dir, manifest)
+        progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
+    return exit_status, run_dir
+
+
+def _stop(ray: Any, handle: EngineHandle) -> None:
+    try:
+        ray.kill(handle.actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead is fine
+        pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", required=True, help="scenario name under scenarios/ (demo) or a YAML path")
+    parser.add_argument(
+        "--runs-dir",
+        default=None,
+        help=f"where run directories go (default: ${RUNS_DIR_ENV}, else ./runs; inside a Ray job "
+        "~/moe-harness/runs on the driver's node, since the job's working directory is temporary)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    try:
+        scenario, path = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
+    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet)
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness/run.py", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return main_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""Scenario files: one YAML per benchmark scenario, checked strictly before anything starts.
+
+Why strict: a typo in a key (`num_step`) or a combination that cannot run (a CUDA engine on a
+cluster with no GPUs) must fail in a second on the laptop, not after an hour of cluster time.
+Every error names the file, the key path and, when known, the line.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS_DIR = REPO_ROOT / "scenarios"
+EMBEDDED_PRESETS_PATH = Path(__file__).resolve().parent / "engines" / "embedded" / "presets.yaml"
+
+
+class ScenarioError(Exception):
+    """A scenario cannot be used: says which file, which key and what is wrong."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = str(source)
+        self.problems = problems
+        body = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"scenario {self.source}:\n{body}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cluster(_Strict):
+    """The machines the scenario needs."""
+
+    nodes: int = Field(1, ge=1, description="number of nodes (one engine actor per node)")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node; 0 for a CPU-only run")
+    gpu_type: str | None = Field(None, description="e.g. H200, H800, B200; informational, recorded in the manifest")
+
+
+class FaultInjection(_Strict):
+    """Deliberate failures, for testing the harness's failure handling only."""
+
+    exit_at_step: int | None = Field(None, ge=0, description="the engine process exits at this decode step")
+    drop_trace: bool = Field(False, description="the profiler runs but no trace file is written")
+
+
+class EmbeddedEngine(_Strict):
+    """transformers' DeepseekV3ForCausalLM with random weights, run in-process by a Ray actor."""
+
+    kind: Literal["embedded"]
+    preset: str = Field("tiny-cpu", description="a model size preset from harness/engines/embedded/presets.yaml")
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    experts_implementation: Literal["grouped_mm", "batched_mm", "eager"] = Field(
+        "grouped_mm", description="transformers' experts kernel: grouped_mm runs all experts as grouped GEMMs"
+    )
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    seed: int = 0
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    start_timeout_s: float = Field(300.0, gt=0, description="bound on building the model")
+    fault_injection: FaultInjection | None = None
+
+
+class SGLangSpeculative(_Strict):
+    """SGLang speculative decoding (DeepSeek MTP runs as EAGLE / NEXTN on the model's NextN layer)."""
+
+    algorithm: Literal["EAGLE", "NEXTN", "EAGLE3"] = "EAGLE"
+    num_steps: int = Field(3, ge=1, description="--speculative-num-steps")
+    eagle_topk: int = Field(1, ge=1, description="--speculative-eagle-topk")
+    num_draft_tokens: int = Field(4, ge=1, description="--speculative-num-draft-tokens")
+
+
+class SGLangEngine(_Strict):
+    """An SGLang server launched on every node (the multi-node deployment path)."""
+
+    kind: Literal["sglang"]
+    model_path: str = Field(..., description="Hugging Face id or local path of the served model")
+    tp: int = Field(1, ge=1, description="tensor-parallel size (--tp-size)")
+    dp: int = Field(1, ge=1, description="data-parallel size (--dp-size)")
+    ep: int = Field(1, ge=1, description="expert-parallel size (--ep-size)")
+    extra_args: list[str] = Field(default_factory=list, description="further launch_server arguments, verbatim")
+    dp_attention: bool = Field(False, description="--enable-dp-attention (needs dp > 1)")
+    moe_a2a_backend: Literal["deepep"] | None = Field(None, description="--moe-a2a-backend")
+    deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(None, description="--deepep-mode")
+    deepgemm: bool | None = Field(None, description="SGLANG_ENABLE_JIT_DEEPGEMM; None keeps SGLang's default")
+    two_batch_overlap: bool = Field(False, description="--enable-two-batch-overlap")
+    attention_backend: str | None = Field(None, description="--attention-backend")
+    moe_runner_backend: str | None = Field(None, description="--moe-runner-backend")
+    cuda_graph_bs: list[int] = Field(default_factory=list, description="--cuda-graph-bs")
+    cuda_graph_max_bs: int | None = Field(None, ge=1, description="--cuda-graph-max-bs")
+    load_format: str | None = Field(None, description="--load-format (dummy: random weights)")
+    speculative: SGLangSpeculative | None = Field(None, description="MTP / EAGLE speculative decoding")
+    max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
+    context_length: int | None = Field(None, ge=1, description="--context-length")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
+    passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
+    ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
+
+
+Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
+
+
+class Model(_Strict):
+    """What is served. For the embedded engine, optional overrides of the preset's shape."""
+
+    name: str = Field("deepseek-v3", description="what reports call the model")
+    num_layers: int | None = Field(None, ge=1, description="decoder layers (embedded: overrides the preset)")
+    first_k_dense_replace: int | None = Field(None, ge=0, description="leading dense (non-MoE) layers")
+    n_routed_experts: int | None = Field(None, ge=1, description="routed experts per MoE layer")
+    num_experts_per_tok: int | None = Field(None, ge=1, description="experts each token is routed to")
+    n_group: int | None = Field(None, ge=1, description="expert groups for grouped top-k")
+    topk_group: int | None = Field(None, ge=1, description="groups each token may pick experts from")
+
+
+class Workload(_Strict):
+    """The load: a batch of requests decoded together until the step time is steady."""
+
+    batch_size: int = Field(4, ge=1, description="concurrent requests (decode batch size)")
+    input_len: int = Field(16, ge=1, description="prompt tokens per request")
+    output_len: int = Field(32, ge=1, description="tokens generated per request")
+    warmup_steps: int = Field(3, ge=0, description="decode steps always run before steady-state checks")
+    steady_window: int = Field(3, ge=2, description="consecutive decode steps compared for steady state")
+    steady_rel_spread: float = Field(
+        0.5, ge=0.0, description="steady when (max - min) / median step time over the window is at most this"
+    )
+    max_warmup_steps: int = Field(20, ge=1, description="give up (run failed) if not steady after this many steps")
+
+
+class Profile(_Strict):
+    num_steps: int = Field(3, ge=1, description="decode steps recorded by the profiler")
+    stages: list[Literal["DECODE", "EXTEND"]] = Field(default_factory=lambda: ["DECODE"])
+    record_shapes: bool = True
+    with_stack: bool = True
+    timeout_s: float = Field(300.0, gt=0, description="bound on the profiled steps plus the trace export")
+
+
+class Analysis(_Strict):
+    signature: str = Field("generic", description="built-in signature name or a YAML path")
+    model: str | None = Field(None, description="model spec name (deepseek-v3) or YAML path; None: inferred")
+    rank_policy: str = Field("mean", pattern=r"^(mean|max|rank:.+)$", description="mean | max | rank:LABEL")
+
+
+class Outputs(_Strict):
+    keep_traces: bool = Field(True, description="copy raw traces into the run directory")
+    trace_prefix: str | None = Field(None, description="trace file prefix (default: the run directory's name)")
+
+
+class Scenario(_Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="used in the run directory's name")
+    description: str = ""
+    cluster: Cluster = Field(default_factory=Cluster)
+    engine: Engine
+    model: Model = Field(default_factory=Model)
+    workload: Workload = Field(default_factory=Workload)
+    profile: Profile = Field(default_factory=Profile)
+    analysis: Analysis = Field(default_factory=Analysis)
+    outputs: Outputs = Field(default_factory=Outputs)
+
+    @model_validator(mode="after")
+    def _combinations(self) -> "Scenario":
+        problems = combination_problems(self)
+        if problems:
+            # Raised as ValueError so pydantic reports it; load_scenario re-words it with the file.
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def load_embedded_presets(path: Path = EMBEDDED_PRESETS_PATH) -> dict[str, dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    return data["presets"]
+
+
+def embedded_model_config(scenario: Scenario) -> dict[str, Any]:
+    """The DeepseekV3Config keyword arguments: the preset with the scenario's model overrides."""
+    assert isinstance(scenario.engine, EmbeddedEngine)
+    presets = load_embedded_presets()
+    config = dict(presets[scenario.engine.preset]["config"])
+    overrides = {
+        "num_hidden_layers": scenario.model.num_layers,
+        "first_k_dense_replace": scenario.model.first_k_dense_replace,
+        "n_routed_experts": scenario.model.n_routed_experts,
+        "num_experts_per_tok": scenario.model.num_experts_per_tok,
+        "n_group": scenario.model.n_group,
+        "topk_group": scenario.model.topk_group,
+    }
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    return config
+
+
+def combination_problems(s: Scenario) -> list[str]:
+    """Settings that are valid one by one but cannot run together. Each message names its keys."""
+    problems: list[str] = []
+    w, p = s.workload, s.profile
+    if w.warmup_steps + w.steady_window > w.max_warmup_steps:
+        problems.append(
+            f"workload.warmup_steps ({w.warmup_steps}) + workload.steady_window ({w.steady_window}) exceeds "
+            f"workload.max_warmup_steps ({w.max_warmup_steps}): steady state could never be checked"
+        )
+    if isinstance(s.engine, EmbeddedEngine):
+        e = s.engine
+        if e.preset not in load_embedded_presets():
+            known = ", ".join(sorted(load_embedded_presets()))
+            problems.append(f"engine.preset: unknown preset {e.preset!r} (known: {known})")
+            return problems
+        if s.cluster.nodes != 1:
+            problems.append(f"cluster.nodes is {s.cluster.nodes}: the embedded engine runs on one node")
+        if e.device == "cuda" and s.cluster.gpus_per_node < 1:
+            problems.append("engine.device is cuda but cluster.gpus_per_node is 0")
+        if e.device == "cpu" and e.dtype == "float16":
+            problems.append("engine.dtype float16 is not supported with engine.device cpu (use float32 or bfloat16)")
+        if "EXTEND" in p.stages:
+            problems.append("profile.stages: the embedded engine profiles DECODE only")
+        if w.max_warmup_steps + p.num_steps > w.output_len:
+            problems.append(
+                f"workload.output_len ({w.output_len}) is shorter than workload.max_warmup_steps "
+                f"({w.max_warmup_steps}) + profile.num_steps ({p.num_steps}): requests would finish "
+                "before the profile does"
+            )
+        cfg = embedded_model_config(s)
+        layers, dense = cfg["num_hidden_layers"], cfg["first_k_dense_replace"]
+        if dense < 1 or dense >= layers:
+            problems.append(
+                f"model.first_k_dense_replace ({dense}) must be at least 1 and below model.num_layers ({layers}): "
+                "the demo needs both a dense layer and MoE layers"
+            )
+        experts, group, topk_group, per_tok = (
+            cfg["n_routed_experts"], cfg["n_group"], cfg["topk_group"], cfg["num_experts_per_tok"]
+        )
+        if experts % group:
+            problems.append(f"model.n_routed_experts ({experts}) is not divisible by model.n_group ({group})")
+        elif topk_group > group:
+            problems.append(f"model.topk_group ({topk_group}) exceeds model.n_group ({group})")
+        elif per_tok > topk_group * (experts // group):
+            problems.append(
+                f"model.num_experts_per_tok ({per_tok}) exceeds the experts in the chosen groups "
+                f"(topk_group {topk_group} x {experts // group} experts per group)"
+            )
+        elif experts // group < 2:
+            problems.append("model: each expert group needs at least 2 experts (grouped top-k sums the top 2)")
+        if w.input_len + w.output_len > cfg["max_position_embeddings"]:
+            problems.append(
+                f"workload.input_len + workload.output_len ({w.input_len + w.output_len}) exceeds the preset's "
+                f"max_position_embeddings ({cfg['max_position_embeddings']})"
+            )
+    else:
+        e = s.engine
+        total_gpus = s.cluster.nodes * s.cluster.gpus_per_node
+        if total_gpus < 1:
+            problems.append("engine.kind sglang needs GPUs: cluster.gpus_per_node is 0")
+        elif e.tp > total_gpus:
+            problems.append(f"engine.tp ({e.tp}) exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
+        if e.tp % e.dp:
+            problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
+        if e.ep not in (1, e.tp):
+            problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
+    return problems
+
+
+def resolve_scenario_path(name_or_path: str) -> Path:
+    """`demo` means scenarios/demo.yaml (repo's, then the working directory's); a path is a path."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or os.sep in name_or_path or candidate.exists():
+        if not candidate.exists():
+            raise ScenarioError(name_or_path, ["no such file"])
+        return candidate
+    for folder in (Path.cwd() / "scenarios", SCENARIOS_DIR):
+        for ext in (".yaml", ".yml"):
+            path = folder / f"{name_or_path}{ext}"
+            if path.exists():
+                return path
+    known = sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")) if SCENARIOS_DIR.exists() else []
+    raise ScenarioError(name_or_path, [f"no scenario named {name_or_path!r} in {SCENARIOS_DIR} (known: {', '.join(known)})"])
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at `loc` (or its nearest existing parent)."""
+    node, line = root, None
+    for key in loc:
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == str(key):
+                    line = k.start_mark.line + 1
+                    nxt = v
+            node = nxt
+            if nxt is None:
+                break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+    else:
+        if node is not None:
+            line = node.start_mark.line + 1
+    return line
+
+
+def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
+    loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x in ("embedded", "sglang")))
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "union_tag_invalid":
+        loc = loc + ("kind",)
+        msg = f"unknown engine kind {err.get('ctx', {}).get('tag')!r} (expected embedded or sglang)"
+    elif err["type"] == "union_tag_not_found":
+        msg = "missing key 'kind' (embedded or sglang)"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return loc, msg
+
+
+_KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
+
+
+def parse_scenario(text: str, source: str) -> Scenario:
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from exc
+    if not isinstance(data, dict):
+        raise ScenarioError(source, ["the top level must be a mapping of sections (name, engine, workload, ...)"])
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc, msg = _describe(err)
+            if not loc:  # a combination problem: each message starts with the key it is about
+                for part in msg.split("; "):
+                    named = _KEY_IN_MESSAGE.match(part)
+                    line = _line_of(root, tuple(named.group(1).split("."))) if named else None
+                    problems.append(f"{part} (line {line})" if line else part)
+                continue
+            key = ".".join(str(x) for x in loc)
+            line = _line_of(root, loc)
+            where = f"{key} (line {line})" if line else key
+            problems.append(f"{where}: {msg}")
+        raise ScenarioError(source, problems) from None
+
+
+def load_scenario(name_or_path: str) -> tuple[Scenario, Path]:
+    path = resolve_scenario_path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(str(path), [f"cannot read: {exc.strerror or exc}"]) from exc
+    return parse_scenario(text, str(path)), path
+
+
+def scenario_to_yaml(scenario: Scenario) -> str:
+    """The resolved scenario (every default filled in), as written into the run directory."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
