@@ -154,3 +154,29 @@ def test_dashboard_json_is_the_generator_output():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.OUT.read_text() == module.render(), "run python cluster/monitoring/make_dashboard.py"
+
+
+def test_load_client_records_give_the_same_quantiles_as_the_load_summary(tmp_path):
+    """Records in the HTTP load client's format: our summaries agree with harness/load/summary.py."""
+    from harness.load.summary import summarize as load_summary
+    from harness.metrics.load_records import load_stats, read_records
+
+    rng = np.random.default_rng(3)
+    records = []
+    for i in range(40):
+        itl = rng.uniform(5, 15, size=9).tolist()
+        ttft = float(rng.uniform(50, 200))
+        e2e = ttft + sum(itl)
+        records.append({"rid": i, "ok": i % 10 != 0, "error": None if i % 10 else "HTTP 500", "start_s": i * 0.1,
+                        "ttft_ms": ttft, "itl_ms": itl, "tpot_ms": (e2e - ttft) / 9, "e2e_ms": e2e,
+                        "output_tokens": 10})
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    stats = load_stats(read_records(path), d.LATENCY_QUANTILES)
+    reference = load_summary(records, num_gpus=1)
+    assert stats.requests_ok == reference["completed"] and stats.requests_error == reference["failed"]
+    assert stats.output_tokens == reference["output_tokens"]
+    assert stats.window_s == pytest.approx(reference["duration_s"])
+    for ours, theirs in ((stats.ttft, "ttft_ms"), (stats.tpot, "tpot_ms"), (stats.itl, "itl_ms")):
+        assert ours.quantiles[0.5] * 1e3 == pytest.approx(reference[theirs]["p50"])
+        assert ours.quantiles[0.99] * 1e3 == pytest.approx(reference[theirs]["p99"])

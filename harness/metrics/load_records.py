@@ -1,14 +1,12 @@
 """Latency summaries from the per-request load records (load/requests.jsonl).
 
 The per-request JSONL is the source of truth (as in aiperf and vLLM's bench serve); every
-summary here is derived from it. One record per line, as the load driver writes it:
+summary here is derived from it. Two writers produce it, and both are read:
 
-    {"request_id": ..., "input_len": int, "output_len": int, "submitted_ts": float,
-     "finished_ts": float, "ttft_ms": float | null, "tpot_ms": float | null,
-     "itl_ms": [float, ...], "e2e_latency_ms": float, "completed": bool, "error": str (optional)}
-
-submitted_ts / finished_ts are Unix seconds; the other times are milliseconds. A request counts
-as successful when `completed` is true and it has no `error`.
+- the HTTP load client (harness/load, docs/load-metrics.md): `ok`, `error`, `start_s` (seconds
+  from the load's start), `ttft_ms`, `itl_ms` (list), `tpot_ms`, `e2e_ms`, `output_tokens`;
+- the embedded engine: `completed`, `submitted_ts` / `finished_ts` (Unix seconds), `ttft_ms`,
+  `itl_ms`, `tpot_ms`, `e2e_latency_ms`, `output_len`, optional `error`.
 """
 from __future__ import annotations
 
@@ -28,6 +26,7 @@ class RequestRecord:
     itl_s: list[float]
     output_tokens: int
     error: str | None
+    given_tpot_s: float | None = None  # the writer's own TPOT, when it records one
 
     @property
     def ok(self) -> bool:
@@ -36,7 +35,11 @@ class RequestRecord:
     @property
     def tpot_s(self) -> float | None:
         """(latency - ttft) / (output_tokens - 1): undefined for one-token or failed requests."""
-        if not self.ok or self.ttft_s is None or self.output_tokens < 2:
+        if not self.ok:
+            return None
+        if self.given_tpot_s is not None:
+            return self.given_tpot_s
+        if self.ttft_s is None or self.output_tokens < 2:
             return None
         return (self.end_s - self.start_s - self.ttft_s) / (self.output_tokens - 1)
 
@@ -55,7 +58,7 @@ class LoadStats:
     requests_ok: int
     requests_error: int
     output_tokens: int
-    window_s: float  # first request's start to last request's end
+    window_s: float  # first successful request's start to the last one's end
     ttft: LatencySummary
     tpot: LatencySummary
     itl: LatencySummary
@@ -86,6 +89,32 @@ def _number(record: dict, key: str, where: str, required: bool = True):
     return value
 
 
+def _record(raw: dict, where: str) -> RequestRecord:
+    itl = raw.get("itl_ms") or []
+    if not isinstance(itl, list) or not all(isinstance(v, (int, float)) for v in itl):
+        raise RunDataError(where, "field 'itl_ms' must be a list of numbers")
+    error = raw.get("error") or None
+    ok = bool(raw["ok"]) if "ok" in raw else (raw.get("completed") is True and error is None)
+    if not ok and error is None:
+        error = "not completed"
+    ttft_ms = _number(raw, "ttft_ms", where, required=ok)
+    tokens_key = "output_tokens" if "output_tokens" in raw else "output_len"
+    output_tokens = int(_number(raw, tokens_key, where, required=ok) or 0)
+    if "start_s" in raw:  # load client: start relative to the load, e2e in ms
+        start_s = float(_number(raw, "start_s", where))
+        e2e_ms = _number(raw, "e2e_ms", where, required=ok)
+        end_s = start_s + (e2e_ms or 0.0) * 1e-3
+    else:  # embedded engine: Unix times
+        start_s = float(_number(raw, "submitted_ts", where))
+        end_s = float(_number(raw, "finished_ts", where, required=ok) or start_s)
+    tpot_ms = _number(raw, "tpot_ms", where, required=False)
+    return RequestRecord(
+        start_s=start_s, end_s=end_s, ttft_s=None if ttft_ms is None else ttft_ms * 1e-3,
+        itl_s=[float(v) * 1e-3 for v in itl], output_tokens=output_tokens, error=None if ok else str(error),
+        given_tpot_s=None if tpot_ms is None else tpot_ms * 1e-3,
+    )
+
+
 def read_records(path: Path) -> list[RequestRecord]:
     records = []
     with open(path, encoding="utf-8") as handle:
@@ -99,28 +128,14 @@ def read_records(path: Path) -> list[RequestRecord]:
                 raise RunDataError(where, f"not valid JSON ({exc.msg})") from None
             if not isinstance(raw, dict):
                 raise RunDataError(where, "each line must be a JSON object")
-            itl = raw.get("itl_ms") or []
-            if not isinstance(itl, list) or not all(isinstance(v, (int, float)) for v in itl):
-                raise RunDataError(where, "field 'itl_ms' must be a list of numbers")
-            error = raw.get("error")
-            if error in (None, "") and raw.get("completed") is not True:
-                error = "not completed"
-            ok = error in (None, "")
-            ttft_ms = _number(raw, "ttft_ms", where, required=ok)
-            records.append(RequestRecord(
-                start_s=float(_number(raw, "submitted_ts", where)),
-                end_s=float(_number(raw, "finished_ts", where, required=ok) or raw["submitted_ts"]),
-                ttft_s=None if ttft_ms is None else ttft_ms * 1e-3,
-                itl_s=[float(v) * 1e-3 for v in itl],
-                output_tokens=int(_number(raw, "output_len", where, required=ok) or 0),
-                error=None if ok else str(error),
-            ))
+            records.append(_record(raw, where))
     return records
 
 
 def load_stats(records: list[RequestRecord], quantiles: tuple[float, ...]) -> LoadStats:
     ok = [r for r in records if r.ok]
-    window_s = (max(r.end_s for r in records) - min(r.start_s for r in records)) if records else 0.0
+    # the same window as harness/load/summary.py: successful requests only
+    window_s = (max(r.end_s for r in ok) - min(r.start_s for r in ok)) if ok else 0.0
     return LoadStats(
         requests_ok=len(ok),
         requests_error=len(records) - len(ok),
