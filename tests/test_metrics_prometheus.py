@@ -192,23 +192,20 @@ def test_the_parse_checks_catch_a_broken_query(prom_stack, tmp_path):
     assert checked.returncode != 0
 
 
-REAL_TRACE = Path("/work/shared/traces/real/nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz")
-REAL_TRACE_IN_REPO = REPO / "tests/data/traces/sglang_qwen3-30b-a3b_b300-TP-0-DECODE.trace.json.gz"
+# (trace, signature): a real SGLang MoE decode trace, and the CPU demo's trace of the embedded engine
+REAL_TRACES = [
+    (REPO / "tests/data/real/sglang_qwen3-30b-a3b_b300-TP-0-DECODE.trace.json.gz", "generic"),
+    (REPO / "tests/data/embedded-cpu-demo-TP-0-DECODE.trace.json.gz", "embedded-hf-deepseek-v3-cpu"),
+]
 
 
-def _real_trace() -> Path:
-    for path in (REAL_TRACE_IN_REPO, REAL_TRACE):
-        if path.is_file():
-            return path
-    pytest.fail(f"real trace not found at {REAL_TRACE_IN_REPO} or {REAL_TRACE}")
+@pytest.mark.parametrize("trace,signature", REAL_TRACES, ids=["sglang-qwen3-moe", "embedded-demo"])
+def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, signature):
+    """A run directory from analysis.api on a real trace, through the real servers."""
+    from analysis import api
 
-
-def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path):
-    """A run directory from analysis.api on a real SGLang MoE decode trace, through the real servers."""
-    api = pytest.importorskip("analysis.api", reason="analysis.api not merged yet")
-    run_dir = tmp_path / "realtrace-20250101-000000"
-    result = api.analyze([str(_real_trace())], signature="generic",
-                         options=api.AnalysisOptions(run=run_dir.name))
+    run_dir = tmp_path / f"realtrace-{signature}-20250101-000000"
+    result = api.analyze([str(trace)], signature=signature, options=api.AnalysisOptions(run=run_dir.name))
     api.write_outputs(result, run_dir / "analysis")
     (run_dir / "manifest.json").write_text(json.dumps({"scenario": "realtrace", "status": "ok",
                                                         "engine": "sglang", "started_at": 1735689600.0}))
