@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.pushgateway:
         result = push_registry(registry, args.pushgateway, scenario=data.scenario, run_id=data.run_id,
                                job=args.push_job, delete_old_groups=args.delete_old_groups)
-        print(("" if result.ok else "warning: ") + result.message, file=sys.stderr)
+        if result.ok:  # a failed push is already reported as a logged warning
+            print(result.message, file=sys.stderr)
         for old in result.deleted_groups:
             print(f"deleted Pushgateway group run_id={old}", file=sys.stderr)
     return 0
