@@ -12,6 +12,8 @@ COMMAND_MODULES = [
     "harness.commands.validate",
     "harness.commands.run",
     "harness.commands.plan",
+    "harness.commands.export",
+    "harness.commands.metrics",
 ]
 
 

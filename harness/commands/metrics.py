@@ -1,0 +1,48 @@
+"""`moe-harness metrics RUN`: a run's Prometheus metrics from its files; optionally push them."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.metrics.errors import RunDataError
+
+
+def register(subparsers) -> None:
+    from harness.metrics.cli_options import add_push_arguments
+
+    parser = subparsers.add_parser(
+        "metrics", help="print or push a run's Prometheus metrics (docs/metrics.md)",
+        description="Build the run's metrics from its directory (manifest, analysis CSVs, load records), "
+                    "print them in the Prometheus text format, and push them to a Pushgateway if one is given. "
+                    "An unreachable Pushgateway is a warning (exit status 0).")
+    parser.add_argument("run", metavar="RUN", help="run directory (runs/<scenario>-<timestamp>)")
+    parser.add_argument("--quiet", action="store_true", help="do not print the metrics")
+    add_push_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from prometheus_client import generate_latest
+
+    from harness.metrics.push import push_registry
+    from harness.metrics.results import build_registry
+    from harness.metrics.run_data import read_run
+
+    try:
+        data = read_run(args.run)
+    except RunDataError as exc:
+        print(f"moe-harness metrics: {exc}", file=sys.stderr)
+        return 1
+    registry = build_registry(data)
+    if not args.quiet:
+        sys.stdout.write(generate_latest(registry).decode())
+    for problem in data.problems:
+        print(f"note: {problem}", file=sys.stderr)
+    if args.pushgateway:
+        result = push_registry(registry, args.pushgateway, scenario=data.scenario, run_id=data.run_id,
+                               job=args.push_job, delete_old_groups=args.delete_old_groups)
+        if result.ok:  # a failed push is already reported as a logged warning
+            print(result.message, file=sys.stderr)
+        for old in result.deleted_groups:
+            print(f"deleted Pushgateway group run_id={old}", file=sys.stderr)
+    return 0

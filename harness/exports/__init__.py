@@ -1,0 +1,1 @@
+"""Documented CSV / Parquet exports of a run's analysis tables (columns in columns.yaml)."""

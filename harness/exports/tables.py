@@ -1,0 +1,170 @@
+"""Export a run's analysis tables as CSV or Parquet with a schema_version column.
+
+The column list, types, units and meanings live in columns.yaml (documented in docs/exports.md).
+Reading checks the analysis CSV against it, so an export never silently drops or invents a
+column. Files are written to a temporary name and renamed; existing exports are not overwritten
+unless asked.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from harness.metrics.errors import RunDataError
+
+COLUMNS_FILE = Path(__file__).with_name("columns.yaml")
+SCHEMA_VERSION_COLUMN = "schema_version"
+FORMATS = ("csv", "parquet")
+_CONVERT = {"string": str, "int64": int, "float64": float}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # string | int64 | float64, with "?" when empty means missing
+    unit: str
+    meaning: str
+
+    @property
+    def nullable(self) -> bool:
+        return self.type.endswith("?")
+
+    @property
+    def base_type(self) -> str:
+        return self.type.rstrip("?")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    source: str
+    description: str
+    columns: tuple[Column, ...]
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> tuple[int, dict[str, TableSpec]]:
+    raw = yaml.safe_load(COLUMNS_FILE.read_text(encoding="utf-8"))
+    tables = {}
+    for name, table in raw["tables"].items():
+        columns = tuple(Column(**c) for c in table["columns"])
+        for column in columns:
+            if column.base_type not in _CONVERT:
+                raise RunDataError(COLUMNS_FILE, f"table {name} column {column.name}: unknown type {column.type!r}")
+        tables[name] = TableSpec(name, table["source"], table["description"], columns)
+    return int(raw["schema_version"]), tables
+
+
+def _convert(column: Column, text: str, where: str):
+    if text == "" and column.nullable:
+        return None
+    try:
+        return _CONVERT[column.base_type](text)
+    except ValueError:
+        raise RunDataError(where, f"column {column.name!r} must be {column.base_type}, got {text!r}") from None
+
+
+def read_table(run_dir: Path, table: str) -> list[dict]:
+    """Rows of one analysis table, typed per columns.yaml, with schema_version prepended."""
+    version, specs = load_schema()
+    spec = specs[table]
+    path = Path(run_dir) / spec.source
+    if not path.is_file():
+        raise RunDataError(path, f"not found: the run has no {table} table (was the analysis run?)")
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        expected = [c.name for c in spec.columns]
+        missing = [c for c in expected if c not in header]
+        unknown = [c for c in header if c not in expected]
+        if missing or unknown:
+            raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, unknown {unknown}")
+        rows = []
+        for line, raw in enumerate(reader, 2):
+            row = {SCHEMA_VERSION_COLUMN: version}
+            for column in spec.columns:
+                row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
+            rows.append(row)
+    return rows
+
+
+def _atomic_target(path: Path, overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --overwrite to replace it or --out for another directory")
+
+
+def _temp_path(path: Path) -> Path:
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(temp)
+
+
+def write_csv(rows: list[dict], columns: list[str], path: Path, overwrite: bool = False) -> Path:
+    _atomic_target(path, overwrite)
+    temp = _temp_path(path)
+    try:
+        with open(temp, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    return path
+
+
+def write_parquet(rows: list[dict], spec: TableSpec, path: Path, overwrite: bool = False) -> Path:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise RunDataError(path, "Parquet needs pyarrow: pip install 'moe-harness[parquet]'") from None
+    _atomic_target(path, overwrite)
+    arrow_types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
+    version, _ = load_schema()
+    fields = [pa.field(SCHEMA_VERSION_COLUMN, pa.int32(), nullable=False)]
+    fields += [pa.field(c.name, arrow_types[c.base_type], nullable=c.nullable) for c in spec.columns]
+    schema = pa.schema(fields, metadata={"moe_harness_schema_version": str(version), "table": spec.name})
+    table = pa.Table.from_pylist(rows, schema=schema)
+    temp = _temp_path(path)
+    try:
+        pq.write_table(table, temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    return path
+
+
+def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
+               tables: tuple[str, ...] | None = None, overwrite: bool = False) -> list[Path]:
+    """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDataError(run_dir, "run directory not found")
+    _, specs = load_schema()
+    out = Path(out_dir) if out_dir else run_dir / "exports"
+    out.mkdir(parents=True, exist_ok=True)
+    names = tables or tuple(specs)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise ValueError(f"unknown table(s) {unknown}; expected some of {', '.join(specs)}")
+    for name in names:  # refuse before writing anything, so an export is never half replaced
+        _atomic_target(out / f"{name}.{fmt}", overwrite)
+    loaded = {name: read_table(run_dir, name) for name in names}
+    written = []
+    for name, rows in loaded.items():
+        spec = specs[name]
+        target = out / f"{name}.{fmt}"
+        if fmt == "csv":
+            written.append(write_csv(rows, [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], target, overwrite))
+        else:
+            written.append(write_parquet(rows, spec, target, overwrite))
+    return written

@@ -1,0 +1,16 @@
+"""Command-line options for metrics, shared by `moe-harness metrics` and the run command."""
+from __future__ import annotations
+
+import argparse
+import os
+
+PUSHGATEWAY_ENV = "MOE_HARNESS_PUSHGATEWAY"
+
+
+def add_push_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pushgateway", default=os.environ.get(PUSHGATEWAY_ENV),
+                        help=f"Pushgateway URL (host:port or http://...) to push the run's metrics to; "
+                             f"default ${PUSHGATEWAY_ENV}; unset = do not push")
+    parser.add_argument("--delete-old-groups", action="store_true",
+                        help="after pushing, delete the Pushgateway groups of other runs of the same scenario")
+    parser.add_argument("--push-job", default="moe_harness", help="Pushgateway job name (default moe_harness)")

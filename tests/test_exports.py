@@ -1,0 +1,105 @@
+"""CSV / Parquet exports of a run's tables: typed, versioned, documented, never overwritten."""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import synthetic_run
+from harness.commands import export as export_command
+from harness.exports.tables import SCHEMA_VERSION_COLUMN, export_run, load_schema
+from harness.metrics.errors import RunDataError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _source_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_csv_export_keeps_every_value_and_adds_schema_version(tmp_path):
+    run_dir = synthetic_run.build(tmp_path)
+    version, specs = load_schema()
+    paths = export_run(run_dir, "csv")
+    assert sorted(p.name for p in paths) == sorted(f"{name}.csv" for name in specs)
+    for name, spec in specs.items():
+        exported = _source_rows(run_dir / "exports" / f"{name}.csv")
+        source = _source_rows(run_dir / spec.source)
+        assert len(exported) == len(source) > 0
+        assert list(exported[0]) == [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns]
+        for out_row, in_row in zip(exported, source):
+            assert out_row[SCHEMA_VERSION_COLUMN] == str(version)
+            for column in spec.columns:
+                if column.base_type == "float64":
+                    assert float(out_row[column.name]) == float(in_row[column.name])
+                else:
+                    assert out_row[column.name] == in_row[column.name]
+
+
+def test_parquet_export_has_typed_columns_and_version_metadata(tmp_path):
+    run_dir = synthetic_run.build(tmp_path)
+    version, specs = load_schema()
+    export_run(run_dir, "parquet", out_dir=tmp_path / "pq")
+    table = pq.read_table(tmp_path / "pq" / "kernels_long.parquet")
+    assert table.schema.metadata[b"moe_harness_schema_version"] == str(version).encode()
+    assert str(table.schema.field("busy_us").type) == "double"
+    assert str(table.schema.field("layer").type) == "int64"
+    source = _source_rows(run_dir / "analysis" / "kernels_long.csv")
+    assert table.num_rows == len(source)
+    assert set(table.column(SCHEMA_VERSION_COLUMN).to_pylist()) == {version}
+    assert sum(table.column("busy_us").to_pylist()) == pytest.approx(sum(float(r["busy_us"]) for r in source))
+    steps = pq.read_table(tmp_path / "pq" / "steps.parquet")
+    assert steps.column("batch_size").to_pylist() == [synthetic_run.BATCH_SIZE] * steps.num_rows
+
+
+def test_existing_export_is_not_overwritten_without_flag(tmp_path):
+    run_dir = synthetic_run.build(tmp_path)
+    export_run(run_dir, "csv", tables=("d4",))
+    target = run_dir / "exports" / "d4.csv"
+    target.write_text("kept\n")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        export_run(run_dir, "csv")
+    assert target.read_text() == "kept\n"
+    assert not (run_dir / "exports" / "kernels_long.csv").exists()  # refused before writing anything
+    export_run(run_dir, "csv", overwrite=True)
+    assert target.read_text().startswith(SCHEMA_VERSION_COLUMN)
+
+
+def test_unknown_or_missing_columns_are_errors_naming_the_file(tmp_path):
+    run_dir = synthetic_run.build(tmp_path)
+    d4 = run_dir / "analysis" / "d4_detail.csv"
+    d4.write_text(d4.read_text().replace("layers", "layer_count"))
+    with pytest.raises(RunDataError, match=r"d4_detail\.csv: columns differ .*missing \['layers'\].*unknown \['layer_count'\]"):
+        export_run(run_dir, "csv", tables=("d4",))
+    steps = run_dir / "analysis" / "steps.csv"
+    steps.write_text(steps.read_text().replace(",8,", ",eight,", 1))
+    with pytest.raises(RunDataError, match=r"steps\.csv:2: column 'batch_size' must be int64"):
+        export_run(run_dir, "parquet", tables=("steps",))
+
+
+def test_export_command(tmp_path, capsys):
+    run_dir = synthetic_run.build(tmp_path)
+    parser = argparse.ArgumentParser()
+    export_command.register(parser.add_subparsers())
+    args = parser.parse_args(["export", str(run_dir), "--format", "parquet", "--table", "d4"])
+    assert args.func(args) == 0
+    assert capsys.readouterr().out.strip() == str(run_dir / "exports" / "d4.parquet")
+    args = parser.parse_args(["export", str(tmp_path / "nope")])
+    assert args.func(args) == 1
+    assert "run directory not found" in capsys.readouterr().err
+
+
+def test_docs_list_every_column():
+    text = (REPO / "docs/exports.md").read_text()
+    version, specs = load_schema()
+    for name, spec in specs.items():
+        section = text.split(f"## `{name}`", 1)[1].split("\n## ", 1)[0]
+        documented = re.findall(r"^\| `([a-z0-9_]+)` \|", section, flags=re.M)
+        assert documented == [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], name
+        for column in spec.columns:
+            assert column.meaning in section, (name, column.name)
