@@ -1,0 +1,138 @@
+"""One rank's trace -> KernelRows and StepRows (steps, layers, attribution, overlap)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analysis.layers import LayerCut, cut_by_template, cut_generic
+from analysis.model_spec import ModelSpec
+from analysis.module_attribution import (
+    CaptureMap,
+    ModuleIndex,
+    slots_from_capture,
+    slots_from_module_ranges,
+)
+from analysis.overlap import exposed_durations, wall_span_us
+from analysis.signature import Signature
+from analysis.steps import GRAPH_LAUNCHERS, DEFAULT_GAP_US, Step, segment_steps
+from analysis.tables import SECTION_LAYER, KernelRow, StepRow
+from analysis.trace_model import RankTrace
+
+ATTRIBUTION_MODES = ("auto", "template", "modules")
+
+
+@dataclass
+class RankOptions:
+    run: str = "run"
+    tbo: bool = False
+    step_gap_us: float = DEFAULT_GAP_US
+    attribution: str = "auto"  # auto: module ranges > capture > template/generic
+    notes: list[str] = field(default_factory=list)
+
+
+def _expected_units(stage: str, model: ModelSpec | None, per: int) -> int | None:
+    if model is None:
+        return None
+    layers = model.mtp_layers if stage in ("draft", "draft_extend") else model.num_layers
+    return layers * per if layers else None
+
+
+def _kernel_cut(step: Step, sig: Signature) -> LayerCut:
+    return cut_generic(step.kernels, sig) if sig.generic else cut_by_template(step.kernels, sig)
+
+
+def attribute_rank(
+    trace: RankTrace,
+    sig: Signature,
+    model: ModelSpec | None,
+    options: RankOptions,
+    capture: CaptureMap | None = None,
+) -> tuple[list[KernelRow], list[StepRow]]:
+    per = 2 if options.tbo else 1
+    module_index = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
+    kernel_rows: list[KernelRow] = []
+    step_rows: list[StepRow] = []
+    for step in segment_steps(trace, options.step_gap_us):
+        cut = _kernel_cut(step, sig)
+        slots = cut.slots
+        units_found = cut.units_found
+        how = "signature" if not sig.generic else "generic"
+        if options.attribution in ("auto", "modules") and module_index is not None:
+            module_slots = slots_from_module_ranges(trace, step.kernels, sig.module_ranges, module_index)
+            if module_slots is not None:
+                slots = module_slots
+                units_found = len({s.unit for s in slots if s.section == SECTION_LAYER})
+                how = "module_range"
+        if how != "module_range" and options.attribution == "auto" and capture is not None and sig.module_ranges:
+            replayed = [k for k in step.kernels if k.launcher in GRAPH_LAUNCHERS]
+            if replayed:
+                capture_slots, _matched = slots_from_capture(step.kernels, capture)
+                if capture_slots is not None:
+                    slots = capture_slots
+                    units_found = len({s.unit for s in slots if s.section == SECTION_LAYER})
+                    how = "capture"
+        if options.attribution == "modules" and how != "module_range":
+            how = f"{how} (no module ranges)"
+        stage = step.stage
+        if model is not None and model.mtp_layers and stage == "decode" and units_found == model.mtp_layers * per:
+            stage = "draft"
+        expected = _expected_units(stage, model, per)
+        if units_found == 0:
+            status = "no_layers"
+        elif expected is not None and units_found != expected:
+            status = "layer_count_mismatch"
+        else:
+            status = "ok"
+        exposed = exposed_durations(step.kernels)
+        rank = trace.rank.label
+        layer_kernels = []
+        for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
+            in_layer = slot.section == SECTION_LAYER
+            if in_layer:
+                layer_kernels.append(kernel)
+            kernel_rows.append(
+                KernelRow(
+                    run=options.run,
+                    rank=rank,
+                    step=step.index,
+                    stage=stage,
+                    section=slot.section,
+                    layer=slot.unit // per if in_layer else -1,
+                    micro_batch=slot.unit % per if in_layer else 0,
+                    group=slot.group,
+                    module=slot.module,
+                    kernel=slot.kernel,
+                    kernel_name=kernel.name,
+                    stream=kernel.stream,
+                    start_us=kernel.start_us,
+                    busy_us=kernel.dur_us,
+                    exposed_us=exposed_us,
+                    source=slot.source,
+                )
+            )
+        note = f"attributed by {how}"
+        if cut.detail:
+            note += f"; {cut.detail}"
+        if status == "layer_count_mismatch":
+            note += f"; found {units_found} layer units, model expects {expected}"
+        step_rows.append(
+            StepRow(
+                run=options.run,
+                rank=rank,
+                step=step.index,
+                stage=stage,
+                start_us=step.start_us,
+                end_us=step.end_us,
+                step_us=wall_span_us(step.kernels),
+                layers_us=wall_span_us(layer_kernels),
+                busy_us=sum(k.dur_us for k in step.kernels),
+                exposed_us=sum(exposed),
+                kernels=len(step.kernels),
+                layers_found=units_found // per if per > 1 else units_found,
+                layers_expected=expected // per if expected is not None else None,
+                status=status,
+                segmented_by=step.segmented_by,
+                batch_size=step.batch_size,
+                note=note,
+            )
+        )
+    return kernel_rows, step_rows

@@ -1,0 +1,158 @@
+"""Signature files: which kernels make up a layer on one serving stack (see docs/signatures.md)."""
+from __future__ import annotations
+
+import os
+import re
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from analysis.errors import SignatureError
+
+SIGNATURE_DIR = Path(__file__).parent / "signatures"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Entry(_Strict):
+    """One kernel slot of a template."""
+
+    group: str
+    module: str
+    kernel: str
+    match: str
+    anchor: bool = False
+    optional: bool = False
+    repeat: bool = False
+
+    @field_validator("match")
+    @classmethod
+    def _regex_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"match {value!r} is not a valid regex: {exc}") from exc
+        return value
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.match)
+
+    def matches(self, kernel_name: str) -> bool:
+        return self.regex.search(kernel_name) is not None
+
+
+class Family(_Strict):
+    family: str
+    group: str
+    match: str
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.match)
+
+
+class ModuleMapEntry(_Strict):
+    match: str
+    group: str
+    module: str
+    within: str | None = None  # only when an enclosing module's class matches this regex
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.match)
+
+    @cached_property
+    def within_regex(self) -> re.Pattern[str] | None:
+        return re.compile(self.within) if self.within else None
+
+
+class ModuleRanges(_Strict):
+    layer: str
+    map: list[ModuleMapEntry]
+
+    @cached_property
+    def layer_regex(self) -> re.Pattern[str]:
+        return re.compile(self.layer)
+
+
+class Signature(_Strict):
+    name: str
+    description: str
+    layer: list[Entry] = []
+    side: list[Entry] = []
+    pre: list[Entry] = []
+    post: list[Entry] = []
+    families: list[Family] = []
+    generic: bool = False
+    module_ranges: ModuleRanges | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _one_anchor(self) -> "Signature":
+        if self.generic:
+            if not self.families:
+                raise ValueError("a generic signature needs `families`")
+            return self
+        if not self.layer:
+            raise ValueError("`layer` is required unless `generic: true`")
+        anchors = [i for i, e in enumerate(self.layer) if e.anchor]
+        if len(anchors) != 1:
+            raise ValueError(f"`layer` needs exactly one entry with `anchor: true`, found {len(anchors)}")
+        if self.layer[anchors[0]].optional:
+            raise ValueError("the anchor entry cannot be optional")
+        for key in ("side", "pre", "post"):
+            if any(e.anchor for e in getattr(self, key)):
+                raise ValueError(f"`anchor` is only allowed in `layer`, not in `{key}`")
+        return self
+
+    @property
+    def anchor_index(self) -> int:
+        return next(i for i, e in enumerate(self.layer) if e.anchor)
+
+    def family_of(self, kernel_name: str) -> Family | None:
+        for family in self.families:
+            if family.regex.search(kernel_name):
+                return family
+        return None
+
+    def template_order(self) -> list[tuple[str, str, str]]:
+        """(group, module, kernel) keys in the order the D4 table prints them."""
+        seen: dict[tuple[str, str, str], None] = {}
+        for entry in [*self.layer, *self.side]:
+            seen.setdefault((entry.group, entry.module, entry.kernel), None)
+        return list(seen)
+
+
+def builtin_signatures() -> list[str]:
+    return sorted(p.stem for p in SIGNATURE_DIR.glob("*.yaml"))
+
+
+def load_signature(name_or_path: str) -> Signature:
+    """A built-in signature by name, or a YAML file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or os.sep in name_or_path):
+        path = SIGNATURE_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise SignatureError(
+                name_or_path, f"no built-in signature of that name; built-ins: {', '.join(builtin_signatures())}"
+            )
+    if not path.exists():
+        raise SignatureError(str(path), "file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SignatureError(str(path), f"not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SignatureError(str(path), "top level must be a mapping")
+    try:
+        return Signature(**data, source=str(path))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise SignatureError(str(path), problems) from None
