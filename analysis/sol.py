@@ -308,8 +308,8 @@ def sol_for_d4_rows(rows: list[Any], deployment: Deployment, hardware: Hardware 
         module = str(_row_field(row, "module", 1) or "")
         value = _row_field(row, "value_us", 2)
         kernel = str(_row_field(row, "kernel", 3) or "")
-        term = match_term(entries, group, module, kernel)
-        if term is not None and (term in used or term not in terms):
+        term = match_term(entries, group, module, kernel, taken=used)
+        if term is not None and term not in terms:
             term = None
         if term is None:
             out.append(D4Sol(group, module, kernel, value, None, None, None, None))

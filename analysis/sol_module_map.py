@@ -52,10 +52,12 @@ def load_module_map(path: str | None = None) -> list[MapEntry]:
     return entries
 
 
-def match_term(entries: list[MapEntry], group: str, module: str, kernel: str) -> str | None:
+def match_term(entries: list[MapEntry], group: str, module: str, kernel: str,
+               taken: set[str] | frozenset[str] = frozenset()) -> str | None:
+    """The first matching entry's term that is not already taken (None for sum rows)."""
     if module.strip().lower() in ("sum", "total"):
         return None
     for entry in entries:
-        if entry.matches(group, module, kernel):
+        if entry.term not in taken and entry.matches(group, module, kernel):
             return entry.term
     return None

@@ -175,3 +175,40 @@ def test_model_file_keeps_top_level_keys_for_segmentation():
     raw = yaml.safe_load((MODELS_DIR / "deepseek-v3.yaml").read_text())
     assert (raw["name"], raw["num_layers"], raw["first_k_dense_replace"], raw["mtp_layers"]) == ("deepseek-v3", 61, 3, 1)
     assert MODEL.moe_layers == 58
+
+
+def test_module_map_covers_the_deepseek_signatures_row_for_row():
+    # (group, module, kernel) as the sglang-sm90-deepep-ll signature prints them, in layer order
+    rows = [("attention", "input_layernorm", "FusedAddRMSNorm"), ("attention", "q_a_kv_a", "per_token_group_quant"),
+            ("attention", "q_a_kv_a", "deep_gemm"), ("attention", "q_a_kv_a_layernorm", "RMSNormKernel"),
+            ("attention", "q_proj_b", "per_token_group_quant"), ("attention", "q_proj_b", "deep_gemm"),
+            ("attention", "w_kc bmm", "nvjet"), ("attention", "rotary_emb", "rotary"),
+            ("attention", "attn_mqa", "get_mla_metadata"), ("attention", "attn_mqa", "flash_mla"),
+            ("attention", "attn_mqa", "flash_mla_combine"), ("attention", "w_vc bmm", "nvjet"),
+            ("attention", "o_proj", "per_token_group_quant"), ("attention", "o_proj", "deep_gemm"),
+            ("gate", "post_attention_layernorm", "FusedAddRMSNorm"), ("gate", "router", "router_gemm"),
+            ("gate", "topk", "moe_fused_gate"), ("moe", "dispatch", "deep_ep dispatch"),
+            ("moe", "up_gate_gemm", "deep_gemm masked"), ("moe", "silu", "silu_and_mul_post_quant"),
+            ("moe", "down_gemm", "deep_gemm masked"), ("moe", "combine", "deep_ep combine"),
+            ("combine/share overlap", "shared_experts", "per_token_group_quant"),
+            ("combine/share overlap", "shared_experts", "deep_gemm gate_up"),
+            ("combine/share overlap", "shared_experts", "act_and_mul"),
+            ("combine/share overlap", "shared_experts", "deep_gemm down"),
+            ("mlp", "dense_gate_up", "deep_gemm"), ("mlp", "dense_act", "act_and_mul"), ("mlp", "dense_down", "deep_gemm"),
+            ("other", "lm_head / sampling", "(any)")]
+    d4 = [{"group": g, "module": m, "kernel": k, "value_us": 10.0} for g, m, k in rows]
+    out = sol_for_d4_rows(d4, Deployment(batch_per_rank=64, kv_len=2048, dp=8, ep=8), "h200")
+    got = {(r.module, r.kernel): r.term for r in out}
+    assert got[("q_a_kv_a", "deep_gemm")] == "q_a_kv_a_proj" and got[("q_a_kv_a", "per_token_group_quant")] is None
+    assert got[("attn_mqa", "get_mla_metadata")] == "mla_attention"  # first row of the module carries it
+    assert got[("w_kc bmm", "nvjet")] == "w_uk_bmm" and got[("w_vc bmm", "nvjet")] == "w_uv_bmm"
+    assert got[("shared_experts", "deep_gemm gate_up")] == "shared_up_gate"
+    assert got[("shared_experts", "deep_gemm down")] == "shared_down"
+    assert got[("dense_act", "act_and_mul")] == "dense_silu"
+    assert got[("topk", "moe_fused_gate")] is None
+    terms = [r.term for r in out if r.term]
+    assert len(terms) == len(set(terms)) == 23  # 9 attention, 2 gate, 5 moe, 3 shared, 3 dense, lm_head
+    seed_bmm = sol_for_d4_rows([("attention", "torch.bmm transpose(0,1)", 16.0, "nvjet_tst_256x128"),
+                                ("attention", "torch.bmm transpose(0,1)", 15.0, "nvjet_tst_64x128")],
+                               Deployment(batch_per_rank=64, kv_len=2048), "b200")
+    assert [r.term for r in seed_bmm] == ["w_uk_bmm", "w_uv_bmm"]
