@@ -9,6 +9,8 @@ import sys
 COMMAND_MODULES = [
     "harness.commands.analyze",
     "harness.commands.compare",
+    "harness.commands.report",
+    "harness.commands.ncu",
 ]
 
 
