@@ -124,7 +124,8 @@ def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[N
                         break
         flop_terms = [(w, _number(row[col[m]])) for m, w in config.flop_metrics.items() if m in col]
         flop_terms += [(1.0, _number(row[col[m]])) for m in tensor_cols]
-        flops = sum(w * v for w, v in flop_terms if v is not None) if flop_terms else None
+        present = [w * v for w, v in flop_terms if v is not None]
+        flops = sum(present) if present else None
         read, write = values.get("dram_read_bytes"), values.get("dram_write_bytes")
         dram = (read or 0.0) + (write or 0.0) if read is not None or write is not None else None
         kernels.append(NcuKernel(id=row[col["ID"]] if "ID" in col else str(line_no), name=row[col["Kernel Name"]],
