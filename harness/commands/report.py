@@ -107,8 +107,18 @@ def build(args) -> tuple[list, Path, str]:
         bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
         if bad:
             raise AnalysisError(f"not trace files (.json/.json.gz): {', '.join(bad)}")
-        samples = samples_from_traces(load_trace(str(p)) for p in paths)
-        sources = [str(p) for p in paths]
+        from analysis.errors import TraceLoadError
+
+        loaded, sources = [], []
+        for p in paths:
+            try:
+                loaded.append(load_trace(str(p)))
+                sources.append(str(p))
+            except TraceLoadError as exc:  # e.g. a .json side file in a trace directory
+                notes.append(f"Skipped {exc}")
+        if not loaded:
+            raise AnalysisError("no readable trace among the inputs: " + "; ".join(notes))
+        samples = samples_from_traces(loaded)
         notes.append("From raw traces: every kernel in each file counts (no step or layer attribution); the stage "
                      "comes from the file name. Run `moe-harness analyze` first for per-stage steps and D4 rows.")
     top = top_kernels(samples, top_n=args.top)
