@@ -22,14 +22,14 @@ class WhatIf(msgspec.Struct, frozen=True):
     kernel: str
     row_us: float  # measured, per layer
     new_row_us: float
-    layers: int
+    layers: float  # layers per step the row repeats over
     step_ms: float
     new_step_ms: float
     saving_ms: float
     step_speedup: float  # step_ms / new_step_ms
 
 
-def what_if(step_ms: float, row_us: float, layers: int, *, speedup: float | None = None,
+def what_if(step_ms: float, row_us: float, layers: float, *, speedup: float | None = None,
             target_us: float | None = None, group: str = "", module: str = "", kernel: str = "") -> WhatIf:
     """Exactly one of speedup (k: the row runs k times faster) or target_us (e.g. its SOL)."""
     if (speedup is None) == (target_us is None):
