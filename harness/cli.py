@@ -14,6 +14,8 @@ COMMAND_MODULES = [
     "harness.commands.plan",
     "harness.commands.export",
     "harness.commands.metrics",
+    "harness.commands.report",
+    "harness.commands.ncu",
 ]
 
 

@@ -1,0 +1,219 @@
+"""The kernel-level report: top kernels, library shares, speed of light, what-if, Nsight Compute.
+
+Builds a list of document blocks (analysis.report_doc) from already computed pieces, so each
+piece stays testable alone; write_report renders Markdown (PNGs beside it) and one HTML file
+with the PNGs embedded.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from analysis.hardware import Hardware
+from analysis.ncu import CLASSES, UNKNOWN, NcuKernel, class_counts, class_means, ridge_point
+from analysis.report_doc import Block, Heading, Image, Para, Table, to_html, to_markdown
+from analysis.sol import D4Sol, Deployment, StepSol
+from analysis.top_kernels import TopKernelsResult
+from analysis.whatif import WhatIf
+
+REPORT_STEM = "kernel_report"
+
+HISTOGRAMS = [  # quantity, title, axis label
+    ("sm_throughput_pct", "SM throughput", "% of peak"),
+    ("dram_throughput_pct", "DRAM throughput", "% of peak"),
+    ("mem_throughput_pct", "Memory throughput", "% of peak"),
+    ("dram_bytes_per_s", "DRAM bandwidth", "GB/s"),
+    ("l1tex_hit_rate_pct", "L1/TEX hit rate", "%"),
+    ("l1tex_throughput_pct", "L1/TEX throughput", "% of peak"),
+    ("l2_hit_rate_pct", "L2 hit rate", "%"),
+    ("l2_throughput_pct", "L2 throughput", "% of peak"),
+    ("achieved_occupancy_pct", "Achieved occupancy", "%"),
+    ("theoretical_occupancy_pct", "Theoretical occupancy", "%"),
+    ("duration_us", "Kernel duration", "us"),
+    ("mem_busy_pct", "Memory busy", "%"),
+    ("max_bandwidth_pct", "Max bandwidth", "% of peak"),
+]
+
+
+class ReportInputs(msgspec.Struct):
+    title: str
+    sources: list[str]
+    top: TopKernelsResult
+    sol_rows: list[D4Sol] | None = None
+    step_sol: StepSol | None = None
+    deployment: Deployment | None = None
+    hardware: Hardware | None = None
+    step_ms: float | None = None
+    what_ifs: list[WhatIf] | None = None
+    ncu: list[NcuKernel] | None = None
+    ncu_dtype: str = "bf16"
+    notes: list[str] = []
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _top_blocks(top: TopKernelsResult) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Top kernels by total time")]
+    blocks.append(Para("Per stage, kernels are grouped by full signature and ranked by summed duration. Time % is "
+                       "the share of all kernel time in that stage (streams summed, so overlapped kernels both "
+                       "count). 'If 2x faster' is the stage's kernel time if only this kernel ran twice as fast."))
+    for stage, rows in top.top.items():
+        total = top.stage_total_us[stage]
+        blocks.append(Heading(3, f"Stage: {stage} ({top.stage_steps[stage]} step windows, {total / 1000:,.2f} ms of kernel time)"))
+        blocks.append(Table(
+            ["#", "Time %", "Total us", "Count", "Per step", "Mean us", "Median us", "If 2x faster", "Library", "Kernel"],
+            [[str(k.rank), f"{k.share_pct:.1f}%", _f(k.total_us), str(k.count), _f(k.per_step, 1), _f(k.mean_us, 2),
+              _f(k.median_us, 2), f"-{k.share_pct / 2:.1f}%", k.family, k.readable] for k in rows],
+        ))
+        fams = top.families[stage]
+        blocks.append(Table(["Library", "Time %", "Total us", "Distinct kernels"],
+                            [[f.family, f"{f.share_pct:.1f}%", _f(f.total_us), str(f.kernels)] for f in fams]))
+        if fams:
+            lead = fams[0]
+            blocks.append(Para(f"**{lead.family}** leads this stage with {lead.share_pct:.1f}% of kernel time; "
+                               f"the top {len(rows)} kernels cover {sum(k.share_pct for k in rows):.1f}%."))
+    return blocks
+
+
+def _sol_blocks(inputs: ReportInputs) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Speed of light per D4 row")]
+    if inputs.sol_rows is None or inputs.deployment is None or inputs.hardware is None:
+        blocks.append(Para("Not computed: needs a D4 table (analysis directory) and the deployment "
+                           "(--hardware, --batch-per-rank, --kv-len; see `moe-harness report --help`)."))
+        return blocks
+    d, hw = inputs.deployment, inputs.hardware
+    blocks.append(Para(
+        f"Hardware {hw.name}; batch {d.batch_per_rank} per rank, KV length {d.kv_len}, tp {d.tp}, dp {d.dp}, "
+        f"ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, weights {d.weight_dtype}, KV {d.kv_dtype}. "
+        "SOL = max(FLOPs / compute peak, HBM bytes / HBM bandwidth, network bytes / link bandwidth); "
+        "% of SOL = 100 x SOL / measured (100% = at the hardware limit). Formulas: docs/sol.md."))
+    rows = [[r.group, r.module, r.kernel, _f(r.value_us, 2), r.term or "", _f(r.sol_us, 2),
+             "" if r.sol_pct is None else f"{r.sol_pct:.0f}%", r.bound or ""] for r in inputs.sol_rows]
+    blocks.append(Table(["Group", "Module", "Kernel", "Measured us", "SOL term", "SOL us", "% of SOL", "Bound"], rows))
+    if inputs.step_sol is not None:
+        measured = f"; measured step {inputs.step_ms:.2f} ms" if inputs.step_ms else ""
+        blocks.append(Para(f"Whole-step SOL (every layer, no overlap credited): {inputs.step_sol.step_us / 1000:.2f} ms{measured}."))
+    peaks = [[key, f"{p.value:.4g}", "measured" if p.measured else "datasheet", p.source] for key, p in hw.peaks.items()]
+    blocks.append(Table(["Peak", "Value", "Kind", "Source"], peaks))
+    return blocks
+
+
+def _what_if_blocks(inputs: ReportInputs) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "What-if: where optimisation pays")]
+    if not inputs.what_ifs:
+        blocks.append(Para("Not computed: needs SOL per row and the measured step time (analysis directory)."))
+        return blocks
+    blocks.append(Para("Amdahl: the step if one row alone ran at its speed of light, largest saving first. A row "
+                       "hidden under another stream saves less than shown."))
+    blocks.append(Table(
+        ["Group", "Module", "Kernel", "Layers", "Row us", "At SOL us", "Step ms", "Step at SOL ms", "Saving ms", "Step speedup"],
+        [[w.group, w.module, w.kernel, f"{w.layers:g}", _f(w.row_us, 2), _f(w.new_row_us, 2), _f(w.step_ms, 2),
+          _f(w.new_step_ms, 2), _f(w.saving_ms, 3), f"{w.step_speedup:.3f}x"] for w in inputs.what_ifs]))
+    return blocks
+
+
+def _ncu_blocks(inputs: ReportInputs) -> list[Block]:
+    from analysis.plots import histogram_png, roofline_png
+
+    blocks: list[Block] = [Heading(2, "Nsight Compute: classification, histograms, roofline")]
+    kernels, hw = inputs.ncu, inputs.hardware
+    if not kernels or hw is None:
+        blocks.append(Para("Not computed: pass --ncu EXPORT.csv (from `moe-harness ncu`) and --hardware."))
+        return blocks
+    counts = class_counts(kernels)
+    n = len(kernels)
+    blocks.append(Para(f"{n} profiled launches. Rule (from the seed report): memory bound when arithmetic intensity "
+                       f"is below the ridge point ({ridge_point(hw, inputs.ncu_dtype):.0f} FLOP/B for {inputs.ncu_dtype} on "
+                       f"{hw.name}) and memory throughput is clearly above SM throughput; compute bound for the mirror "
+                       "image; balanced otherwise. Without FLOP counts, throughputs alone decide."))
+    blocks.append(Table(["Class", "Count", "% of profiled"],
+                        [[c, str(counts.get(c, 0)), f"{100 * counts.get(c, 0) / n:.1f}%"] for c in (*CLASSES, UNKNOWN)]))
+    means = class_means(kernels)
+    labels = [("sm_throughput_pct", "SM throughput %"), ("dram_throughput_pct", "DRAM throughput %"),
+              ("mem_throughput_pct", "Memory throughput %"), ("achieved_occupancy_pct", "Achieved occupancy %"),
+              ("l1tex_hit_rate_pct", "L1 hit rate %"), ("l2_hit_rate_pct", "L2 hit rate %"), ("duration_us", "Mean duration us")]
+    cols = [*CLASSES, "overall"]
+    blocks.append(Table(["Metric (unweighted mean)", *cols], [[label, *[_f(means[c][q], 2) for c in cols]] for q, label in labels]))
+    longest = sorted(kernels, key=lambda k: -k.values.get("duration_us", 0.0))[:10]
+    from analysis.kernel_names import kernel_family, readable_name
+
+    blocks.append(Heading(3, "Longest profiled launches"))
+    blocks.append(Table(["Duration us", "Class", "SM %", "Memory %", "FLOP/B", "Library", "Kernel"],
+                        [[_f(k.values.get("duration_us"), 2), k.classification, _f(k.values.get("sm_throughput_pct")),
+                          _f(k.values.get("mem_throughput_pct")), _f(k.intensity, 2), kernel_family(k.name),
+                          readable_name(k.name)] for k in longest]))
+    blocks.append(Heading(3, "Histograms"))
+    for quantity, title, unit in HISTOGRAMS:
+        values = [k.values[quantity] for k in kernels if quantity in k.values]
+        if quantity == "dram_bytes_per_s":
+            values = [v / 1e9 for v in values]
+        if values:
+            blocks.append(Image(f"hist_{quantity}.png", f"{title} ({unit})", histogram_png(values, title, unit)))
+    blocks.append(Heading(3, "Roofline"))
+    if any(k.intensity and k.flops_per_s for k in kernels):
+        blocks.append(Image("roofline_normalised.png", "Roofline, normalised to the ridge point and compute peak",
+                            roofline_png(kernels, hw, inputs.ncu_dtype, normalised=True)))
+        blocks.append(Image("roofline_physical.png", "Roofline, physical units",
+                            roofline_png(kernels, hw, inputs.ncu_dtype, normalised=False)))
+    else:
+        blocks.append(Para("No FLOP counts in the export: collect the roofline metrics (see docs/kernel-report.md)."))
+    return blocks
+
+
+def _appendix_blocks(top: TopKernelsResult) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Appendix: readable names and full signatures")]
+    seen: set[str] = set()
+    rows = []
+    for stage, kernels in top.top.items():
+        for k in kernels:
+            if k.name in seen:
+                continue
+            seen.add(k.name)
+            rows.append([k.readable, k.family, stage, f"`{k.name}`"])
+    blocks.append(Table(["Readable name", "Library", "Stage", "Full signature"], rows))
+    return blocks
+
+
+def build_report(inputs: ReportInputs) -> list[Block]:
+    blocks: list[Block] = [Heading(1, inputs.title), Heading(2, "Overview")]
+    blocks.append(Para("Sources: " + ", ".join(f"`{s}`" for s in inputs.sources)))
+    for note in inputs.notes:
+        blocks.append(Para(note))
+    blocks += _top_blocks(inputs.top)
+    blocks += _sol_blocks(inputs)
+    blocks += _what_if_blocks(inputs)
+    blocks += _ncu_blocks(inputs)
+    blocks += _appendix_blocks(inputs.top)
+    return blocks
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(blocks: list[Block], out_dir: str | Path, title: str) -> dict[str, Path]:
+    """kernel_report.md (+ kernel_report_files/*.png) and a self-contained kernel_report.html."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    image_dir = out / f"{REPORT_STEM}_files"
+    images = [b for b in blocks if isinstance(b, Image)]
+    if images:
+        image_dir.mkdir(exist_ok=True)
+        for image in images:
+            _atomic_write(image_dir / image.name, image.png)
+    files = {"md": out / f"{REPORT_STEM}.md", "html": out / f"{REPORT_STEM}.html"}
+    _atomic_write(files["md"], to_markdown(blocks, image_dir.name).encode())
+    _atomic_write(files["html"], to_html(blocks, title).encode())
+    return files

@@ -1,0 +1,145 @@
+"""ncu CSV parsing, classification, plots and the report command, on SYNTHETIC inputs with known answers."""
+import argparse
+import base64
+import csv
+import json
+
+import pytest
+
+from analysis.hardware import load_hardware
+from analysis.ncu import NcuCsvError, class_counts, class_means, classify, read_ncu_csv, ridge_point
+from analysis.tables import KernelRow
+from harness.commands import report
+from tests.ncu_synthetic import EXPECTED_CLASSES, write_synthetic_ncu_csv
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def ncu_csv(tmp_path):
+    return write_synthetic_ncu_csv(tmp_path / "synthetic_ncu_raw.csv")
+
+
+def test_parse_units_and_flops(ncu_csv):
+    kernels = read_ncu_csv(ncu_csv)
+    assert len(kernels) == 5
+    add = kernels[0]
+    assert add.values["duration_us"] == pytest.approx(12.0)  # "12,000" nsecond
+    assert add.values["dram_bytes_per_s"] == pytest.approx(5e12)  # "5,000" Gbyte/second
+    assert add.dram_bytes == pytest.approx(60e6)  # 40 + 20 Mbyte
+    assert add.flops == pytest.approx(2e6)  # ffma counts 2
+    silu = kernels[3]
+    assert silu.flops == pytest.approx(2 * 3e6 + 1e6)
+    assert kernels[1].flops == pytest.approx(4e13)  # tensor ops
+    assert kernels[4].flops is None  # every FLOP metric n/a
+
+
+def test_classification_follows_the_seed_rule(ncu_csv):
+    hw = load_hardware("h200")
+    assert ridge_point(hw) == pytest.approx(989.5e12 / 4.8e12)
+    kernels = classify(read_ncu_csv(ncu_csv), hw)
+    assert [k.classification for k in kernels] == EXPECTED_CLASSES
+    assert kernels[4].rule == "throughput-only"
+    assert kernels[0].intensity == pytest.approx(2e6 / 60e6)
+    assert class_counts(kernels) == {"compute-bound": 1, "memory-bound": 2, "balanced": 2, "unknown": 0}
+    means = class_means(kernels)
+    assert means["memory-bound"]["sm_throughput_pct"] == pytest.approx((8.0 + 5.0) / 2)
+    assert means["overall"]["duration_us"] == pytest.approx((12 + 400 + 150 + 6 + 90) / 5)
+
+
+def test_bad_exports_say_what_is_wrong(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("==PROF== nothing profiled\n")
+    with pytest.raises(NcuCsvError, match="no header row"):
+        read_ncu_csv(empty)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text('"ID","Kernel Name","gpu__time_duration.sum"\n"","","nsecond"\n"0","k"\n')
+    with pytest.raises(NcuCsvError, match="line 3"):
+        read_ncu_csv(ragged)
+
+
+def test_plots_render_png(ncu_csv):
+    from analysis.plots import histogram_png, roofline_png
+
+    kernels = classify(read_ncu_csv(ncu_csv), load_hardware("h200"))
+    hist = histogram_png([k.values["sm_throughput_pct"] for k in kernels], "SM", "%")
+    roof = roofline_png(kernels, load_hardware("h200"), normalised=True)
+    for png in (hist, roof):
+        assert png.startswith(PNG_MAGIC) and len(png) > 2000
+
+
+def _synthetic_analysis_dir(tmp_path):
+    """A SYNTHETIC analysis directory in the layout analysis.api.write_outputs produces."""
+    out = tmp_path / "analysis"
+    out.mkdir()
+    fields = KernelRow.__struct_fields__
+    names = {"attn_mqa": "void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576>>(Params)",
+             "combine": "void deep_ep::internode_ll::combine<7168>(void*)"}
+    with (out / "kernels_long.csv").open("w", newline="") as handle:
+        w = csv.writer(handle)
+        w.writerow(fields)
+        for step in range(2):
+            for layer in range(61):
+                w.writerow(["run", "TP0", step, "decode", "layer", layer, 0, "attention", "attn_mqa", "flash_mla",
+                            names["attn_mqa"], 7, 0.0, 250.0, 250.0, "signature"])
+                if layer >= 3:
+                    w.writerow(["run", "TP0", step, "decode", "layer", layer, 0, "moe", "combine", "deep_ep combine",
+                                names["combine"], 7, 0.0, 390.0, 390.0, "signature"])
+    with (out / "d4_detail.csv").open("w", newline="") as handle:
+        w = csv.writer(handle)
+        w.writerow(["column", "group", "module", "kernel", "layers", "value_us", "median_us", "p90_us", "exposed_us"])
+        w.writerow(["run", "attention", "attn_mqa", "flash_mla", "61", "250.0", "250.0", "250.0", "250.0"])
+        w.writerow(["run", "moe", "combine", "deep_ep combine", "58", "390.0", "390.0", "390.0", "390.0"])
+    (out / "analysis.json").write_text(json.dumps({"run": "run", "d4": {"step_ms": 96.0}}))
+    return out
+
+
+def _run_report(argv):
+    parser = argparse.ArgumentParser()
+    report.register(parser.add_subparsers())
+    args = parser.parse_args(["report", *argv])
+    return args.func(args)
+
+
+def test_report_command_on_synthetic_analysis_dir_with_sol_and_ncu(tmp_path, ncu_csv, capsys):
+    adir = _synthetic_analysis_dir(tmp_path)
+    rc = _run_report([str(adir), "--hardware", "h800", "--batch-per-rank", "128", "--kv-len", "4096",
+                      "--dp", "128", "--ep", "128", "--ncu", str(ncu_csv), "--top", "5"])
+    assert rc == 0, capsys.readouterr().err
+    md = (adir / "kernel_report.md").read_text()
+    html = (adir / "kernel_report.html").read_text()
+    for section in ("Top kernels by total time", "Speed of light per D4 row", "What-if", "Nsight Compute",
+                    "Appendix: readable names and full signatures"):
+        assert section in md and section in html
+    assert "| mla_attention |" in md.replace("  ", " ")
+    assert "flash_fwd_splitkv_mla_kernel" in md  # appendix holds the full signature
+    pngs = sorted((adir / "kernel_report_files").glob("*.png"))
+    assert any(p.name == "roofline_physical.png" for p in pngs)
+    for p in pngs:
+        assert p.read_bytes().startswith(PNG_MAGIC)
+        assert f"kernel_report_files/{p.name}" in md
+    embedded = html.count("data:image/png;base64,")
+    assert embedded == len(pngs)
+    first = html.split("data:image/png;base64,")[1].split("'")[0]
+    assert base64.b64decode(first).startswith(PNG_MAGIC)
+
+
+def test_report_command_errors_are_clear(tmp_path, capsys):
+    assert _run_report([str(tmp_path / "nope")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "x.txt").write_text("hi")
+    assert _run_report([str(tmp_path / "x.txt")]) == 2
+    assert "not trace files" in capsys.readouterr().err
+
+
+def test_report_command_on_a_real_trace(tmp_path):
+    from pathlib import Path
+
+    trace = Path("/work/shared/traces/real/nvidia/sglang_ds-r1-distill-llama-8b_b300/1782843274.7730265-TP-0-DECODE.trace.json.gz")
+    if not trace.is_file():
+        pytest.skip("shared real traces not present")
+    assert _run_report([str(trace), "--out", str(tmp_path / "rep"), "--top", "10"]) == 0
+    md = (tmp_path / "rep" / "kernel_report.md").read_text()
+    assert "### Stage: decode" in md
+    assert "nvjet_sm103_tst_256x16_64x6_4x1_v_bz_TNT" in md and "| cuBLAS |" in md
+    assert "Not computed" in md  # SOL and ncu sections say what they need
