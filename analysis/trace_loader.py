@@ -29,10 +29,10 @@ from analysis.errors import TraceLoadError
 from analysis.rank_id import rank_id_for
 from analysis.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
-CHUNK_BYTES = 8 * 1024 * 1024  # uncompressed bytes decoded per slice
+CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
 _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
-_GZIP_READ_BYTES = 512 * 1024  # compressed bytes inflated per step
-_GZIP_QUEUE_BLOCKS = 8  # inflated blocks that may wait for the decoder
+_GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
+_GZIP_QUEUE_BLOCKS = 16  # inflated blocks that may wait for the decoder
 _HEADER_LIMIT_BYTES = 64 * 1024 * 1024
 _BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
 _BOUNDARY_TRIES = 8
