@@ -350,7 +350,7 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
         # Header: everything before the traceEvents array (small; searched as it grows).
         while True:
             before = buffer.end
-            more = source.fill(buffer, _READ_BYTES)
+            more = source.fill(buffer, min(_READ_BYTES, chunk))
             total += buffer.end - before
             match = _EVENTS_KEY.search(buffer.data, 0, buffer.end)
             if match is not None:
@@ -405,7 +405,10 @@ def load_trace(
         if gc_was_enabled:
             gc.enable()
     device_name = _device_name(header_bytes, tail)
-    if not collector.kernels:
+    launch_names = {launch.correlation: launch.name for launch in collector.launches}
+    for kernel in collector.kernels:
+        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
+    if not collector.kernels:  # CPU-only trace: leaf operators, launcher "cpu"
         collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
     if not collector.kernels:
         raise TraceLoadError(
@@ -413,10 +416,7 @@ def load_trace(
             f"no kernel events among {collector.events_seen} events "
             "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
-    launch_names = {launch.correlation: launch.name for launch in collector.launches}
     kernels = collector.kernels
-    for kernel in kernels:
-        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
     kernels.sort(key=lambda k: (k.start_us, k.stream))
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges):
         ranges.sort(key=lambda r: (r.start_us, -r.dur_us))
