@@ -9,17 +9,15 @@ cost speed, never correctness.
 
 Why it is fast: slices are decoded in place from one reusable buffer that always starts with the
 array's "[" (the byte after a slice's last event is briefly overwritten with "]"), so no slice is
-copied; the decoded event structs are not tracked by the garbage collector; and gzip is inflated
-in a second thread (zlib releases the GIL) while this thread decodes, so a .json.gz costs about
-its decompression time.
+copied; the decoded event structs are not tracked by the garbage collector, and the collector
+is paused during the load; gzip is inflated in small blocks that are decoded while still in the
+CPU cache (measured faster on 2 cores than inflating in a second thread).
 """
 from __future__ import annotations
 
 import gc
 import os
-import queue
 import re
-import threading
 import zlib
 from collections.abc import Callable
 
@@ -32,7 +30,6 @@ from analysis.trace_model import Kernel, Launch, Range, RankId, RankTrace
 CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
 _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
 _GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
-_GZIP_QUEUE_BLOCKS = 16  # inflated blocks that may wait for the decoder
 _HEADER_LIMIT_BYTES = 64 * 1024 * 1024
 _BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
 _BOUNDARY_TRIES = 8
@@ -188,73 +185,41 @@ class _PlainSource:
 
 
 class _GzipSource:
-    """Inflates in a worker thread (zlib releases the GIL) so decoding overlaps decompression."""
+    """Inflates small compressed blocks on demand, so each inflated block is decoded while it is
+    still in the CPU cache (measured faster here than inflating in a second thread)."""
 
     def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None) -> None:
         self._path = path
         self._fh = fh
         self._on_bytes = on_bytes
-        self._blocks: queue.Queue = queue.Queue(maxsize=_GZIP_QUEUE_BLOCKS)
-        self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(target=self._inflate, name="trace-gunzip", daemon=True)
-        self._thread.start()
-
-    def _put(self, item: tuple) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._blocks.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _inflate(self) -> None:
-        inflater = zlib.decompressobj(wbits=47)
-        try:
-            while not self._stop.is_set():
-                raw = self._fh.read(_GZIP_READ_BYTES)
-                if not raw:
-                    break
-                block = inflater.decompress(raw)
-                # Concatenated gzip members: start a new inflater on the unused tail.
-                while inflater.eof and inflater.unused_data:
-                    rest = inflater.unused_data
-                    inflater = zlib.decompressobj(wbits=47)
-                    block += inflater.decompress(rest)
-                if not self._put(("data", block, len(raw))):
-                    return
-            if not inflater.eof:
-                self._put(("error", "truncated gzip file (the compressed stream ends early)", 0))
-                return
-        except zlib.error as exc:
-            self._put(("error", f"corrupt gzip data: {exc}", 0))
-            return
-        except OSError as exc:
-            self._put(("error", f"cannot read: {exc.strerror or exc}", 0))
-            return
-        self._put(("end", b"", 0))
+        self._inflater = zlib.decompressobj(wbits=47)
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
-        """Append at least one inflated block (about `want` bytes or more); False at the end."""
+        """Append about `want` inflated bytes (at least one block); False at the end."""
         added = 0
-        while added < want and not self._done:
-            kind, block, raw_bytes = self._blocks.get()
-            if kind == "error":
-                self._done = True
-                raise TraceLoadError(self._path, block)
-            if kind == "end":
-                self._done = True
+        while added < want:
+            raw = self._fh.read(_GZIP_READ_BYTES)
+            if not raw:
+                if not self._inflater.eof:
+                    raise TraceLoadError(self._path, "truncated gzip file (the compressed stream ends early)")
                 break
             if self._on_bytes is not None:
-                self._on_bytes(raw_bytes)
+                self._on_bytes(len(raw))
+            try:
+                block = self._inflater.decompress(raw)
+                # Concatenated gzip members: start a new inflater on the unused tail.
+                while self._inflater.eof and self._inflater.unused_data:
+                    rest = self._inflater.unused_data
+                    self._inflater = zlib.decompressobj(wbits=47)
+                    block += self._inflater.decompress(rest)
+            except zlib.error as exc:
+                raise TraceLoadError(self._path, f"corrupt gzip data: {exc}") from exc
             buffer.append(block)
             added += len(block)
         return added > 0
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        pass
 
 
 class _Buffer:
