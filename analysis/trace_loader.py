@@ -39,9 +39,10 @@ _LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 _MODULE_PREFIX = "nn.Module: "
 
 
+# Fields in the order the PyTorch profiler writes them (msgspec checks the next field first).
 class _Args(msgspec.Struct, gc=False):
-    correlation: int | None = None
     stream: int | None = None
+    correlation: int | None = None
     kernel: str | None = None
 
 
@@ -49,9 +50,9 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str = ""
+    tid: int | str | None = None
     ts: float | str | None = None
     dur: float | None = None
-    tid: int | str | None = None
     args: _Args | None = None
 
 
