@@ -6,13 +6,20 @@ slice plus the retained kernel table, not the whole document as Python objects. 
 is found by a textual rule and then proven by the JSON decoder itself: if a slice does not decode,
 an earlier boundary is tried, and in the end the remainder is decoded whole, so the rule can only
 cost speed, never correctness.
+
+Why it is fast: slices are decoded in place from one reusable buffer that always starts with the
+array's "[" (the byte after a slice's last event is briefly overwritten with "]"), so no slice is
+copied; the decoded event structs are not tracked by the garbage collector, and the collector
+is paused during the load; gzip is inflated in small blocks that are decoded while still in the
+CPU cache (measured faster on 2 cores than inflating in a second thread).
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import msgspec
 
@@ -20,27 +27,32 @@ from analysis.errors import TraceLoadError
 from analysis.rank_id import rank_id_for
 from analysis.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
-CHUNK_BYTES = 32 * 1024 * 1024
-_READ_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
+_READ_BYTES = 4 * 1024 * 1024  # plain-file read size
+_GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
+_HEADER_LIMIT_BYTES = 64 * 1024 * 1024
+_BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
+_BOUNDARY_TRIES = 8
 
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 _MODULE_PREFIX = "nn.Module: "
 
 
-class _Args(msgspec.Struct):
-    correlation: int | None = None
+# Fields in the order the PyTorch profiler writes them (msgspec checks the next field first).
+class _Args(msgspec.Struct, gc=False):
     stream: int | None = None
+    correlation: int | None = None
     kernel: str | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str | None = None
     name: str = ""
+    tid: int | str | None = None
     ts: float | str | None = None
     dur: float | None = None
-    tid: int | str | None = None
     args: _Args | None = None
 
 
@@ -57,6 +69,7 @@ _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
+_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError)
 
 
 def _is_launch(name: str) -> bool:
@@ -76,39 +89,59 @@ class _Collector:
         self._names: dict[str, str] = {}
         self.events_seen = 0
 
-    def _intern(self, name: str) -> str:
-        return self._names.setdefault(name, name)
-
     def add(self, events: list[_Event]) -> None:
+        """One pass over a slice; the common categories are tested first (this loop is hot)."""
         self.events_seen += len(events)
+        intern = self._names.setdefault
+        kernels = self.kernels
+        module_ranges = self.module_ranges
+        prefix = _MODULE_PREFIX
+        prefix_len = len(prefix)
         for ev in events:
-            if ev.ph != "X" or ev.cat is None or not isinstance(ev.ts, (int, float)):
-                continue
             cat = ev.cat
+            if cat == "python_function":
+                name = ev.name
+                if name.startswith(prefix) and ev.ph == "X" and ev.ts.__class__ is float:
+                    tid = ev.tid
+                    short = name[prefix_len:]
+                    module_ranges.append(
+                        Range(intern(short, short), ev.ts, float(ev.dur or 0.0), tid if tid.__class__ is int else -1)
+                    )
+                continue
+            if ev.ph != "X" or cat is None or ev.ts.__class__ is not float:
+                continue
             kind = _GPU_CATS.get(cat)
             if kind is not None:
                 args = ev.args
-                stream = args.stream if args is not None and args.stream is not None else ev.tid
-                self.kernels.append(
+                if args is None:
+                    stream, correlation = ev.tid, -1
+                else:
+                    stream = args.stream if args.stream is not None else ev.tid
+                    correlation = args.correlation if args.correlation is not None else -1
+                name = ev.name
+                kernels.append(
                     Kernel(
-                        name=self._intern(ev.name),
-                        stream=stream if isinstance(stream, int) else -1,
-                        start_us=float(ev.ts),
-                        dur_us=float(ev.dur or 0.0),
-                        correlation=args.correlation if args is not None and args.correlation is not None else -1,
-                        launcher="",
-                        kind=kind,
+                        intern(name, name),
+                        stream if stream.__class__ is int else -1,
+                        ev.ts,
+                        float(ev.dur or 0.0),
+                        correlation,
+                        "",
+                        kind,
                     )
                 )
             elif cat in _LAUNCH_CATS:
-                if ev.args is not None and ev.args.correlation is not None and _is_launch(ev.name):
+                args = ev.args
+                if args is not None and args.correlation is not None and _is_launch(ev.name):
+                    name = ev.name
+                    kernel_name = args.kernel
                     self.launches.append(
                         Launch(
-                            name=self._intern(ev.name),
-                            start_us=float(ev.ts),
-                            tid=ev.tid if isinstance(ev.tid, int) else -1,
-                            correlation=ev.args.correlation,
-                            kernel_name=self._intern(ev.args.kernel) if ev.args.kernel else None,
+                            intern(name, name),
+                            ev.ts,
+                            ev.tid if ev.tid.__class__ is int else -1,
+                            args.correlation,
+                            intern(kernel_name, kernel_name) if kernel_name else None,
                         )
                     )
             elif cat == "gpu_user_annotation":
@@ -116,88 +149,208 @@ class _Collector:
             elif cat == "user_annotation":
                 self.cpu_annotations.append(self._range(ev))
             elif cat == "cpu_op":
-                if not self.kernels:
+                if not kernels:
                     self.cpu_ops.append(self._range(ev))
-            elif cat == "python_function" and ev.name.startswith(_MODULE_PREFIX):
-                self.module_ranges.append(self._range(ev, ev.name[len(_MODULE_PREFIX):]))
 
-    def _range(self, ev: _Event, name: str | None = None) -> Range:
+    def _range(self, ev: _Event) -> Range:
+        name = ev.name
         return Range(
-            name=self._intern(name if name is not None else ev.name),
-            start_us=float(ev.ts),  # type: ignore[arg-type]
-            dur_us=float(ev.dur or 0.0),
-            tid=ev.tid if isinstance(ev.tid, int) else -1,
+            self._names.setdefault(name, name),
+            float(ev.ts),  # type: ignore[arg-type]
+            float(ev.dur or 0.0),
+            ev.tid if ev.tid.__class__ is int else -1,
         )
 
 
-def _read_blocks(path: str, on_bytes: Callable[[int], None] | None) -> Iterator[bytes]:
-    """Yield the file's uncompressed bytes in blocks; gzip is detected by its magic bytes."""
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise TraceLoadError(path, f"cannot open: {exc.strerror or exc}") from exc
-    with fh:
-        magic = fh.read(2)
-        fh.seek(0)
-        inflater = zlib.decompressobj(wbits=47) if magic == b"\x1f\x8b" else None
-        while True:
-            raw = fh.read(_READ_BYTES)
+class _PlainSource:
+    """Reads an uncompressed file straight into the caller's buffer."""
+
+    def __init__(self, fh, on_bytes: Callable[[int], None] | None) -> None:
+        self._fh = fh
+        self._on_bytes = on_bytes
+
+    def fill(self, buffer: "_Buffer", want: int) -> bool:
+        """Append up to `want` bytes to buffer; False at end of file."""
+        buffer.reserve(want)
+        with memoryview(buffer.data) as view:
+            got = self._fh.readinto(view[buffer.end : buffer.end + want])
+        if not got:
+            return False
+        buffer.end += got
+        if self._on_bytes is not None:
+            self._on_bytes(got)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _GzipSource:
+    """Inflates small compressed blocks on demand, so each inflated block is decoded while it is
+    still in the CPU cache (measured faster here than inflating in a second thread)."""
+
+    def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None) -> None:
+        self._path = path
+        self._fh = fh
+        self._on_bytes = on_bytes
+        self._inflater = zlib.decompressobj(wbits=47)
+
+    def fill(self, buffer: "_Buffer", want: int) -> bool:
+        """Append about `want` inflated bytes (at least one block); False at the end."""
+        added = 0
+        while added < want:
+            raw = self._fh.read(_GZIP_READ_BYTES)
             if not raw:
+                if not self._inflater.eof:
+                    raise TraceLoadError(self._path, "truncated gzip file (the compressed stream ends early)")
                 break
-            if on_bytes is not None:
-                on_bytes(len(raw))
-            if inflater is None:
-                yield raw
-                continue
+            if self._on_bytes is not None:
+                self._on_bytes(len(raw))
             try:
-                block = inflater.decompress(raw)
+                block = self._inflater.decompress(raw)
                 # Concatenated gzip members: start a new inflater on the unused tail.
-                while inflater.eof and inflater.unused_data:
-                    rest = inflater.unused_data
-                    inflater = zlib.decompressobj(wbits=47)
-                    block += inflater.decompress(rest)
+                while self._inflater.eof and self._inflater.unused_data:
+                    rest = self._inflater.unused_data
+                    self._inflater = zlib.decompressobj(wbits=47)
+                    block += self._inflater.decompress(rest)
             except zlib.error as exc:
-                raise TraceLoadError(path, f"corrupt gzip data: {exc}") from exc
-            if block:
-                yield block
-        if inflater is not None and not inflater.eof:
-            raise TraceLoadError(path, "truncated gzip file (the compressed stream ends early)")
+                raise TraceLoadError(self._path, f"corrupt gzip data: {exc}") from exc
+            buffer.append(block)
+            added += len(block)
+        return added > 0
+
+    def close(self) -> None:
+        pass
 
 
-def _decode_slice(path: str, body: bytes) -> list[_Event]:
-    return _decode_events(b"[" + body + b"]")
+class _Buffer:
+    """A growable byte buffer with a valid length, so reads and cuts never reallocate."""
+
+    def __init__(self, size: int) -> None:
+        self.data = bytearray(size)
+        self.end = 0
+
+    def reserve(self, extra: int) -> None:
+        need = self.end + extra
+        if need > len(self.data):
+            self.data.extend(bytes(max(need, 2 * len(self.data)) - len(self.data)))
+
+    def append(self, block: bytes) -> None:
+        self.reserve(len(block))
+        self.data[self.end : self.end + len(block)] = block
+        self.end += len(block)
+
+    def keep_from(self, start: int, at: int) -> None:
+        """Move data[start:end] to position `at` (dropping what lies between)."""
+        size = self.end - start
+        self.data[at : at + size] = self.data[start : self.end]
+        self.end = at + size
 
 
-def _split_and_decode(path: str, buf: bytearray, collector: _Collector) -> None:
-    """Decode the longest prefix of `buf` that ends at an event boundary; leave the rest in buf."""
-    ends = [m.start() for m in _BOUNDARY.finditer(buf, max(0, len(buf) - CHUNK_BYTES // 4))]
-    for cut in reversed(ends[-8:]):
+def _decode_cut(buffer: _Buffer, cut: int) -> list[_Event]:
+    """Decode data[0:cut+1] (which starts with "[") as an event array, in place."""
+    data = buffer.data
+    saved = data[cut + 1]
+    data[cut + 1] = 0x5D  # "]"
+    try:
+        with memoryview(data) as view:
+            return _decode_events(view[: cut + 2])
+    finally:
+        data[cut + 1] = saved
+
+
+def _decode_prefix(buffer: _Buffer, collector: _Collector) -> bool:
+    """Decode the longest proven prefix of whole events; keep "[" plus the rest. False if none."""
+    data = buffer.data
+    window = max(1, buffer.end - _BOUNDARY_WINDOW_BYTES)
+    ends = [m.start() for m in _BOUNDARY.finditer(data, window, buffer.end)]
+    if not ends:
+        ends = [m.start() for m in _BOUNDARY.finditer(data, 1, buffer.end)]
+    for cut in reversed(ends[-_BOUNDARY_TRIES:]):
         try:
-            events = _decode_slice(path, bytes(buf[: cut + 1]))
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            events = _decode_cut(buffer, cut)
+        except _BAD_SLICE:
             continue
         collector.add(events)
-        rest_start = buf.index(b"{", cut + 1)
-        del buf[:rest_start]
-        return
-    # No proven boundary: keep accumulating; the end of the file decodes the remainder whole.
+        buffer.keep_from(data.index(b"{", cut + 1), 1)
+        return True
+    return False
 
 
-def _finish(path: str, buf: bytearray, collector: _Collector) -> bytes:
+def _finish(path: str, buffer: _Buffer, collector: _Collector) -> bytes:
     """Decode the last slice of events; return the document's tail after the events array."""
-    ends = [m for m in _ARRAY_END.finditer(buf)]
+    data = buffer.data
+    ends = list(_ARRAY_END.finditer(data, 0, buffer.end))
     for match in reversed(ends):
-        bracket = buf.index(b"]", match.start())
-        body = bytes(buf[: match.start() + 1]) if buf[match.start() : match.start() + 1] == b"}" else b""
-        tail = bytes(buf[bracket + 1 :])
+        bracket = data.index(b"]", match.start())
+        tail = bytes(data[bracket + 1 : buffer.end])
         try:
             msgspec.json.decode(b'{"traceEvents":[]' + tail)
-            events = _decode_slice(path, body) if body.strip() else []
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            with memoryview(data) as view:
+                events = _decode_events(view[: bracket + 1])
+        except _BAD_SLICE:
             continue
         collector.add(events)
         return tail
     raise TraceLoadError(path, "not valid trace JSON: the traceEvents array is malformed or truncated")
+
+
+def _open_source(path: str, on_bytes: Callable[[int], None] | None):
+    try:
+        fh = open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise TraceLoadError(path, f"cannot open: {exc.strerror or exc}") from exc
+    magic = fh.read(2)
+    fh.seek(0)
+    source = _GzipSource(path, fh, on_bytes) if magic == b"\x1f\x8b" else _PlainSource(fh, on_bytes)
+    return fh, source
+
+
+def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector) -> tuple[bytes, bytes, int]:
+    """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size)."""
+    chunk = max(1024, CHUNK_BYTES)
+    fh, source = _open_source(path, on_bytes)
+    buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
+    total = 0
+    try:
+        # Header: everything before the traceEvents array (small; searched as it grows).
+        while True:
+            before = buffer.end
+            more = source.fill(buffer, min(_READ_BYTES, chunk))
+            total += buffer.end - before
+            match = _EVENTS_KEY.search(buffer.data, 0, buffer.end)
+            if match is not None:
+                break
+            if not more:
+                _raise_not_a_trace(path, buffer)
+            if buffer.end > _HEADER_LIMIT_BYTES:
+                raise TraceLoadError(path, "no traceEvents array in the first 64 MB: not a chrome trace")
+        header = bytes(buffer.data[: match.start()])
+        buffer.keep_from(match.end() - 1, 0)  # data[0] is now the array's "["
+        more = True
+        target = chunk
+        while more:
+            while more and buffer.end < target:
+                before = buffer.end
+                more = source.fill(buffer, min(_READ_BYTES, target - buffer.end))
+                total += buffer.end - before
+            if not more:
+                break
+            # No proven boundary: keep accumulating; the end of the file decodes the remainder whole.
+            target = chunk if _decode_prefix(buffer, collector) else buffer.end + chunk
+        tail = _finish(path, buffer, collector)
+    finally:
+        source.close()
+        fh.close()
+    return header, tail, total
+
+
+def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
+    if buffer.end == 0:
+        raise TraceLoadError(path, "empty file")
+    if bytes(buffer.data[: min(buffer.end, 4096)]).lstrip()[:1] not in (b"{", b"["):
+        raise TraceLoadError(path, "not JSON (does not start with '{' or '[')")
+    raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
 
 
 def load_trace(
@@ -210,38 +363,18 @@ def load_trace(
     if not os.path.exists(path):
         raise TraceLoadError(path, "no such file")
     collector = _Collector()
-    head = bytearray()
-    buf = bytearray()
-    in_events = False
-    total = 0
-    header_bytes = b""
-    for block in _read_blocks(path, on_bytes):
-        total += len(block)
-        if not in_events:
-            head += block
-            match = _EVENTS_KEY.search(head)
-            if match is None:
-                if len(head) > 64 * 1024 * 1024:
-                    raise TraceLoadError(path, "no traceEvents array in the first 64 MB: not a chrome trace")
-                continue
-            in_events = True
-            header_bytes = bytes(head[: match.start()])
-            buf += head[match.end() :]
-            head = bytearray()
-        else:
-            buf += block
-        if len(buf) >= CHUNK_BYTES:
-            _split_and_decode(path, buf, collector)
-    if not in_events:
-        if total == 0:
-            raise TraceLoadError(path, "empty file")
-        stripped = bytes(head).lstrip()
-        if stripped[:1] not in (b"{", b"["):
-            raise TraceLoadError(path, "not JSON (does not start with '{' or '[')")
-        raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
-    tail = _finish(path, buf, collector)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # the decoder allocates millions of short-lived objects; none form cycles
+    try:
+        header_bytes, tail, total = _read_events(path, on_bytes, collector)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     device_name = _device_name(header_bytes, tail)
-    if not collector.kernels:
+    launch_names = {launch.correlation: launch.name for launch in collector.launches}
+    for kernel in collector.kernels:
+        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
+    if not collector.kernels:  # CPU-only trace: leaf operators, launcher "cpu"
         collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
     if not collector.kernels:
         raise TraceLoadError(
@@ -249,10 +382,7 @@ def load_trace(
             f"no kernel events among {collector.events_seen} events "
             "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
-    launch_names = {launch.correlation: launch.name for launch in collector.launches}
     kernels = collector.kernels
-    for kernel in kernels:
-        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
     kernels.sort(key=lambda k: (k.start_us, k.stream))
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges):
         ranges.sort(key=lambda r: (r.start_us, -r.dur_us))

@@ -1,0 +1,301 @@
+"""Trace ingest benchmark: our loader against HolisticTraceAnalysis on the same files, side by side.
+
+Every measurement runs in a fresh Python process, so imports, interpreter start and memory are
+those of a real run. The parent times the whole child process (wall seconds, from spawn to exit)
+and reads the child's peak resident memory from the kernel (wait4 rusage ru_maxrss); the child
+also reports the seconds spent inside the load call alone. Throughput is MB (1e6 bytes) of
+uncompressed JSON per second; memory is peak RSS as a multiple of the uncompressed JSON size.
+
+Cases, for the largest real trace and for a generated large trace (benchmarks/make_large_trace.py):
+  ours-json   analysis.trace_loader.load_trace on the uncompressed .json
+  hta-json    HolisticTraceAnalysis 0.5 hta.common.trace_parser.parse_trace_dataframe (default config)
+  ours-gz     load_trace on the .json.gz
+  zlib-gz     zlib decompression of the same .json.gz alone (output discarded): the gzip floor
+  ours-NxJSON N ranks (copies of the generated trace) loaded in parallel
+
+Usage:
+    python benchmarks/ingest_bench.py WORK_DIR [--size-mb 400] [--ranks 2] [--repeat 3] [--skip-hta] [--out FILE]
+WORK_DIR (outside the repository) receives the generated and decompressed files; remove it after.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
+
+CHILD_TIMEOUT_S = 900
+_ZLIB_READ_BYTES = 64 * 1024
+
+
+# ---------------------------------------------------------------- child side: one load, one process
+
+
+def _rss_now_kb() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _peak_rss_kb() -> int:
+    """VmHWM: the peak RSS of this process image alone (ru_maxrss would also count the parent's
+    RSS inherited at fork, which Linux carries across exec)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _child_ours(paths: list[str]) -> dict:
+    from analysis.trace_loader import load_trace
+
+    before = _rss_now_kb()
+    start = time.perf_counter()
+    trace = load_trace(paths[0])
+    return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": len(trace.kernels)}
+
+
+def _child_hta(paths: list[str]) -> dict:
+    import logging
+
+    from hta.common.trace_parser import parse_trace_dataframe
+    from hta.configs.parser_config import ParserConfig
+
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    before = _rss_now_kb()
+    start = time.perf_counter()
+    _meta, frame, _symbols = parse_trace_dataframe(paths[0], ParserConfig.get_default_cfg())
+    kernels = int((frame["cat"] == _symbols.sym_index.get("kernel", -1)).sum()) if "cat" in frame else -1
+    return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": kernels}
+
+
+def _child_zlib(paths: list[str]) -> dict:
+    before = _rss_now_kb()
+    start = time.perf_counter()
+    inflater = zlib.decompressobj(wbits=47)
+    produced = 0
+    with open(paths[0], "rb", buffering=0) as fh:
+        while raw := fh.read(_ZLIB_READ_BYTES):
+            produced += len(inflater.decompress(raw))
+    return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": 0, "inflated": produced}
+
+
+def _load_for_pool(path: str):
+    from analysis.trace_loader import load_trace
+
+    return load_trace(path)
+
+
+def _child_parallel(paths: list[str]) -> dict:
+    """Prefer the analysis API's parallel loader; fall back to a process pool over load_trace."""
+    before = _rss_now_kb()
+    start = time.perf_counter()
+    try:
+        from analysis.api import load_traces  # type: ignore[attr-defined]
+    except ImportError:
+        load_traces = None
+    if load_traces is not None:
+        traces = load_traces(paths, jobs=len(paths))
+        how = "analysis.api.load_traces"
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=len(paths)) as pool:
+            traces = list(pool.map(_load_for_pool, paths))
+        how = "ProcessPoolExecutor over load_trace (analysis.api has no parallel loader yet)"
+    elapsed = time.perf_counter() - start
+    workers_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    kernels = sum(len(t.kernels) for t in traces)
+    return {"load_s": elapsed, "rss_before_kb": before, "kernels": kernels, "how": how, "worker_peak_kb": workers_kb, "workers": len(paths)}
+
+
+_CHILDREN = {"ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "parallel": _child_parallel}
+
+
+# ---------------------------------------------------------------- parent side
+
+
+def _run_child(kind: str, paths: list[Path]) -> dict:
+    """Run one measurement in a fresh process; whole-process wall time and the kernel's peak RSS."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", kind, *map(str, paths)],
+            stdout=out, stderr=err, env=env, cwd=REPO_ROOT,
+        )
+        deadline = start + CHILD_TIMEOUT_S
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                _pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        wall_s = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{kind} on {paths[0]} failed (exit {proc.returncode}):\n{err.read()[-3000:]}")
+        report = json.loads(out.read().strip().splitlines()[-1])
+    report["process_s"] = wall_s
+    report["ru_maxrss_kb"] = usage.ru_maxrss  # includes the RSS inherited at fork; kept for reference
+    # Parallel case: the parent process plus every worker at its peak (an upper bound).
+    report["peak_rss_kb"] = report["child_peak_kb"] + report.get("worker_peak_kb", 0) * report.get("workers", 0)
+    return report
+
+
+def _row(case: str, trace: str, json_bytes: int, report: dict) -> dict:
+    peak_bytes = report["peak_rss_kb"] * 1024
+    load_growth = peak_bytes - report["rss_before_kb"] * 1024 * (1 + report.get("workers", 0))
+    return {
+        "case": case,
+        "trace": trace,
+        "json_mb": json_bytes / 1e6,
+        "process_s": report["process_s"],
+        "process_mb_s": json_bytes / 1e6 / report["process_s"],
+        "load_s": report["load_s"],
+        "load_mb_s": json_bytes / 1e6 / report["load_s"],
+        "peak_rss_mb": peak_bytes / 1e6,
+        "peak_rss_x_json": peak_bytes / json_bytes,
+        "load_rss_x_json": load_growth / json_bytes,
+        "kernels": report["kernels"],
+        **({"parallel_path": report["how"]} if "how" in report else {}),
+    }
+
+
+def _uncompressed(gz_path: Path, work_dir: Path) -> Path:
+    plain = work_dir / gz_path.name[: -len(".gz")]
+    if not plain.exists():
+        with gzip.open(gz_path, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, 16 * 1024 * 1024)
+    return plain
+
+
+def _largest_real_trace(work_dir: Path) -> tuple[Path, Path | None]:
+    """The largest real trace by uncompressed size, as (.json, .json.gz or None)."""
+    root = real_traces_dir()
+    if root is None:
+        raise SystemExit("real traces not found: set MOE_HARNESS_REAL_TRACES")
+    best: tuple[int, Path, Path | None] | None = None
+    for path in real_trace_files(root):
+        if path.name.endswith(".gz"):
+            plain = _uncompressed(path, work_dir)
+            candidate = (plain.stat().st_size, plain, path)
+        else:
+            candidate = (path.stat().st_size, path, None)
+        if best is None or candidate[0] > best[0]:
+            best = candidate
+    assert best is not None, f"no trace files under {root}"
+    for path in work_dir.iterdir():  # keep only the chosen decompressed copy
+        if path.name.endswith(".json") and path != best[1] and not path.name.startswith("synthetic-"):
+            path.unlink()
+    return best[1], best[2]
+
+
+def _generated_trace(work_dir: Path, size_mb: float) -> tuple[Path, Path]:
+    from benchmarks.make_large_trace import DEFAULT_SOURCE, write_large_trace
+
+    json_path, gz_path = write_large_trace(DEFAULT_SOURCE, work_dir, size_mb, write_gzip=True)
+    return json_path, gz_path
+
+
+def _rank_copies(json_path: Path, ranks: int, work_dir: Path) -> list[Path]:
+    """N rank files of the same content (hard links: no extra disk, distinct SGLang rank names)."""
+    copies = []
+    for rank in range(ranks):
+        link = work_dir / f"ranks-TP-{rank}-DECODE.trace.json"
+        if not link.exists():
+            os.link(json_path, link)
+        copies.append(link)
+    return copies
+
+
+def _best_of(kind: str, paths: list[Path], repeat: int) -> dict:
+    """The fastest of `repeat` fresh-process runs (the machine may be shared; the minimum is the
+    least disturbed run). Peak memory is taken from the same run."""
+    reports = [_run_child(kind, paths) for _ in range(repeat)]
+    return min(reports, key=lambda r: r["process_s"])
+
+
+def run_benchmark(work_dir: Path, size_mb: float, ranks: int, skip_hta: bool, repeat: int = 1) -> list[dict]:
+    rows: list[dict] = []
+    real_json, real_gz = _largest_real_trace(work_dir)
+    gen_json, gen_gz = _generated_trace(work_dir, size_mb)
+    for label, plain, packed in (("real:" + real_json.name, real_json, real_gz), ("generated", gen_json, gen_gz)):
+        size = plain.stat().st_size
+        cases = [("ours-json", "ours", [plain])]
+        if not skip_hta:
+            cases.append(("hta-json", "hta", [plain]))
+        if packed is not None:
+            cases += [("ours-gz", "ours", [packed]), ("zlib-gz", "zlib", [packed])]
+        for case, kind, paths in cases:
+            print(f"running {case} on {label} ...", file=sys.stderr, flush=True)
+            rows.append(_row(case, label, size, _best_of(kind, paths, repeat)))
+    copies = _rank_copies(gen_json, ranks, work_dir)
+    print(f"running ours-{ranks}xjson on generated ...", file=sys.stderr, flush=True)
+    rows.append(_row(f"ours-{ranks}xjson", "generated", gen_json.stat().st_size * ranks, _best_of("parallel", copies, repeat)))
+    return rows
+
+
+def _print_table(rows: list[dict]) -> None:
+    header = f"{'trace':<34} {'case':<12} {'JSON MB':>8} {'proc s':>7} {'MB/s':>7} {'load s':>7} {'load MB/s':>9} {'peak MB':>8} {'peak/JSON':>9} {'load/JSON':>9}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['trace'][:34]:<34} {r['case']:<12} {r['json_mb']:>8.1f} {r['process_s']:>7.2f} {r['process_mb_s']:>7.0f} "
+            f"{r['load_s']:>7.2f} {r['load_mb_s']:>9.0f} {r['peak_rss_mb']:>8.0f} {r['peak_rss_x_json']:>8.2f}x {r['load_rss_x_json']:>8.2f}x"
+        )
+    for r in rows:
+        if "parallel_path" in r:
+            print(f"parallel path: {r['parallel_path']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        report = _CHILDREN[argv[1]](argv[2:])
+        report["child_peak_kb"] = _peak_rss_kb()
+        print(json.dumps(report))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("work_dir", type=Path, help="scratch directory outside the repository (large files)")
+    parser.add_argument("--size-mb", type=float, default=400.0, help="size of the generated trace in MB (1e6 bytes)")
+    parser.add_argument("--ranks", type=int, default=2, help="rank files loaded in parallel (default 2)")
+    parser.add_argument("--skip-hta", action="store_true", help="leave out HolisticTraceAnalysis (slow)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest is reported (default 3)")
+    parser.add_argument("--out", type=Path, help="write the rows and the machine description as JSON here")
+    args = parser.parse_args(argv)
+    resolved = args.work_dir.resolve()
+    if resolved == REPO_ROOT or REPO_ROOT in resolved.parents:
+        parser.error("work_dir must be outside the repository")
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
+    _print_table(rows)
+    if args.out:
+        machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": sys.platform,
+                   "load_average_1m_after": os.getloadavg()[0], "repeat": args.repeat}
+        tmp = args.out.with_name(args.out.name + ".partial")
+        tmp.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+        os.replace(tmp, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

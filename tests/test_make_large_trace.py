@@ -1,0 +1,49 @@
+"""The benchmark's synthetic trace generator: N shifted copies of a real decode step, valid JSON,
+ids that never collide across copies, and the loader sees exactly N times the step's content."""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from analysis.trace_loader import load_trace
+from benchmarks.make_large_trace import DEFAULT_SOURCE, write_large_trace
+
+pytestmark = pytest.mark.skipif(not DEFAULT_SOURCE.exists(), reason="shared real traces not found")
+
+
+def test_copies_are_shifted_and_loadable(tmp_path: Path) -> None:
+    json_path, gz_path = write_large_trace(DEFAULT_SOURCE, tmp_path, size_mb=3.0, write_gzip=True)
+    source = json.loads(gzip.decompress(DEFAULT_SOURCE.read_bytes()))["traceEvents"]
+    made = json.loads(json_path.read_bytes())
+    assert gzip.decompress(gz_path.read_bytes()) == json_path.read_bytes()
+
+    once = [e for e in source if e.get("ph") in ("M", "i") or e.get("cat") == "Trace"]
+    copies = (len(made["traceEvents"]) - len(once)) // (len(source) - len(once))
+    assert copies >= 2 and len(made["traceEvents"]) == len(once) + copies * (len(source) - len(once))
+    assert f"synthetic-{copies}steps-" in json_path.name
+
+    source_cats = collections.Counter(e.get("cat") for e in source if e not in once)
+    made_cats = collections.Counter(e.get("cat") for e in made["traceEvents"])
+    for cat, count in source_cats.items():
+        assert made_cats[cat] == copies * count + sum(1 for e in once if e.get("cat") == cat)
+
+    kernels = [e for e in made["traceEvents"] if e.get("cat") == "kernel"]
+    per_copy = len(kernels) // copies
+    first, second = kernels[:per_copy], kernels[per_copy : 2 * per_copy]
+    period = second[0]["ts"] - first[0]["ts"]
+    assert period > 0
+    assert all(abs((b["ts"] - a["ts"]) - period) < 1e-3 for a, b in zip(first, second))
+    assert not {a["args"]["correlation"] for a in first} & {b["args"]["correlation"] for b in second}
+
+    step = load_trace(str(DEFAULT_SOURCE))
+    big = load_trace(str(json_path))
+    assert len(big.kernels) == copies * len(step.kernels)
+    assert len(big.gpu_annotations) == copies * len(step.gpu_annotations)
+    assert collections.Counter(k.launcher for k in big.kernels) == collections.Counter(
+        {name: copies * n for name, n in collections.Counter(k.launcher for k in step.kernels).items()}
+    )
+    assert big.device_name == step.device_name
