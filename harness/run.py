@@ -146,15 +146,15 @@ def start_engine(ray: Any, scenario: Scenario, log_path: Path) -> EngineHandle:
     return EngineHandle(ray, actor, log_path)
 
 
-def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress) -> list[float]:
+def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress, step_ms: list[float]) -> None:
+    """Decode one step at a time (appending to `step_ms`, so a failure keeps them) until steady."""
     w = scenario.workload
-    step_ms: list[float] = []
     while len(step_ms) < w.max_warmup_steps:
         step_ms += handle.call("decode", 1, timeout_s=scenario.profile.timeout_s)
         if is_steady(step_ms, w.warmup_steps, w.steady_window, w.steady_rel_spread):
             window = step_ms[-w.steady_window :]
             progress.note(f"steady after {len(step_ms)} steps: {sum(window) / len(window):.2f} ms per step")
-            return step_ms
+            return
     raise NotSteadyError(step_ms, w.steady_window, w.steady_rel_spread)
 
 
@@ -236,8 +236,8 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         with progress.phase("prefill"):
             manifest["prefill_ms"] = handle.call("prefill", timeout_s=scenario.profile.timeout_s)
         with progress.phase("warm up to steady state"):
-            warmup_ms = drive_to_steady_state(handle, scenario, progress)
-            manifest["warmup_step_ms"] = warmup_ms
+            warmup_ms: list[float] = manifest.setdefault("warmup_step_ms", [])
+            drive_to_steady_state(handle, scenario, progress, warmup_ms)
         prefix = scenario.outputs.trace_prefix or run_dir.name
         with progress.phase(f"profile {scenario.profile.num_steps} decode steps"):
             profiled = handle.call(
