@@ -25,8 +25,12 @@ def _matches(entry: Entry, name: str) -> bool:
     return entry.matches(name)
 
 
-def align(names: Sequence[str], entries: Sequence[Entry]) -> list[int | None]:
-    """For each kernel name, the index of the template entry it is matched to, or None."""
+def align(names: Sequence[str], entries: Sequence[Entry], weights: Sequence[float] | None = None) -> list[int | None]:
+    """For each kernel name, the index of the template entry it is matched to, or None.
+
+    `weights` scale each entry's match score; catch-all pre/post entries get less than layer
+    entries so that a kernel a layer slot can take is never swallowed by them.
+    """
     n, m = len(names), len(entries)
     if n == 0:
         return []
@@ -38,6 +42,7 @@ def align(names: Sequence[str], entries: Sequence[Entry]) -> list[int | None]:
     score[0][0] = 0.0
     skip_cost = [SKIP_OPTIONAL if e.optional else SKIP_REQUIRED for e in entries]
     match = [[_matches(e, name) for e in entries] for name in names]
+    gain = [MATCH * w for w in weights] if weights is not None else [MATCH] * m
     for i in range(n + 1):
         row = score[i]
         nxt = score[i + 1] if i < n else None
@@ -53,12 +58,12 @@ def align(names: Sequence[str], entries: Sequence[Entry]) -> list[int | None]:
             if here + UNMATCHED > nxt[j]:
                 nxt[j] = here + UNMATCHED
                 back[i + 1][j] = _KERNEL
-            if j < m and match[i][j] and here + MATCH > nxt[j + 1]:
-                nxt[j + 1] = here + MATCH
+            if j < m and match[i][j] and here + gain[j] > nxt[j + 1]:
+                nxt[j + 1] = here + gain[j]
                 back[i + 1][j + 1] = _MATCH
             if j > 0 and entries[j - 1].repeat and match[i][j - 1] and back[i][j] in (_MATCH, _EXTEND):
-                if here + MATCH > nxt[j]:
-                    nxt[j] = here + MATCH
+                if here + gain[j - 1] > nxt[j]:
+                    nxt[j] = here + gain[j - 1]
                     back[i + 1][j] = _EXTEND
     result: list[int | None] = [None] * n
     i, j = n, m

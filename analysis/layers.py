@@ -27,6 +27,9 @@ from analysis.tables import (
 from analysis.trace_model import Kernel
 
 
+OUTSIDE_WEIGHT = 0.5  # pre/post entries score less than layer entries in the alignment
+
+
 @dataclass
 class Slot:
     """Where one kernel sits: section, layer unit, and the name the attribution gave it."""
@@ -75,7 +78,9 @@ def _assign_region(
 ) -> None:
     """Align kernels `region` (indices) against before+after; fill their slots."""
     template = [*before, *after]
-    matched = align([names[i] for i in region], template)
+    weights = [OUTSIDE_WEIGHT if section != SECTION_LAYER else 1.0
+               for section, part in ((before_section, before), (after_section, after)) for _ in part]
+    matched = align([names[i] for i in region], template, weights)
     split = len(before)
     first_after = next((p for p, m in enumerate(matched) if m is not None and m >= split), None)
     last_before = max((p for p, m in enumerate(matched) if m is not None and m < split), default=None)

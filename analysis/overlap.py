@@ -9,7 +9,28 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+import msgspec
+
 from analysis.trace_model import Kernel
+
+
+class StreamSummary(msgspec.Struct):
+    rank: str
+    stream: int
+    kernels: int
+    busy_us: float
+    exposed_us: float  # busy time during which no other stream ran
+
+
+def stream_summary(rows) -> list[StreamSummary]:
+    """Busy and exposed time per (rank, stream), from KernelRows: how much the streams overlap."""
+    acc: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        cell = acc.setdefault((r.rank, r.stream), [0, 0.0, 0.0])
+        cell[0] += 1
+        cell[1] += r.busy_us
+        cell[2] += r.exposed_us
+    return [StreamSummary(rank, stream, int(n), busy, exposed) for (rank, stream), (n, busy, exposed) in sorted(acc.items())]
 
 
 def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

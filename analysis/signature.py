@@ -28,6 +28,15 @@ class Entry(_Strict):
     anchor: bool = False
     optional: bool = False
     repeat: bool = False
+    example: str | None = None  # a real kernel name for this slot (documentation; synthetic fixtures)
+    in_layers: str = "all"  # all | dense | moe: which layers launch it (documentation; synthetic fixtures)
+
+    @field_validator("in_layers")
+    @classmethod
+    def _layer_kind(cls, value: str) -> str:
+        if value not in ("all", "dense", "moe"):
+            raise ValueError(f"in_layers must be all, dense or moe, not {value!r}")
+        return value
 
     @field_validator("match")
     @classmethod

@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "harness.commands.compare",
     "harness.commands.validate",
     "harness.commands.run",
+    "harness.commands.plan",
 ]
 
 

@@ -65,6 +65,15 @@ class EmbeddedEngine(_Strict):
     fault_injection: FaultInjection | None = None
 
 
+class SGLangSpeculative(_Strict):
+    """SGLang speculative decoding (DeepSeek MTP runs as EAGLE / NEXTN on the model's NextN layer)."""
+
+    algorithm: Literal["EAGLE", "NEXTN", "EAGLE3"] = "EAGLE"
+    num_steps: int = Field(3, ge=1, description="--speculative-num-steps")
+    eagle_topk: int = Field(1, ge=1, description="--speculative-eagle-topk")
+    num_draft_tokens: int = Field(4, ge=1, description="--speculative-num-draft-tokens")
+
+
 class SGLangEngine(_Strict):
     """An SGLang server launched on every node (the multi-node deployment path)."""
 
@@ -74,6 +83,24 @@ class SGLangEngine(_Strict):
     dp: int = Field(1, ge=1, description="data-parallel size (--dp-size)")
     ep: int = Field(1, ge=1, description="expert-parallel size (--ep-size)")
     extra_args: list[str] = Field(default_factory=list, description="further launch_server arguments, verbatim")
+    dp_attention: bool = Field(False, description="--enable-dp-attention (needs dp > 1)")
+    moe_a2a_backend: Literal["deepep"] | None = Field(None, description="--moe-a2a-backend")
+    deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(None, description="--deepep-mode")
+    deepgemm: bool | None = Field(None, description="SGLANG_ENABLE_JIT_DEEPGEMM; None keeps SGLang's default")
+    two_batch_overlap: bool = Field(False, description="--enable-two-batch-overlap")
+    attention_backend: str | None = Field(None, description="--attention-backend")
+    moe_runner_backend: str | None = Field(None, description="--moe-runner-backend")
+    cuda_graph_bs: list[int] = Field(default_factory=list, description="--cuda-graph-bs")
+    cuda_graph_max_bs: int | None = Field(None, ge=1, description="--cuda-graph-max-bs")
+    load_format: str | None = Field(None, description="--load-format (dummy: random weights)")
+    speculative: SGLangSpeculative | None = Field(None, description="MTP / EAGLE speculative decoding")
+    max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
+    context_length: int | None = Field(None, ge=1, description="--context-length")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
+    passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
+    ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]

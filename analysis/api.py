@@ -1,0 +1,246 @@
+"""Entry points: trace files in, tables and D4 column out; writing and reading analysis dirs."""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from analysis.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
+from analysis.d4 import STATS, D4Column, build_column, render_markdown, table_rows
+from analysis.errors import AnalysisError, TraceLoadError
+from analysis.model_spec import ModelSpec, load_model_spec
+from analysis.module_attribution import build_capture_map
+from analysis.rank_id import rank_id_for
+from analysis.overlap import StreamSummary, stream_summary
+from analysis.signature import Signature, load_signature
+from analysis.steps import DEFAULT_GAP_US
+from analysis.tables import KernelRow, RankProblem, StepRow
+from analysis.trace_loader import load_trace
+
+ANALYSIS_FILE = "analysis.json"
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+@dataclass
+class AnalysisOptions:
+    run: str = "run"
+    rank_policy: str = "mean"  # mean | max | rank:LABEL
+    stat: str = "mean"  # mean | median | p90
+    labels: dict[str, str] | None = None  # explicit rank label per path
+    capture_traces: list[str] = field(default_factory=list)
+    accept_length: float | None = None
+    tbo: bool = False
+    jobs: int | None = None
+    step_gap_us: float = DEFAULT_GAP_US
+    attribution: str = "auto"
+
+
+@dataclass
+class Analysis:
+    run: str
+    signature: str
+    model: str | None
+    kernel_rows: list[KernelRow]
+    step_rows: list[StepRow]
+    problems: list[RankProblem]
+    d4: D4Column
+    json_bytes: int = 0
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """Files as given; a directory stands for the trace files directly inside it."""
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(f) for f in Path(p).iterdir() if f.name.endswith(TRACE_SUFFIXES) and f.is_file())
+            if not found:
+                raise AnalysisError(f"{p}: directory holds no .json or .json.gz trace files")
+            files.extend(found)
+        else:
+            files.append(str(p))
+    return files
+
+
+def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
+                 rank_options: RankOptions, capture_refs: list[str]):
+    """Load and attribute one rank (runs in a worker process when several ranks are given)."""
+    sig = load_signature(sig_ref)
+    model = load_model_spec(model_ref) if model_ref else None
+    capture = None
+    if capture_refs and sig.module_ranges is not None:
+        capture = build_capture_map(load_trace(capture_refs[min(index, len(capture_refs) - 1)]), sig.module_ranges)
+    trace = load_trace(path, rank=rank_id_for(path, label, index))
+    kernel_rows, step_rows = attribute_rank(trace, sig, model, rank_options, capture)
+    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label
+
+
+def analyze(
+    paths: list[str],
+    signature: str = "generic",
+    model: str | None = None,
+    options: AnalysisOptions | None = None,
+    progress: bool = False,
+) -> Analysis:
+    """Analyse one trace set (one file per rank). A rank that fails is reported, not fatal."""
+    options = options or AnalysisOptions()
+    if options.attribution not in ATTRIBUTION_MODES:
+        raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
+    if options.stat not in STATS:
+        raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
+    sig: Signature = load_signature(signature)  # fail fast on a bad signature or model
+    spec: ModelSpec | None = load_model_spec(model) if model else None
+    files = expand_paths(paths)
+    if not files:
+        raise AnalysisError("no trace files given")
+    rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
+                               attribution=options.attribution)
+    labels = options.labels or {}
+    jobs = options.jobs or min(len(files), os.cpu_count() or 1)
+    kernel_rows: list[KernelRow] = []
+    step_rows: list[StepRow] = []
+    problems: list[RankProblem] = []
+    total_bytes = 0
+    args = [(f, labels.get(f), i, signature, model, rank_options, options.capture_traces) for i, f in enumerate(files)]
+    results: dict[int, tuple] = {}
+    with _progress(progress, len(files)) as advance:
+        if jobs <= 1 or len(files) == 1:
+            for i, a in enumerate(args):
+                results[i] = _guarded(_analyze_one, a)
+                advance()
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = {pool.submit(_guarded, _analyze_one, a): i for i, a in enumerate(args)}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    advance()
+    for i in sorted(results):
+        ok, value = results[i]
+        if ok:
+            k_rows, s_rows, nbytes, _label = value
+            kernel_rows.extend(k_rows)
+            step_rows.extend(s_rows)
+            total_bytes += nbytes
+        else:
+            problems.append(RankProblem(path=files[i], rank=rank_id_for(files[i], labels.get(files[i]), i).label, message=value))
+    for s in step_rows:
+        if s.status != "ok":
+            problems.append(RankProblem(path="", rank=s.rank, message=f"step {s.step} ({s.stage}): {s.status}: {s.note}"))
+    if not step_rows:
+        details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
+        raise AnalysisError(f"no rank could be analysed: {details}")
+    d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
+                      accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
+                      model=spec.name if spec else None)
+    return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes)
+
+
+def _guarded(fn, args):
+    try:
+        return True, fn(*args)
+    except TraceLoadError as exc:
+        return False, exc.problem
+    except AnalysisError as exc:
+        return False, str(exc)
+
+
+class _progress:
+    """A rich progress bar on stderr over ranks, or nothing."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled and total > 0
+        self.total = total
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.progress import Progress
+
+        self._bar = Progress(transient=True)
+        self._bar.__enter__()
+        task = self._bar.add_task(f"analysing {self.total} rank trace(s)", total=self.total)
+        return lambda: self._bar.advance(task)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self._bar.__exit__(*exc)
+        return False
+
+
+# ---------------------------------------------------------------- writing / reading
+
+
+def _atomic_write(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _write_structs(path: Path, rows: list, cls) -> None:
+    fields = list(cls.__struct_fields__)
+
+    def write(fh):
+        out = csv.writer(fh)
+        out.writerow(fields)
+        for row in rows:
+            out.writerow([getattr(row, f) if getattr(row, f) is not None else "" for f in fields])
+
+    _atomic_write(path, write)
+
+
+def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
+    _atomic_write(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)))
+
+
+def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
+    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, analysis.json."""
+    out = Path(out_dir)
+    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv", ANALYSIS_FILE)
+    files = {name: out / name for name in names}
+    _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
+    _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
+    _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
+    _write_structs(files["problems.csv"], analysis.problems, RankProblem)
+    write_table_csv(files["d4.csv"], [analysis.d4], lang)
+    _atomic_write(files["d4.md"], lambda fh: fh.write(render_markdown([analysis.d4], lang)))
+
+    def detail(fh):
+        out_csv = csv.writer(fh)
+        out_csv.writerow(["column", "group", "module", "kernel", "layers", "value_us", "median_us", "p90_us", "exposed_us"])
+        for r in [*analysis.d4.rows, *analysis.d4.mtp_rows]:
+            out_csv.writerow([analysis.d4.name, r.group, r.module, r.kernel, f"{r.layers:g}", f"{r.value_us:.3f}",
+                              f"{r.median_us:.3f}", f"{r.p90_us:.3f}", f"{r.exposed_us:.3f}"])
+
+    _atomic_write(files["d4_detail.csv"], detail)
+    summary = {"run": analysis.run, "signature": analysis.signature, "model": analysis.model, "d4": analysis.d4,
+               "problems": analysis.problems, "steps": len(analysis.step_rows)}
+    _atomic_write(files[ANALYSIS_FILE], lambda fh: fh.write(msgspec.json.format(msgspec.json.encode(summary).decode(), indent=2)))
+    return files
+
+
+class _Saved(msgspec.Struct):
+    run: str
+    signature: str
+    model: str | None
+    d4: D4Column
+
+
+def load_column(analysis_dir: str | Path) -> D4Column:
+    """The D4 column saved by write_outputs, for `compare`."""
+    path = Path(analysis_dir) / ANALYSIS_FILE
+    if not path.exists():
+        raise AnalysisError(f"{analysis_dir}: not an analysis directory (no {ANALYSIS_FILE})")
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=_Saved).d4
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc

@@ -1,0 +1,89 @@
+"""`moe-harness analyze`: trace files of one run in, D4 table and CSVs out."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.errors import AnalysisError
+
+
+def add_analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--signature", default="generic",
+                   help="built-in signature name or a YAML file (default: generic; see --list-signatures)")
+    p.add_argument("--model", default=None, help="built-in model name (e.g. deepseek-v3) or a YAML file; checks layer counts")
+    p.add_argument("--rank-policy", default="mean", help="combine ranks by mean, max, or rank:LABEL (default: mean)")
+    p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
+    p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
+    p.add_argument("--accept-length", type=float, default=None, help="MTP mean accept length, for time per accepted token")
+    p.add_argument("--capture-trace", action="append", default=[], metavar="FILE",
+                   help="CUDA-graph capture trace with module ranges, mapped onto replayed kernels (repeatable, one per rank)")
+    p.add_argument("--attribution", default="auto", choices=["auto", "template", "modules"],
+                   help="auto: module ranges, then capture trace, then the signature template (default)")
+    p.add_argument("--step-gap-us", type=float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
+    p.add_argument("--jobs", type=int, default=None, help="ranks parsed in parallel (default: one per core)")
+    p.add_argument("--lang", default="en", choices=["en", "zh"], help="table headings in English or Chinese (seed's headings)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("analyze", help="analyse kernel traces (one file per rank) into a D4 table",
+                              description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace files) into a per-layer D4 table.")
+    p.add_argument("traces", nargs="*", help="trace files or directories")
+    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json")
+    p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
+    p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")
+    p.add_argument("--list-signatures", action="store_true", help="list built-in signatures and models, then exit")
+    add_analysis_options(p)
+    p.set_defaults(func=run)
+
+
+def options_from(args, run_name: str, labels: dict[str, str] | None = None):
+    from analysis.api import AnalysisOptions
+
+    return AnalysisOptions(run=run_name, rank_policy=args.rank_policy, stat=args.stat, labels=labels,
+                           capture_traces=args.capture_trace, accept_length=args.accept_length, tbo=args.tbo,
+                           jobs=args.jobs, step_gap_us=args.step_gap_us, attribution=args.attribution)
+
+
+def run(args) -> int:
+    from analysis.api import analyze, write_outputs
+    from analysis.d4 import render_markdown
+    from analysis.model_spec import builtin_models
+    from analysis.signature import builtin_signatures
+
+    if args.list_signatures:
+        print("signatures:", ", ".join(builtin_signatures()))
+        print("models:", ", ".join(builtin_models()))
+        return 0
+    if not args.traces:
+        print("moe-harness analyze: give at least one trace file or directory", file=sys.stderr)
+        return 2
+    labels = {}
+    for item in args.label:
+        path, sep, label = item.rpartition("=")
+        if not sep:
+            print(f"moe-harness analyze: --label wants FILE=LABEL, got {item!r}", file=sys.stderr)
+            return 2
+        labels[path] = label
+    name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
+    try:
+        result = analyze(args.traces, signature=args.signature, model=args.model,
+                         options=options_from(args, name, labels), progress=sys.stderr.isatty())
+    except AnalysisError as exc:
+        print(f"moe-harness analyze: {exc}", file=sys.stderr)
+        return 1
+    print(render_markdown([result.d4], args.lang))
+    from analysis.overlap import stream_summary
+
+    streams = stream_summary(result.kernel_rows)
+    if len({s.stream for s in streams}) > 1:
+        print("streams (busy / exposed ms, exposed = no other stream running):")
+        for s in streams:
+            print(f"  {s.rank} stream {s.stream}: {s.kernels} kernels, {s.busy_us / 1000:.3f} / {s.exposed_us / 1000:.3f} ms")
+    for problem in result.problems:
+        where = f"{problem.path} " if problem.path else ""
+        print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
+    if args.out:
+        files = write_outputs(result, args.out, args.lang)
+        print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+    return 0

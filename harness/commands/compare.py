@@ -1,0 +1,56 @@
+"""`moe-harness compare`: several runs side by side as columns of one D4 table."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from analysis.errors import AnalysisError
+from harness.commands.analyze import add_analysis_options, options_from
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="put several runs side by side as columns of one D4 table",
+        description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out` "
+                    "(or a run directory holding analysis/), or trace files/directories analysed here with the options below.")
+    p.add_argument("columns", nargs="+", metavar="NAME=PATH[,PATH...]")
+    p.add_argument("--out", default=None, help="directory for compare.md and compare.csv")
+    add_analysis_options(p)
+    p.set_defaults(func=run)
+
+
+def _column(name: str, paths: list[str], args):
+    from analysis.api import ANALYSIS_FILE, analyze, load_column
+
+    if len(paths) == 1:
+        for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
+            if (candidate / ANALYSIS_FILE).exists():
+                column = load_column(candidate)
+                column.name = name
+                return column
+    return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
+
+
+def run(args) -> int:
+    from analysis.api import _atomic_write, write_table_csv
+    from analysis.d4 import render_markdown
+
+    columns = []
+    try:
+        for spec in args.columns:
+            name, sep, paths = spec.partition("=")
+            if not sep or not name or not paths:
+                print(f"moe-harness compare: a column is NAME=PATH[,PATH...], got {spec!r}", file=sys.stderr)
+                return 2
+            columns.append(_column(name, paths.split(","), args))
+    except AnalysisError as exc:
+        print(f"moe-harness compare: {exc}", file=sys.stderr)
+        return 1
+    table = render_markdown(columns, args.lang)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        _atomic_write(out / "compare.md", lambda fh: fh.write(table))
+        write_table_csv(out / "compare.csv", columns, args.lang)
+        print(f"wrote compare.md and compare.csv to {out}", file=sys.stderr)
+    return 0

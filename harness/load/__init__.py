@@ -1,0 +1,1 @@
+"""Steady load against an SGLang-compatible server; per-request records; summaries."""

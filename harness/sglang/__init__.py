@@ -1,0 +1,1 @@
+"""SGLang deployment: version pin, flag validation, launch plan, server actor, profile control."""

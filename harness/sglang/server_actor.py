@@ -1,0 +1,165 @@
+"""Ray side of an SGLang deployment: one actor per node, placed one bundle per node.
+
+Placement: one placement group, a bundle per node holding all its GPUs, STRICT_SPREAD, so each
+actor (and the server it starts) owns one whole node. Node 0's IP becomes --dist-init-addr.
+Any node that fails to start ends the deployment at once with that node's log tail.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from harness.sglang.plan import LaunchPlan, NodeLaunch
+from harness.sglang.process import ServerProcess, ServerStartError
+
+
+class DeploymentError(RuntimeError):
+    """A node failed: the message names the node and ends with its log tail."""
+
+
+@ray.remote(num_cpus=0)
+class SGLangNodeActor:
+    def __init__(self, node_rank: int):
+        self.node_rank = node_rank
+        self.server: ServerProcess | None = None
+
+    def node_ip(self) -> str:
+        return ray.util.get_node_ip_address()
+
+    def start(self, launch: NodeLaunch, log_path: str) -> int:
+        self.server = ServerProcess(list(launch.argv), launch.env, log_path)
+        return self.server.start()
+
+    def wait_ready(self, health_url: str | None, timeout_s: float) -> None:
+        self.server.wait_ready(health_url, timeout_s)
+
+    def exit_code(self) -> int | None:
+        return self.server.exit_code() if self.server else None
+
+    def log_tail(self) -> str:
+        return self.server.log_tail() if self.server else ""
+
+    def pid(self) -> int | None:
+        return self.server.proc.pid if self.server and self.server.proc else None
+
+    def wait_for_traces(self, trace_dir: str, rank_labels: list[str], prefix: str, timeout_s: float) -> list[str]:
+        """Paths of this node's trace files, one per expected rank label; raises when some never appear."""
+        deadline = time.monotonic() + timeout_s
+        found: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            for path in Path(trace_dir).glob(f"{prefix}-*.trace.json.gz"):
+                for label in rank_labels:
+                    if f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz"):
+                        found[label] = str(path)
+            if len(found) == len(rank_labels):
+                return [found[l] for l in rank_labels]
+            if self.exit_code() is not None:
+                break
+            time.sleep(0.2)
+        missing = [l for l in rank_labels if l not in found]
+        raise DeploymentError(f"node {self.node_rank}: no trace for rank(s) {', '.join(missing)} in {trace_dir} "
+                              f"after {timeout_s:.0f} s (prefix {prefix!r})")
+
+    def analyze_traces(self, paths: list[str], options: dict) -> dict:
+        """Analyse this node's ranks where the traces are; only small tables travel back."""
+        from analysis.api import AnalysisOptions, analyze
+        result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+                         options=AnalysisOptions(run=options.get("run", "run"),
+                                                 rank_policy=options.get("rank_policy", "mean")))
+        return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
+
+    def copy_traces(self, paths: list[str], dest_dir: str) -> list[str]:
+        Path(dest_dir).mkdir(parents=True, exist_ok=True)
+        out = []
+        for p in paths:
+            target = Path(dest_dir) / Path(p).name
+            tmp = target.with_suffix(target.suffix + ".tmp")
+            shutil.copyfile(p, tmp)
+            tmp.rename(target)
+            out.append(str(target))
+        return out
+
+    def stop(self) -> int | None:
+        return self.server.stop() if self.server else None
+
+
+@dataclass
+class Deployment:
+    plan: LaunchPlan
+    pg: object
+    actors: list
+    node0_ip: str
+    url: str
+
+    def stop(self) -> None:
+        """Stop every node's server (process groups), then free the actors and the placement group."""
+        try:
+            ray.get([a.stop.remote() for a in self.actors], timeout=60)
+        finally:
+            for a in self.actors:
+                ray.kill(a)
+            remove_placement_group(self.pg)
+
+    def check_alive(self) -> None:
+        codes = ray.get([a.exit_code.remote() for a in self.actors], timeout=30)
+        for rank, code in enumerate(codes):
+            if code is not None:
+                tail = ray.get(self.actors[rank].log_tail.remote(), timeout=30)
+                raise DeploymentError(f"node {rank}: SGLang server exited with status {code}\n"
+                                      f"--- log tail (node {rank}) ---\n{tail}")
+
+
+def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_timeout_s: float = 60.0,
+           connect_host: str | None = None) -> Deployment:
+    """Place, start and wait for every node; on any failure everything started is stopped."""
+    spec = plan.spec
+    bundles = [{"GPU": spec.gpus_per_node} for _ in range(spec.nodes)]
+    pg = placement_group(bundles, strategy="STRICT_SPREAD")
+    try:
+        ray.get(pg.ready(), timeout=placement_timeout_s)
+    except Exception as exc:
+        remove_placement_group(pg)
+        raise DeploymentError(f"cannot place {spec.nodes} node(s) x {spec.gpus_per_node} GPU(s) "
+                              f"(STRICT_SPREAD) within {placement_timeout_s:.0f} s: {exc}") from None
+    actors = [SGLangNodeActor.options(
+        num_gpus=spec.gpus_per_node,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+    ).remote(i) for i in range(spec.nodes)]
+    node0_ip = ray.get(actors[0].node_ip.remote(), timeout=60)
+    host = connect_host or (spec.host if spec.host not in ("0.0.0.0", "::") else node0_ip)
+    dep = Deployment(plan, pg, actors, node0_ip, f"http://{host}:{spec.port}")
+    try:
+        for node, actor in zip(plan.nodes, actors):
+            ray.get(actor.start.remote(node.with_node0_ip(node0_ip),
+                                       str(Path(log_dir) / f"sglang-node{node.node_rank}.log")), timeout=60)
+        _wait_all_ready(dep, ready_timeout_s)
+    except BaseException:
+        dep.stop()
+        raise
+    return dep
+
+
+def _wait_all_ready(dep: Deployment, timeout_s: float) -> None:
+    """Node 0 answers /health_generate; every other node must stay up meanwhile. First failure wins."""
+    pending = {rank: a.wait_ready.remote(f"{dep.url}/health_generate" if rank == 0 else None, timeout_s)
+               for rank, a in enumerate(dep.actors)}
+    ref_rank = {ref: rank for rank, ref in pending.items()}
+    refs = list(pending.values())
+    while refs:
+        done, refs = ray.wait(refs, num_returns=1, timeout=timeout_s + 30)
+        if not done:
+            raise DeploymentError(f"deployment not ready after {timeout_s:.0f} s")
+        rank = ref_rank[done[0]]
+        try:
+            ray.get(done[0])
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(exc.cause, ServerStartError) else exc
+            tail = ray.get(dep.actors[rank].log_tail.remote(), timeout=30)
+            raise DeploymentError(f"node {rank}: {cause}\n--- log tail (node {rank}) ---\n{tail}") from None
+        dep.check_alive()

@@ -1,0 +1,44 @@
+"""Scenario sections (engine: kind sglang, cluster) -> DeploymentSpec.
+
+Takes plain mappings (a typed scenario's `model_dump()` or the raw YAML) so it does not depend on
+how the schema class is built; unknown engine keys are errors naming the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from harness.sglang.plan import DeploymentSpec, PlanError, SpeculativeSpec
+
+# Scenario engine keys that are not DeploymentSpec fields (used by the run, not by the plan).
+RUN_ONLY_KEYS = {"kind", "start_timeout_s", "ready_timeout_s", "stop_timeout_s"}
+RENAMED = {}  # scenario key -> DeploymentSpec field, when they differ
+
+
+def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine") -> DeploymentSpec:
+    fields = {f.name for f in dataclasses.fields(DeploymentSpec)}
+    kwargs: dict[str, Any] = {}
+    unknown = []
+    for key, value in engine.items():
+        if key in RUN_ONLY_KEYS or value is None:
+            continue
+        name = RENAMED.get(key, key)
+        if name not in fields or name in ("nodes", "gpus_per_node"):
+            unknown.append(key)
+            continue
+        kwargs[name] = value
+    if unknown:
+        raise PlanError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    if "speculative" in kwargs:
+        spec = kwargs["speculative"]
+        try:
+            kwargs["speculative"] = SpeculativeSpec(**spec) if isinstance(spec, Mapping) else spec
+        except TypeError as exc:
+            raise PlanError(f"{where}.speculative: {exc}") from None
+    for key in ("cuda_graph_bs", "extra_args", "passthrough_env", "launcher"):
+        if key in kwargs:
+            kwargs[key] = tuple(kwargs[key])
+    if "env" in kwargs:
+        kwargs["env"] = {str(k): str(v) for k, v in kwargs["env"].items()}
+    return DeploymentSpec(nodes=int(cluster.get("nodes", 1)), gpus_per_node=int(cluster.get("gpus_per_node", 1)),
+                          **kwargs)

@@ -1,0 +1,90 @@
+"""The analysis on the real traces beside the checkout (../shared/traces/real, see its SOURCES.md)."""
+from collections import Counter
+
+import pytest
+
+from analysis.api import analyze
+from conftest import real_trace
+
+SERVING = [
+    ("nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz", "generic", 48),
+    ("nvidia/sglang_ds-r1-distill-llama-8b_b300/1782843274.7730265-TP-0-DECODE.trace.json.gz", "generic", 32),
+    ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "generic", 36),
+    ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "vllm-gpt-oss-sm100", 36),
+    ("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz", "generic", 36),
+    ("amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "sglang-qwen3-dense-mi300", 36),
+]
+
+
+@pytest.mark.parametrize("rel,signature,layers", SERVING)
+def test_layer_count_and_every_kernel_accounted(rel, signature, layers):
+    result = analyze([real_trace(rel)], signature=signature)
+    assert [s.layers_found for s in result.step_rows] == [layers]
+    step = result.step_rows[0]
+    rows = [r for r in result.kernel_rows if r.step == step.step]
+    assert len(rows) == step.kernels
+    assert all(r.source != "unattributed" or r.group == "unattributed" for r in rows)
+    attributed = sum(r.busy_us for r in rows if r.group != "unattributed")
+    unattributed = sum(r.busy_us for r in rows if r.group == "unattributed")
+    assert attributed + unattributed == pytest.approx(step.busy_us, rel=1e-3)
+    assert {r.layer for r in rows if r.section == "layer"} == set(range(layers))
+
+
+def _group_shares(result, merge_gate=True):
+    shares = Counter()
+    for r in result.kernel_rows:
+        group = "moe" if merge_gate and r.group == "gate" else r.group
+        shares[group] += r.busy_us
+    return shares
+
+
+@pytest.mark.parametrize("rel,signature", [
+    ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "vllm-gpt-oss-sm100"),
+    ("amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "sglang-qwen3-dense-mi300"),
+])
+def test_kernel_attribution_agrees_with_module_ranges(rel, signature):
+    from analysis.api import AnalysisOptions
+
+    path = real_trace(rel)
+    by_modules = analyze([path], signature=signature, options=AnalysisOptions(attribution="modules"))
+    by_kernels = analyze([path], signature=signature, options=AnalysisOptions(attribution="template"))
+    assert by_modules.step_rows[0].note.startswith("attributed by module_range")
+    assert by_kernels.step_rows[0].note.startswith("attributed by signature")
+    busy = by_modules.step_rows[0].busy_us
+    modules, kernels = _group_shares(by_modules), _group_shares(by_kernels)
+    for group in ("attention", "moe", "mlp", "other"):
+        assert abs(modules[group] - kernels[group]) <= 0.02 * busy, group
+    assert modules["attention"] > 0.05 * busy
+
+
+def test_graph_capture_trace_names_replayed_kernels():
+    replay = real_trace("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz")
+    capture = real_trace("amd/sglang_qwen3-8b_mi300x_decode/capture_traces/bs_32_rank0.json.gz")
+    from analysis.api import AnalysisOptions
+
+    result = analyze([replay], signature="sglang-qwen3-dense-mi300", options=AnalysisOptions(capture_traces=[capture]))
+    step = result.step_rows[0]
+    assert "capture" in step.note
+    assert step.layers_found == 36
+    sources = Counter(r.source for r in result.kernel_rows)
+    assert sources["capture"] >= 0.9 * step.kernels
+    groups = _group_shares(result)
+    assert groups["attention"] > 0 and groups["mlp"] > 0
+
+
+def test_deepseek_training_trace_families_and_three_streams():
+    result = analyze([real_trace("nvidia/deepseek-v3_train_h800/train.json")], signature="generic")
+    rows = result.kernel_rows
+    dpsk = [r for r in rows if r.kernel_name.startswith(("void dpsk::", "dpsk::"))]
+    assert dpsk and all(r.kernel not in ("other", "unattributed") for r in dpsk)
+    ep = [r for r in rows if "dpsk::ep::" in r.kernel_name]
+    assert ep and all(r.group == "communication" for r in ep)
+    from analysis.overlap import stream_summary
+
+    summary = {s.stream: s for s in stream_summary(rows)}
+    assert set(summary) == {7, 23, 27}
+    assert all(0 <= s.exposed_us <= s.busy_us for s in summary.values())
+    assert any(s.exposed_us < s.busy_us for s in summary.values())
+    busy = sum(r.busy_us for r in rows)
+    exposed = sum(r.exposed_us for r in rows)
+    assert 0 < exposed < busy  # the streams overlap, and the report says by how much

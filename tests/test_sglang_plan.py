@@ -1,0 +1,94 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.sglang.plan import (NODE0_PLACEHOLDER, DeploymentSpec, PlanError, SpeculativeSpec, build_plan,
+                                 expected_rank_labels)
+from harness.sglang.secrets import mask_argv, mask_env, mask_text
+from harness.sglang.spec import deployment_spec
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _spec(**kw):
+    base = dict(model_path="m", nodes=2, gpus_per_node=4, dp=8, ep=8, dp_attention=True,
+                moe_a2a_backend="deepep", deepep_mode="low_latency", max_running_requests=512)
+    base.update(kw)
+    return DeploymentSpec(**base)
+
+
+def test_each_node_gets_its_rank_and_node0_placeholder():
+    plan = build_plan(_spec(), environ={})
+    assert [n.node_rank for n in plan.nodes] == [0, 1]
+    for n in plan.nodes:
+        argv = list(n.argv)
+        assert argv[argv.index("--node-rank") + 1] == str(n.node_rank)
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--dist-init-addr") + 1] == f"{NODE0_PLACEHOLDER}:5000"
+        assert argv[argv.index("--tp-size") + 1] == "8"
+    filled = plan.nodes[1].with_node0_ip("10.0.0.7")
+    assert "10.0.0.7:5000" in filled.argv
+
+
+def test_deepep_env_sized_from_running_requests_and_mtp():
+    # 512 requests over dp 8 = 64 per rank, x 4 draft tokens = 256 tokens per rank per step.
+    plan = build_plan(_spec(speculative=SpeculativeSpec("EAGLE", 3, 1, 4)), environ={})
+    env = plan.nodes[0].env
+    assert env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "256"
+    assert env["NVSHMEM_IB_ENABLE_IBGDA"] == "1"
+    single = build_plan(DeploymentSpec(model_path="m", nodes=1, gpus_per_node=1), environ={})
+    assert "--nnodes" not in single.nodes[0].argv
+    assert "NVSHMEM_IB_ENABLE_IBGDA" not in single.nodes[0].env
+
+
+def test_secrets_pass_through_but_are_masked_when_printed():
+    plan = build_plan(_spec(env={"MY_API_KEY": "k-12345"}, extra_args=("--api-key", "sk-999")),
+                      environ={"HF_TOKEN": "hf_abcdef", "UNRELATED": "x"})
+    node = plan.nodes[0]
+    assert node.env["HF_TOKEN"] == "hf_abcdef" and node.env["MY_API_KEY"] == "k-12345"
+    assert "UNRELATED" not in node.env
+    text = plan.render() + str(plan.to_manifest())
+    for secret in ("hf_abcdef", "k-12345", "sk-999"):
+        assert secret not in text
+    assert "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=" in plan.render().replace("'", "")
+    assert mask_argv(["--api-key=abc", "--port", "1"]) == ["--api-key=***", "--port", "1"]
+    assert mask_env({"NUM_DRAFT_TOKENS": "4", "AWS_SECRET_ACCESS_KEY": "s"}) == {"NUM_DRAFT_TOKENS": "4",
+                                                                                "AWS_SECRET_ACCESS_KEY": "***"}
+    assert mask_text("token is hf_abcdef.", {"HF_TOKEN": "hf_abcdef"}) == "token is ***."
+
+
+def test_rank_labels_follow_sglang_trace_naming():
+    labels = expected_rank_labels(_spec())
+    assert labels[0][0] == "TP-0-DP-0-EP-0" and labels[1][3] == "TP-7-DP-7-EP-7"
+    plain = expected_rank_labels(DeploymentSpec(model_path="m", nodes=1, gpus_per_node=2))
+    assert plain == {0: ["TP-0", "TP-1"]}
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(tp=4), "must equal nodes x gpus_per_node"),
+    (dict(dp=3), "dp=3 must divide tp=8"),
+    (dict(dp_attention=False), "dp > 1 needs dp_attention"),
+    (dict(moe_a2a_backend=None, deepep_mode="low_latency"), "deepep_mode is set but"),
+])
+def test_impossible_specs_are_rejected(kw, message):
+    with pytest.raises(PlanError, match=message):
+        build_plan(_spec(**kw), environ={})
+
+
+def test_unknown_engine_key_names_the_key():
+    with pytest.raises(PlanError, match="engine: unknown key\\(s\\) tp_szie"):
+        deployment_spec({"kind": "sglang", "model_path": "m", "tp_szie": 2}, {"nodes": 1, "gpus_per_node": 2})
+
+
+def test_plan_command_prints_b200_mtp(capsys):
+    import argparse
+
+    from harness.commands import plan as plan_command
+    parser = argparse.ArgumentParser()
+    plan_command.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", str(REPO / "scenarios" / "b200_mtp.yaml")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("sglang.launch_server") == 2
+    assert "--speculative-algorithm EAGLE" in out and "--node-rank 1" in out
