@@ -252,7 +252,8 @@ def load_trace(
     launch_names = {launch.correlation: launch.name for launch in collector.launches}
     kernels = collector.kernels
     for kernel in kernels:
-        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
+        if kernel.kind != "cpu_op":  # CPU operators keep launcher "cpu": they ran on the thread itself
+            kernel.launcher = launch_names.get(kernel.correlation, "unknown")
     kernels.sort(key=lambda k: (k.start_us, k.stream))
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges):
         ranges.sort(key=lambda r: (r.start_us, -r.dur_us))

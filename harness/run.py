@@ -93,6 +93,7 @@ def connect_ray(repo_root: Path, progress: Progress) -> Any:
         progress.note(f"connected to the Ray cluster at {os.environ['RAY_ADDRESS']}")
     else:
         ray.init(
+            address="local",  # a new instance: never join some other local cluster by accident
             log_to_driver=False,
             include_dashboard=False,
             runtime_env={"env_vars": {"PYTHONPATH": str(repo_root)}},
@@ -159,9 +160,8 @@ def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Pr
 
 
 def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir: Path) -> tuple[str, dict[str, str]]:
-    """analysis.api on the collected traces; returns the D4 table (markdown) and the files written."""
+    """analysis.api on the collected traces; returns the D4 table (markdown, as written) and the files."""
     from analysis.api import AnalysisOptions, analyze, write_outputs
-    from analysis.d4 import render_markdown
 
     a = scenario.analysis
     result = analyze(
@@ -170,13 +170,11 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
         model=a.model,
         options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy),
     )
-    files = write_outputs(result, str(out_dir))
-    table = render_markdown([(run_name, result.d4)], lang="en")
-    problems = getattr(result, "problems", [])
-    if problems:
-        table += f"\n\n{len(problems)} problem(s) reported by the analysis: see {out_dir}/analysis.json"
-    written = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {"files": str(files)}
-    return table, written
+    files = write_outputs(result, out_dir)
+    table = Path(files["d4.md"]).read_text(encoding="utf-8")
+    if result.problems:
+        table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
+    return table, {name: str(path) for name, path in files.items()}
 
 
 def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
