@@ -59,7 +59,7 @@ class Progress:
     def __init__(self, quiet: bool = False):
         from rich.console import Console
 
-        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
         self.timings_s: dict[str, float] = {}
         self.current: str | None = None
 
