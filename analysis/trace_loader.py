@@ -374,7 +374,7 @@ def load_trace(
     launch_names = {launch.correlation: launch.name for launch in collector.launches}
     for kernel in collector.kernels:
         kernel.launcher = launch_names.get(kernel.correlation, "unknown")
-    if not collector.kernels:  # CPU-only trace: leaf operators, launcher "cpu"
+    if not collector.kernels:  # CPU-only trace: operators' self time, launcher "cpu"
         collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
     if not collector.kernels:
         raise TraceLoadError(
@@ -401,23 +401,31 @@ def load_trace(
 
 
 def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
-    """For CPU-only traces: the innermost CPU operators stand in for kernels, one stream per thread.
+    """For CPU-only traces: CPU operators stand in for kernels, each with its self time.
 
-    An operator that encloses another on the same thread is a wrapper (aten::linear around
-    aten::addmm); only the leaves do the work, so only they are kept and no time is counted twice.
+    Operators nest (aten::linear > aten::mm > aten::resolve_conj); counting whole durations would
+    count time twice, and keeping only the innermost would lose the matmul's own work to its tiny
+    children. So each operator keeps its self time (its duration less its direct children's),
+    placed at its start, one stream per thread.
     """
     by_thread: dict[int, list[Range]] = {}
     for op in cpu_ops:
         by_thread.setdefault(op.tid, []).append(op)
-    leaves: list[Kernel] = []
+    result: list[Kernel] = []
     for tid, ops in by_thread.items():
         ops.sort(key=lambda r: (r.start_us, -r.dur_us))
+        self_us = [op.dur_us for op in ops]
+        stack: list[int] = []
         for i, op in enumerate(ops):
-            nxt = ops[i + 1] if i + 1 < len(ops) else None
-            if nxt is not None and nxt.start_us < op.end_us:
-                continue  # encloses the next operator: a wrapper
-            leaves.append(Kernel(op.name, tid, op.start_us, op.dur_us, -1, "cpu", "cpu_op"))
-    return leaves
+            while stack and ops[stack[-1]].end_us <= op.start_us:
+                stack.pop()
+            if stack:
+                self_us[stack[-1]] -= op.dur_us
+            stack.append(i)
+        for op, own in zip(ops, self_us):
+            if own > 0:
+                result.append(Kernel(op.name, tid, op.start_us, own, -1, "cpu", "cpu_op"))
+    return result
 
 
 def _device_name(header: bytes, tail: bytes) -> str | None:

@@ -59,7 +59,7 @@ class Progress:
     def __init__(self, quiet: bool = False):
         from rich.console import Console
 
-        self.console = Console(stderr=True, quiet=quiet, highlight=False)
+        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
         self.timings_s: dict[str, float] = {}
         self.current: str | None = None
 
@@ -93,6 +93,7 @@ def connect_ray(repo_root: Path, progress: Progress) -> Any:
         progress.note(f"connected to the Ray cluster at {os.environ['RAY_ADDRESS']}")
     else:
         ray.init(
+            address="local",  # a new instance: never join some other local cluster by accident
             log_to_driver=False,
             include_dashboard=False,
             runtime_env={"env_vars": {"PYTHONPATH": str(repo_root)}},
@@ -146,22 +147,21 @@ def start_engine(ray: Any, scenario: Scenario, log_path: Path) -> EngineHandle:
     return EngineHandle(ray, actor, log_path)
 
 
-def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress) -> list[float]:
+def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress, step_ms: list[float]) -> None:
+    """Decode one step at a time (appending to `step_ms`, so a failure keeps them) until steady."""
     w = scenario.workload
-    step_ms: list[float] = []
     while len(step_ms) < w.max_warmup_steps:
         step_ms += handle.call("decode", 1, timeout_s=scenario.profile.timeout_s)
         if is_steady(step_ms, w.warmup_steps, w.steady_window, w.steady_rel_spread):
             window = step_ms[-w.steady_window :]
             progress.note(f"steady after {len(step_ms)} steps: {sum(window) / len(window):.2f} ms per step")
-            return step_ms
+            return
     raise NotSteadyError(step_ms, w.steady_window, w.steady_rel_spread)
 
 
 def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir: Path) -> tuple[str, dict[str, str]]:
-    """analysis.api on the collected traces; returns the D4 table (markdown) and the files written."""
+    """analysis.api on the collected traces; returns the D4 table (markdown, as written) and the files."""
     from analysis.api import AnalysisOptions, analyze, write_outputs
-    from analysis.d4 import render_markdown
 
     a = scenario.analysis
     result = analyze(
@@ -170,13 +170,11 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
         model=a.model,
         options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy),
     )
-    files = write_outputs(result, str(out_dir))
-    table = render_markdown([(run_name, result.d4)], lang="en")
-    problems = getattr(result, "problems", [])
-    if problems:
-        table += f"\n\n{len(problems)} problem(s) reported by the analysis: see {out_dir}/analysis.json"
-    written = {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {"files": str(files)}
-    return table, written
+    files = write_outputs(result, out_dir)
+    table = Path(files["d4.md"]).read_text(encoding="utf-8")
+    if result.problems:
+        table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
+    return table, {name: str(path) for name, path in files.items()}
 
 
 def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
@@ -236,8 +234,8 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         with progress.phase("prefill"):
             manifest["prefill_ms"] = handle.call("prefill", timeout_s=scenario.profile.timeout_s)
         with progress.phase("warm up to steady state"):
-            warmup_ms = drive_to_steady_state(handle, scenario, progress)
-            manifest["warmup_step_ms"] = warmup_ms
+            warmup_ms: list[float] = manifest.setdefault("warmup_step_ms", [])
+            drive_to_steady_state(handle, scenario, progress, warmup_ms)
         prefix = scenario.outputs.trace_prefix or run_dir.name
         with progress.phase(f"profile {scenario.profile.num_steps} decode steps"):
             profiled = handle.call(

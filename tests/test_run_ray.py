@@ -1,0 +1,246 @@
+"""The main job through a real Ray head: `ray job submit ... python harness/run.py --scenario demo`.
+
+One head (`ray start --head` on free ports, its own temp dir) serves every test in this file; it is
+stopped by killing exactly the processes it started.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+START_TIMEOUT_S = 90
+JOB_TIMEOUT_S = 150
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["RAY_AUTH_MODE"] = "disabled"  # a private loopback head: no token to distribute
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+def _pids_using(temp_dir: str) -> list[int]:
+    """Processes of one Ray head: its temp dir is in their command line or among their open files
+    (Ray renames some processes, e.g. `ray::DashboardAgent`, so the command line alone misses them)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if temp_dir in cmdline or any(temp_dir in os.readlink(fd) for fd in (entry / "fd").iterdir()):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+class RayHead:
+    def __init__(self) -> None:
+        self.temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths are length-limited
+        self.gcs_port = _free_port()
+        self.dashboard_port = _free_port()
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self.gcs = f"127.0.0.1:{self.gcs_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [
+            str(BIN / "ray"), "start", "--head", "--block", f"--port={self.gcs_port}", "--node-ip-address=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
+            f"--temp-dir={self.temp_dir}", "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats",
+            f"--ray-client-server-port={_free_port()}",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ray start exited with {self.proc.returncode}")
+            probe = subprocess.run(
+                [str(BIN / "ray"), "job", "list", "--address", self.dashboard],
+                env=_env(), capture_output=True, timeout=30,
+            )
+            if probe.returncode == 0:
+                return
+            time.sleep(2)
+        raise RuntimeError(f"Ray head did not answer on {self.dashboard} within {START_TIMEOUT_S} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            left = _pids_using(self.temp_dir)
+            if not left:
+                return
+            for pid in left:  # processes of this head that left its process group
+                try:
+                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 10 else signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(1)
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    head = RayHead()
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+
+
+def _submit(head: RayHead, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(BIN / "ray"), "job", "submit", "--address", head.dashboard, "--working-dir", ".",
+        "--", "python", "harness/run.py", *args,
+    ]
+    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+
+
+def _run_driver(head: RayHead, *args: str) -> subprocess.CompletedProcess[str]:
+    """harness/run.py as a plain script connecting to the head through RAY_ADDRESS."""
+    return subprocess.run(
+        [sys.executable, "harness/run.py", *args], cwd=REPO, env=_env(RAY_ADDRESS=head.gcs),
+        capture_output=True, text=True, timeout=JOB_TIMEOUT_S,
+    )
+
+
+def _only_run_dir(root: Path) -> Path:
+    dirs = [p for p in root.iterdir() if p.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def _d4_rows(table: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines() if line.startswith("|")]
+
+
+@pytest.mark.timeout(400)
+def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = _submit(ray_head, "--scenario", "demo", "--runs-dir", str(runs))
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "succeeded" in output
+    run_dir = _only_run_dir(runs)
+    assert re.fullmatch(r"demo-\d{8}-\d{6}", run_dir.name)
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "ok" and manifest["in_ray_job"] is True
+    listed = {f["path"]: f for f in manifest["files"]}
+    for expected in ("scenario.yaml", "engine.log", "load/requests.jsonl", "load/steps.jsonl",
+                     f"traces/{run_dir.name}-TP-0-DECODE.trace.json.gz", "analysis/d4.md", "analysis/kernels_long.csv"):
+        assert expected in listed, (expected, sorted(listed))
+        assert listed[expected]["bytes"] == (run_dir / expected).stat().st_size
+    from harness.run_dir import sha256_of
+
+    assert all(sha256_of(run_dir / p) == f["sha256"] for p, f in listed.items())
+    requests = [json.loads(line) for line in (run_dir / "load/requests.jsonl").read_text().splitlines()]
+    assert len(requests) == 4 and all(r["completed"] and r["output_len"] == 40 for r in requests)
+    assert "built DeepseekV3ForCausalLM" in (run_dir / "engine.log").read_text()
+
+    # The D4 table printed by the job is the one written to the run directory.
+    d4 = (run_dir / "analysis" / "d4.md").read_text()
+    assert d4.strip().splitlines()[-1] in output
+    rows = _d4_rows(d4)
+    text = d4.lower()
+    for group in ("attention", "gate", "moe"):
+        assert group in text, group
+    # Every layer (4 in the tiny preset) appears in the long table, each with positive time.
+    import csv
+
+    with open(run_dir / "analysis" / "kernels_long.csv", newline="") as fh:
+        long_rows = list(csv.DictReader(fh))
+    per_layer: dict[int, float] = {}
+    for row in long_rows:
+        if row["section"] == "layer":
+            per_layer[int(row["layer"])] = per_layer.get(int(row["layer"]), 0.0) + float(row["busy_us"])
+    assert sorted(per_layer) == [0, 1, 2, 3]
+    assert all(v > 0 for v in per_layer.values())
+    groups_by_layer = {}
+    for row in long_rows:
+        if row["section"] == "layer":
+            groups_by_layer.setdefault(int(row["layer"]), set()).add(row["group"])
+    assert "mlp" in groups_by_layer[0] and "gate" not in groups_by_layer[0]  # first_k_dense_replace = 1
+    assert all({"attention", "gate", "moe"} <= groups_by_layer[i] for i in (1, 2, 3))
+    assert rows, d4
+
+
+@pytest.mark.timeout(300)
+def test_actor_crash_fails_the_run_and_keeps_files(ray_head: RayHead, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = _run_driver(ray_head, "--scenario", "tests/scenarios/crash.yaml", "--runs-dir", str(runs))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the engine actor died during decode" in done.stderr
+    run_dir = _only_run_dir(runs)
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "failed"
+    assert manifest["error"]["phase"] == "warm up to steady state"
+    log = (run_dir / "engine.log").read_text()
+    assert "built DeepseekV3ForCausalLM" in log and "prefill" in log  # collected before the crash
+    assert {f["path"] for f in manifest["files"]} >= {"scenario.yaml", "engine.log", "scenario.source.yaml"}
+    assert not (run_dir / "traces").exists()
+
+
+@pytest.mark.timeout(300)
+def test_no_steady_state_and_second_run_does_not_overwrite(ray_head: RayHead, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    first = _run_driver(ray_head, "--scenario", "tests/scenarios/no_steady.yaml", "--runs-dir", str(runs))
+    second = _run_driver(ray_head, "--scenario", "tests/scenarios/no_steady.yaml", "--runs-dir", str(runs))
+    for done in (first, second):
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "never reached steady state within 8 steps" in done.stderr
+    dirs = sorted(p for p in runs.iterdir() if p.is_dir())
+    assert len(dirs) == 2
+    manifests = [_manifest(d) for d in dirs]
+    assert all(m["status"] == "failed" and len(m["warmup_step_ms"]) == 8 for m in manifests)
+    assert manifests[0]["run_dir"] != manifests[1]["run_dir"]
+    assert manifests[0]["started_at"] != manifests[1]["started_at"]
+
+
+@pytest.mark.timeout(300)
+def test_profile_without_trace_fails_clearly(ray_head: RayHead, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = _run_driver(ray_head, "--scenario", "tests/scenarios/no_trace.yaml", "--runs-dir", str(runs))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "the profile wrote no trace" in done.stderr
+    run_dir = _only_run_dir(runs)
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "failed"
+    assert len(manifest["warmup_step_ms"]) >= 6  # warm-up data collected before the failure is kept
+    assert "fault injection: trace export skipped" in (run_dir / "engine.log").read_text()

@@ -1,0 +1,124 @@
+"""Scenario schema: unknown keys and impossible combinations are errors naming the file, key and line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.scenario import SCENARIOS_DIR, ScenarioError, load_scenario, parse_scenario, resolve_scenario_path
+
+DEMO = (SCENARIOS_DIR / "demo.yaml").read_text()
+
+
+def _problems(text: str, source: str = "bad.yaml") -> str:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, source)
+    assert info.value.source == source
+    return str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")))
+def test_shipped_scenarios_are_valid(name: str) -> None:
+    scenario, path = load_scenario(name)
+    assert scenario.name == path.stem
+
+
+def test_unknown_key_names_file_key_and_line() -> None:
+    text = DEMO.replace("  num_steps: 3", "  num_step: 3")
+    message = _problems(text, "scenarios/typo.yaml")
+    line = 1 + text.splitlines().index("  num_step: 3")
+    assert "scenarios/typo.yaml" in message
+    assert f"profile.num_step (line {line}): unknown key" in message
+
+
+def test_unknown_top_level_section() -> None:
+    assert "outputz" in _problems(DEMO + "outputz: {}\n")
+
+
+def test_unknown_engine_kind_is_named() -> None:
+    message = _problems(DEMO.replace("kind: embedded", "kind: vllm"))
+    assert "engine.kind" in message and "'vllm'" in message
+
+
+def test_wrong_type_names_key() -> None:
+    assert "workload.batch_size" in _problems(DEMO.replace("batch_size: 4", "batch_size: many"))
+
+
+def test_cuda_without_gpus_is_rejected() -> None:
+    message = _problems(DEMO.replace("device: cpu", "device: cuda"))
+    assert "engine.device is cuda but cluster.gpus_per_node is 0" in message
+
+
+def test_profile_longer_than_requests_is_rejected() -> None:
+    message = _problems(DEMO.replace("output_len: 40", "output_len: 10"))
+    assert "workload.output_len (10)" in message and "profile.num_steps" in message
+
+
+def test_every_combination_problem_is_reported_at_once() -> None:
+    text = DEMO.replace("device: cpu", "device: cuda").replace("output_len: 40", "output_len: 10")
+    message = _problems(text)
+    assert "engine.device" in message and "workload.output_len" in message
+
+
+def test_embedded_on_several_nodes_is_rejected() -> None:
+    assert "embedded engine runs on one node" in _problems(DEMO.replace("nodes: 1", "nodes: 2"))
+
+
+def test_grouped_topk_shape_is_checked() -> None:
+    text = DEMO.replace("  name: deepseek-v3-tiny", "  name: deepseek-v3-tiny\n  n_routed_experts: 30")
+    assert "model.n_routed_experts (30) is not divisible by model.n_group (4)" in _problems(text)
+
+
+def test_no_dense_layer_is_rejected() -> None:
+    text = DEMO.replace("  name: deepseek-v3-tiny", "  name: deepseek-v3-tiny\n  first_k_dense_replace: 0")
+    assert "model.first_k_dense_replace (0)" in _problems(text)
+
+
+def test_unknown_preset_lists_known_ones() -> None:
+    message = _problems(DEMO.replace("preset: tiny-cpu", "preset: huge"))
+    assert "engine.preset: unknown preset 'huge'" in message and "tiny-cpu" in message
+
+
+def test_sglang_tp_beyond_cluster_gpus() -> None:
+    text = """
+name: sg
+cluster: {nodes: 1, gpus_per_node: 8}
+engine: {kind: sglang, model_path: deepseek-ai/DeepSeek-V3, tp: 16}
+"""
+    assert "engine.tp (16) exceeds the cluster's GPUs" in _problems(text)
+
+
+def test_sglang_rejects_embedded_only_keys() -> None:
+    text = """
+name: sg
+cluster: {nodes: 1, gpus_per_node: 8}
+engine: {kind: sglang, model_path: m, tp: 8, preset: tiny-cpu}
+"""
+    assert "engine.preset" in _problems(text) and "unknown key" in _problems(text)
+
+
+def test_not_a_mapping() -> None:
+    assert "top level must be a mapping" in _problems("- just\n- a list\n")
+
+
+def test_lookup_by_name_and_by_path(tmp_path: Path) -> None:
+    assert resolve_scenario_path("demo") == SCENARIOS_DIR / "demo.yaml"
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(DEMO)
+    assert resolve_scenario_path(str(copy)) == copy
+    with pytest.raises(ScenarioError, match="no scenario named 'nope'"):
+        resolve_scenario_path("nope")
+
+
+def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.commands import validate
+
+    import argparse
+
+    assert validate.run(argparse.Namespace(scenario="demo")) == 0
+    assert "ok:" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEMO.replace("kind: embedded", "kind: embedded\n  colour: red"))
+    assert validate.run(argparse.Namespace(scenario=str(bad))) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "engine.colour" in err and "unknown key" in err
