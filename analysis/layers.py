@@ -13,7 +13,7 @@ import bisect
 from collections import Counter
 from dataclasses import dataclass
 
-from analysis.align import align
+from analysis.align import align, align_scored
 from analysis.signature import Entry, Signature
 from analysis.tables import (
     SECTION_LAYER,
@@ -27,7 +27,7 @@ from analysis.tables import (
 from analysis.trace_model import Kernel
 
 
-OUTSIDE_WEIGHT = 0.5  # pre/post entries score less than layer entries in the alignment
+OUTSIDE_WEIGHT = 0.02  # pre/post catch-alls score less than any layer entry in the alignment
 
 
 @dataclass
@@ -77,10 +77,18 @@ def _assign_region(
     unmatched_tail_section: str | None = None,
 ) -> None:
     """Align kernels `region` (indices) against before+after; fill their slots."""
-    template = [*before, *after]
-    weights = [OUTSIDE_WEIGHT if section != SECTION_LAYER else 1.0
-               for section, part in ((before_section, before), (after_section, after)) for _ in part]
-    matched = align([names[i] for i in region], template, weights)
+    names_here = [names[i] for i in region]
+    best: tuple[float, list[int | None], list[Entry], list[Entry]] | None = None
+    # A layer is dense or MoE, never both: try each kind for each side, keep the best alignment.
+    for before_kind in _kinds(before):
+        for after_kind in _kinds(after):
+            b = [e for e in before if e.in_layers in ("all", before_kind)]
+            a = [e for e in after if e.in_layers in ("all", after_kind)]
+            weights = [_section_weight(e, before_section) for e in b] + [_section_weight(e, after_section) for e in a]
+            score, matched = align_scored(names_here, [*b, *a], weights)
+            if best is None or score > best[0]:
+                best = (score, matched, b, a)
+    _score, matched, before, after = best
     split = len(before)
     first_after = next((p for p, m in enumerate(matched) if m is not None and m >= split), None)
     last_before = max((p for p, m in enumerate(matched) if m is not None and m < split), default=None)
@@ -100,6 +108,16 @@ def _assign_region(
             slots[kernel_index] = _unattributed(unmatched_tail_section, -1)
         else:
             slots[kernel_index] = _unattributed(before_section, before_unit)
+
+
+def _section_weight(entry: Entry, section: str) -> float:
+    """Hand-written pre/post catch-alls yield to layer entries; learned (weighted) ones compete."""
+    return OUTSIDE_WEIGHT if section != SECTION_LAYER and entry.weights is None else 1.0
+
+
+def _kinds(entries: list[Entry]) -> list[str]:
+    kinds = {e.in_layers for e in entries} - {"all"}
+    return sorted(kinds) or ["all"]
 
 
 def cut_by_template(kernels: list[Kernel], sig: Signature) -> LayerCut:

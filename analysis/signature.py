@@ -30,6 +30,7 @@ class Entry(_Strict):
     repeat: bool = False
     example: str | None = None  # a real kernel name for this slot (documentation; synthetic fixtures)
     in_layers: str = "all"  # all | dense | moe: which layers launch it (documentation; synthetic fixtures)
+    weights: dict[str, float] | None = None  # per exact name: how characteristic it is of this slot (learned)
 
     @field_validator("in_layers")
     @classmethod
@@ -51,8 +52,23 @@ class Entry(_Strict):
     def regex(self) -> re.Pattern[str]:
         return re.compile(self.match)
 
+    @cached_property
+    def _seen(self) -> dict[str, bool]:
+        return {}
+
     def matches(self, kernel_name: str) -> bool:
-        return self.regex.search(kernel_name) is not None
+        hit = self._seen.get(kernel_name)
+        if hit is None:
+            hit = self._seen[kernel_name] = self.regex.search(kernel_name) is not None
+        return hit
+
+    def weight_of(self, kernel_name: str) -> float:
+        if self.weights is None:
+            return 1.0
+        return self.weights.get(kernel_name, 0.05)
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 class Family(_Strict):

@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "harness.commands.metrics",
     "harness.commands.report",
     "harness.commands.ncu",
+    "harness.commands.learn_signature",
 ]
 
 

@@ -49,14 +49,40 @@ def test_three_steps_of_four_layers_by_both_sources(attributed) -> None:
         assert {"attention", "gate", "moe"} <= layer_groups[layer] and "mlp" not in layer_groups[layer]
 
 
-def test_signature_agrees_with_module_ranges_on_the_big_modules(attributed) -> None:
+def _agreement_failures(template, modules):
+    """Each module within 2% of its own time or 1% of all layer time, whichever is larger.
+
+    Why the second bound on CPU: operators are named by nothing but their ATen name, and the one
+    large aten::mul of the rotary table (before layer 0) reads like layer 0's input norm; such a
+    border operator moves a small module by more than 2% of itself but never by 1% of the layers.
+    """
+    layer_total = sum(modules.values())
+    failures = []
+    for key in set(template) | set(modules):
+        a, b = template.get(key, 0.0), modules.get(key, 0.0)
+        allowed = max(0.02 * b, 0.01 * layer_total)
+        if abs(a - b) > allowed:
+            failures.append((key, round(a, 1), round(b, 1)))
+    return failures
+
+
+def test_signature_agrees_with_module_ranges_per_module(attributed) -> None:
     template = _by_module(attributed["template"][0])
     modules = _by_module(attributed["modules"][0])
-    # Attention and routed experts hold most of the operator time; on CPU the two sources may only
-    # disagree on zero-cost view/copy operators at module borders.
-    for key in (("attention", "self_attn"), ("moe", "experts")):
-        assert modules[key] > 0
-        assert abs(template[key] - modules[key]) <= 0.02 * modules[key], (key, template[key], modules[key])
-    layer_total = sum(modules.values())
-    for key in set(template) | set(modules):
-        assert abs(template.get(key, 0.0) - modules.get(key, 0.0)) <= 0.02 * layer_total, key
+    assert modules[("attention", "self_attn")] > 0 and modules[("moe", "experts")] > 0
+    assert not _agreement_failures(template, modules)
+
+
+def test_learned_from_one_step_names_the_other_steps() -> None:
+    """Held out: learn from step 0's module ranges, check steps 1 and 2 against theirs."""
+    from analysis.learn_signature import learn_signature
+    from analysis.signature import Signature
+
+    trace = load_trace(str(TRACE))
+    base = load_signature("embedded-hf-deepseek-v3-cpu")
+    learned = Signature(**learn_signature(trace, base, "held-out", "learned from step 0", steps={0}))
+    rows_t, steps_t = attribute_rank(trace, learned, None, RankOptions(attribution="template"))
+    rows_m, _ = attribute_rank(trace, learned, None, RankOptions(attribution="modules"))
+    assert [s.layers_found for s in steps_t] == [4, 4, 4]
+    held_out = lambda rows: [r for r in rows if r.step in (1, 2)]  # noqa: E731
+    assert not _agreement_failures(_by_module(held_out(rows_t)), _by_module(held_out(rows_m)))

@@ -1,0 +1,174 @@
+"""Learn a signature template from a trace that has nn.Module ranges.
+
+Why: an eager or CPU trace names every kernel by module, but a CUDA-graph trace of the same stack
+does not. Learning turns the first into a signature for the second: each run of kernels that one
+module launched becomes a template entry that matches the names seen there, weighted by how
+characteristic each name is of that module (a name seen mostly in the experts scores higher
+there than in attention), so the alignment puts module borders where the names change.
+"""
+from __future__ import annotations
+
+import difflib
+import re
+from collections import Counter, defaultdict
+
+from analysis.attribute import RankOptions, attribute_rank
+from analysis.signature import Signature
+from analysis.tables import SECTION_LAYER, UNATTRIBUTED, KernelRow
+from analysis.trace_model import RankTrace
+
+Block = tuple[str, str]  # (group, module)
+
+
+def _layers(rows: list[KernelRow], main_stream: int) -> list[list[KernelRow]]:
+    by_layer: dict[tuple[int, int], list[KernelRow]] = defaultdict(list)
+    for r in rows:
+        if r.section == SECTION_LAYER and r.stream == main_stream and r.group != UNATTRIBUTED:
+            by_layer[(r.step, r.layer)].append(r)
+    return [sorted(v, key=lambda r: r.start_us) for _, v in sorted(by_layer.items())]
+
+
+def _blocks(layer: list[KernelRow]) -> list[tuple[Block, list[str]]]:
+    out: list[tuple[Block, list[str]]] = []
+    for r in layer:
+        key = (r.group, r.module)
+        if out and out[-1][0] == key:
+            out[-1][1].append(r.kernel_name)
+        else:
+            out.append((key, [r.kernel_name]))
+    return out
+
+
+def _merge_orders(orders: list[list[Block]]) -> list[tuple[Block, bool]]:
+    """One block order covering every layer kind; blocks missing from some kind are optional."""
+    merged = list(orders[0])
+    for other in orders[1:]:
+        matcher = difflib.SequenceMatcher(a=merged, b=other, autojunk=False)
+        result: list[Block] = []
+        for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+            # An alternative branch (dense MLP instead of gate + experts) goes first: each kind's
+            # own blocks then keep their order, and neither can take the other's kernels.
+            if tag in ("insert", "replace"):
+                result.extend(other[b0:b1])
+            result.extend(merged[a0:a1])
+        merged = result
+    counts = Counter()
+    for order in orders:
+        counts.update(set(order))
+    return [(b, any(b not in set(o) for o in orders)) for b in merged]
+
+
+def _layer_kind_of(block: Block, orders: list[list[Block]]) -> str:
+    """all, or dense / moe for blocks only layers of that kind launch."""
+    if len(orders) != 2 or all(block in o for o in orders):
+        return "all"
+    is_moe = [any(g in ("moe", "gate") for g, _ in o) for o in orders]
+    if is_moe[0] == is_moe[1]:
+        return "all"
+    holder = next(i for i, o in enumerate(orders) if block in o)
+    return "moe" if is_moe[holder] else "dense"
+
+
+def learn_signature(trace: RankTrace, base: Signature, name: str, description: str,
+                    steps: set[int] | None = None) -> dict:
+    """A signature (as a YAML-ready dict) learned from `trace`'s module ranges under `base`'s map.
+
+    `steps` limits learning to those step indices (to check the result on the others).
+    """
+    if base.module_ranges is None or not trace.module_ranges:
+        raise ValueError("learning needs module ranges in the trace and a `module_ranges` map in the base signature")
+    rows, _steps = attribute_rank(trace, base, None, RankOptions(attribution="modules"))
+    if steps is not None:
+        rows = [r for r in rows if r.step in steps]
+        if not rows:
+            raise ValueError(f"no kernels in steps {sorted(steps)}")
+    main = Counter(r.stream for r in rows).most_common(1)[0][0]
+    layers = _layers(rows, main)
+    if not layers:
+        raise ValueError("no layer kernels named by module ranges: check the base signature's `layer` class")
+    kinds: dict[tuple[Block, ...], list[list[tuple[Block, list[str]]]]] = defaultdict(list)
+    for layer in layers:
+        blocks = _blocks(layer)
+        kinds[tuple(b for b, _ in blocks)].append(blocks)
+    # Keep the (at most two: dense, MoE) layer kinds seen in every step; rarer orders are boundary effects.
+    common = sorted(kinds.items(), key=lambda kv: -len(kv[1]))
+    learned_steps = len({r.step for r in rows})
+    orders = [list(k) for k, v in common if len(v) >= learned_steps][:2] or [list(common[0][0])]
+    block_order = _merge_orders(orders)
+    # Name frequencies per block position (the n-th occurrence of a block in the layer).
+    names_at: dict[int, Counter] = defaultdict(Counter)
+    for order_blocks in (blk for k, v in kinds.items() if list(k) in orders for blk in v):
+        cursor = 0
+        for key, names in order_blocks:
+            while cursor < len(block_order) and block_order[cursor][0] != key:
+                cursor += 1
+            if cursor == len(block_order):
+                break
+            names_at[cursor].update(names)
+            cursor += 1
+    totals = {i: sum(c.values()) for i, c in names_at.items()}
+    share = {i: {n: c / totals[i] for n, c in names_at[i].items()} for i in names_at}
+    outside = {section: Counter(r.kernel_name for r in rows if r.section == section and r.stream == main)
+               for section in ("pre", "post")}
+    best = Counter()
+    for shares in [*share.values(), *(_shares(c) for c in outside.values())]:
+        for n, s in shares.items():
+            best[n] = max(best[n], s)
+    anchor_name, anchor_pos = _choose_anchor(layers, names_at)
+    entries: list[dict] = []
+    for i, ((group, module), optional) in enumerate(block_order):
+        if i not in names_at:
+            continue
+        names = sorted(names_at[i])
+        weights = {n: round(max(0.05, share[i][n] / best[n]), 3) for n in names}
+        entry = {"group": group, "module": module, "kernel": module, "repeat": True, "optional": True,
+                 "in_layers": _layer_kind_of((group, module), orders),
+                 "match": "^(?:" + "|".join(re.escape(n) for n in names) + ")$", "weights": weights}
+        if i == anchor_pos:
+            anchor = {"group": group, "module": module, "kernel": _short(anchor_name), "anchor": True,
+                      "in_layers": entry["in_layers"],
+                      "match": "^" + re.escape(anchor_name) + "$"}
+            entries += [dict(entry), anchor, dict(entry)]
+        else:
+            entries.append(entry)
+    return {"name": name, "description": description, "layer": entries,
+            "pre": _outside_entries(outside["pre"], best, "embedding / input prep"),
+            "post": _outside_entries(outside["post"], best, "lm_head / sampling"),
+            "module_ranges": base.module_ranges.model_dump(exclude_none=True)}
+
+
+def _shares(names: Counter) -> dict[str, float]:
+    total = sum(names.values())
+    return {n: c / total for n, c in names.items()} if total else {}
+
+
+def _outside_entries(names: Counter, best_share: Counter, module: str) -> list[dict]:
+    """Kernels seen before / after the layers, weighted against the layers' blocks; then a catch-all."""
+    catch_all = {"group": "other", "module": module, "kernel": "(any)", "match": ".", "optional": True, "repeat": True}
+    if not names:
+        return [catch_all]
+    weights = {n: round(max(0.05, s / best_share[n]), 3) for n, s in _shares(names).items()}
+    learned = {"group": "other", "module": module, "kernel": module, "optional": True, "repeat": True,
+               "match": "^(?:" + "|".join(re.escape(n) for n in sorted(names)) + ")$", "weights": weights}
+    return [learned, catch_all]
+
+
+def _choose_anchor(layers: list[list[KernelRow]], names_at: dict[int, Counter]) -> tuple[str, int]:
+    """A kernel name launched exactly once in every layer, preferring attention's."""
+    once = None
+    for layer in layers:
+        counts = Counter(r.kernel_name for r in layer)
+        names = {n for n, c in counts.items() if c == 1}
+        once = names if once is None else once & names
+    if not once:
+        raise ValueError("no kernel is launched exactly once per layer: cannot choose an anchor")
+    ranked = sorted(once, key=lambda n: (0 if "attention" in str([r.group for r in layers[0] if r.kernel_name == n]) else 1, n))
+    anchor = ranked[0]
+    pos = next(i for i, c in sorted(names_at.items()) if anchor in c)
+    return anchor, pos
+
+
+def _short(name: str) -> str:
+    from analysis.module_attribution import short_label
+
+    return short_label(name)

@@ -1,0 +1,48 @@
+"""`moe-harness learn-signature`: a signature template learned from a trace with module ranges."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "learn-signature",
+        help="learn a kernel template from a trace that has nn.Module ranges",
+        description="Attribute TRACE by its nn.Module ranges (under BASE's module_ranges map) and write a "
+                    "signature whose template names the same kernels without ranges (CUDA-graph traces).")
+    p.add_argument("trace", help="a trace with nn.Module ranges (eager or CPU)")
+    p.add_argument("--base", required=True, help="signature (name or file) whose module_ranges map names modules")
+    p.add_argument("--name", required=True, help="name of the learned signature")
+    p.add_argument("--description", default=None)
+    p.add_argument("--steps", default=None, help="learn from these step indices only, e.g. 0,1")
+    p.add_argument("--out", required=True, help="YAML file to write (an existing file is not overwritten)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import yaml
+
+    from analysis.errors import AnalysisError
+    from analysis.learn_signature import learn_signature
+    from analysis.signature import load_signature
+    from analysis.trace_loader import load_trace
+
+    out = Path(args.out)
+    if out.exists():
+        print(f"moe-harness learn-signature: {out} exists; choose another --out", file=sys.stderr)
+        return 2
+    steps = {int(s) for s in args.steps.split(",")} if args.steps else None
+    try:
+        learned = learn_signature(load_trace(args.trace), load_signature(args.base), args.name,
+                                  args.description or f"learned from {Path(args.trace).name} by module ranges",
+                                  steps)
+    except (AnalysisError, ValueError) as exc:
+        print(f"moe-harness learn-signature: {exc}", file=sys.stderr)
+        return 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# Learned by `moe-harness learn-signature {Path(args.trace).name} --base {args.base}`: each entry\n"
+              "# matches the kernels one module launched, weighted by how characteristic each name is of it.\n")
+    out.write_text(header + yaml.safe_dump(learned, sort_keys=False, width=200, allow_unicode=True))
+    print(f"wrote {out} ({len(learned['layer'])} layer entries)", file=sys.stderr)
+    return 0
