@@ -11,6 +11,7 @@ Cases, for the largest real trace and for a generated large trace (benchmarks/ma
   hta-json    HolisticTraceAnalysis 0.5 hta.common.trace_parser.parse_trace_dataframe (default config)
   ours-gz     load_trace on the .json.gz
   zlib-gz     zlib decompression of the same .json.gz alone (output discarded): the gzip floor
+  isal-gz     the same with ISA-L (python package isal), which the loader uses when it is installed
   ours-NxJSON N ranks (copies of the generated trace) loaded in parallel
 
 Usage:
@@ -81,15 +82,25 @@ def _child_hta(paths: list[str]) -> dict:
     return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": kernels}
 
 
-def _child_zlib(paths: list[str]) -> dict:
+def _child_inflate(paths: list[str], library) -> dict:
     before = _rss_now_kb()
     start = time.perf_counter()
-    inflater = zlib.decompressobj(wbits=47)
+    inflater = library.decompressobj(wbits=47)
     produced = 0
     with open(paths[0], "rb", buffering=0) as fh:
         while raw := fh.read(_ZLIB_READ_BYTES):
             produced += len(inflater.decompress(raw))
     return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": 0, "inflated": produced}
+
+
+def _child_zlib(paths: list[str]) -> dict:
+    return _child_inflate(paths, zlib)
+
+
+def _child_isal(paths: list[str]) -> dict:
+    from isal import isal_zlib
+
+    return _child_inflate(paths, isal_zlib)
 
 
 def _load_for_pool(path: str):
@@ -121,7 +132,17 @@ def _child_parallel(paths: list[str]) -> dict:
     return {"load_s": elapsed, "rss_before_kb": before, "kernels": kernels, "how": how, "worker_peak_kb": workers_kb, "workers": len(paths)}
 
 
-_CHILDREN = {"ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "parallel": _child_parallel}
+_CHILDREN = {
+    "ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "isal": _child_isal, "parallel": _child_parallel,
+}
+
+
+def _isal_installed() -> bool:
+    try:
+        import isal  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- parent side
@@ -244,6 +265,8 @@ def run_benchmark(work_dir: Path, size_mb: float, ranks: int, skip_hta: bool, re
             cases.append(("hta-json", "hta", [plain]))
         if packed is not None:
             cases += [("ours-gz", "ours", [packed]), ("zlib-gz", "zlib", [packed])]
+            if _isal_installed():
+                cases.append(("isal-gz", "isal", [packed]))
         for case, kind, paths in cases:
             print(f"running {case} on {label} ...", file=sys.stderr, flush=True)
             rows.append(_row(case, label, size, _best_of(kind, paths, repeat)))
@@ -265,6 +288,9 @@ def _print_table(rows: list[dict]) -> None:
     for r in rows:
         if "parallel_path" in r:
             print(f"parallel path: {r['parallel_path']}")
+    from analysis.trace_loader import INFLATER
+
+    print(f"loader inflates gzip with: {INFLATER}; load average now: {os.getloadavg()[0]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,10 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     if resolved == REPO_ROOT or REPO_ROOT in resolved.parents:
         parser.error("work_dir must be outside the repository")
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
     _print_table(rows)
     if args.out:
+        from analysis.trace_loader import INFLATER
+
         machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": sys.platform,
+                   "loader_inflater": INFLATER, "load_average_1m_before": load_before,
                    "load_average_1m_after": os.getloadavg()[0], "repeat": args.repeat}
         tmp = args.out.with_name(args.out.name + ".partial")
         tmp.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
