@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import zlib
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from analysis import trace_loader
 from analysis.errors import TraceLoadError
 from analysis.trace_loader import load_trace
+from benchmarks.real_traces import real_trace_files, real_traces_dir
 
 TINY_CHUNK_BYTES = 1024  # smaller than many single events: forces cuts, retries and growth
 
@@ -42,26 +42,8 @@ def _use_inflater(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
         monkeypatch.setattr(trace_loader, "_INFLATE_ERRORS", (zlib.error, isal_zlib.error))
 
 
-def _real_traces_dir() -> Path | None:
-    configured = os.environ.get("MOE_HARNESS_REAL_TRACES")
-    if configured:
-        return Path(configured)
-    repo = Path(__file__).resolve().parent.parent
-    for base in (repo.parent, repo.parent.parent):
-        if (base / "shared/traces/real").is_dir():
-            return base / "shared/traces/real"
-    return None
-
-
-_REAL_DIR = _real_traces_dir()
-_REAL_TRACES = (
-    sorted(
-        p for p in _REAL_DIR.rglob("*")
-        if p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name != "execution_details.json"
-    )
-    if _REAL_DIR is not None
-    else []
-)
+_REAL_DIR = real_traces_dir()  # ../shared/traces/real beside the checkout, or $MOE_HARNESS_REAL_TRACES
+_REAL_TRACES = real_trace_files(_REAL_DIR) if _REAL_DIR is not None else []
 
 
 def _read_json(path: Path) -> dict:
