@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
 
 from analysis.errors import SignatureError
 
@@ -116,6 +116,7 @@ class Signature(_Strict):
     generic: bool = False
     module_ranges: ModuleRanges | None = None
     source: str = ""
+    _family_by_name: dict[str, Family | None] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_anchor(self) -> "Signature":
@@ -140,10 +141,13 @@ class Signature(_Strict):
         return next(i for i, e in enumerate(self.layer) if e.anchor)
 
     def family_of(self, kernel_name: str) -> Family | None:
-        for family in self.families:
-            if family.regex.search(kernel_name):
-                return family
-        return None
+        """Cached per name: a trace has few distinct kernel names but many kernels."""
+        cache = self._family_by_name
+        if kernel_name in cache:
+            return cache[kernel_name]
+        found = next((family for family in self.families if family.regex.search(kernel_name)), None)
+        cache[kernel_name] = found
+        return found
 
     def template_order(self) -> list[tuple[str, str, str]]:
         """(group, module, kernel) keys in the order the D4 table prints them."""

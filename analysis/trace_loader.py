@@ -21,6 +21,15 @@ import re
 import zlib
 from collections.abc import Callable
 
+try:  # ISA-L inflates gzip about 2.4x faster than zlib (optional extra "fast-gzip")
+    from isal import isal_zlib as _inflate_lib
+
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate_lib.error)
+except ImportError:  # pragma: no cover - depends on the installation
+    _inflate_lib = zlib  # type: ignore[assignment]
+    _INFLATE_ERRORS = (zlib.error,)
+INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by the benchmark)
+
 import msgspec
 
 from analysis.errors import TraceLoadError
@@ -193,7 +202,7 @@ class _GzipSource:
         self._path = path
         self._fh = fh
         self._on_bytes = on_bytes
-        self._inflater = zlib.decompressobj(wbits=47)
+        self._inflater = _inflate_lib.decompressobj(wbits=47)
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
         """Append about `want` inflated bytes (at least one block); False at the end."""
@@ -211,9 +220,9 @@ class _GzipSource:
                 # Concatenated gzip members: start a new inflater on the unused tail.
                 while self._inflater.eof and self._inflater.unused_data:
                     rest = self._inflater.unused_data
-                    self._inflater = zlib.decompressobj(wbits=47)
+                    self._inflater = _inflate_lib.decompressobj(wbits=47)
                     block += self._inflater.decompress(rest)
-            except zlib.error as exc:
+            except _INFLATE_ERRORS as exc:
                 raise TraceLoadError(self._path, f"corrupt gzip data: {exc}") from exc
             buffer.append(block)
             added += len(block)

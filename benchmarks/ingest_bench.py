@@ -11,7 +11,10 @@ Cases, for the largest real trace and for a generated large trace (benchmarks/ma
   hta-json    HolisticTraceAnalysis 0.5 hta.common.trace_parser.parse_trace_dataframe (default config)
   ours-gz     load_trace on the .json.gz
   zlib-gz     zlib decompression of the same .json.gz alone (output discarded): the gzip floor
-  ours-NxJSON N ranks (copies of the generated trace) loaded in parallel
+  isal-gz     the same with ISA-L (python package isal), which the loader uses when it is installed
+  analyze-json   the whole analysis (analysis.api.analyze, generic signature) of the generated trace
+  ours-Nxjson    N ranks (copies of the generated trace) loaded in parallel (process pool over load_trace)
+  analyze-Nxjson the whole analysis of the N ranks (analyze runs ranks in parallel worker processes)
 
 Usage:
     python benchmarks/ingest_bench.py WORK_DIR [--size-mb 400] [--ranks 2] [--repeat 3] [--skip-hta] [--out FILE]
@@ -81,15 +84,25 @@ def _child_hta(paths: list[str]) -> dict:
     return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": kernels}
 
 
-def _child_zlib(paths: list[str]) -> dict:
+def _child_inflate(paths: list[str], library) -> dict:
     before = _rss_now_kb()
     start = time.perf_counter()
-    inflater = zlib.decompressobj(wbits=47)
+    inflater = library.decompressobj(wbits=47)
     produced = 0
     with open(paths[0], "rb", buffering=0) as fh:
         while raw := fh.read(_ZLIB_READ_BYTES):
             produced += len(inflater.decompress(raw))
     return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": 0, "inflated": produced}
+
+
+def _child_zlib(paths: list[str]) -> dict:
+    return _child_inflate(paths, zlib)
+
+
+def _child_isal(paths: list[str]) -> dict:
+    from isal import isal_zlib
+
+    return _child_inflate(paths, isal_zlib)
 
 
 def _load_for_pool(path: str):
@@ -99,29 +112,48 @@ def _load_for_pool(path: str):
 
 
 def _child_parallel(paths: list[str]) -> dict:
-    """Prefer the analysis API's parallel loader; fall back to a process pool over load_trace."""
+    """Pure ingest of N ranks: a process pool over load_trace, the traces returned to the parent."""
+    from concurrent.futures import ProcessPoolExecutor
+
     before = _rss_now_kb()
     start = time.perf_counter()
-    try:
-        from analysis.api import load_traces  # type: ignore[attr-defined]
-    except ImportError:
-        load_traces = None
-    if load_traces is not None:
-        traces = load_traces(paths, jobs=len(paths))
-        how = "analysis.api.load_traces"
-    else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=len(paths)) as pool:
-            traces = list(pool.map(_load_for_pool, paths))
-        how = "ProcessPoolExecutor over load_trace (analysis.api has no parallel loader yet)"
+    with ProcessPoolExecutor(max_workers=len(paths)) as pool:
+        traces = list(pool.map(_load_for_pool, paths))
     elapsed = time.perf_counter() - start
     workers_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     kernels = sum(len(t.kernels) for t in traces)
-    return {"load_s": elapsed, "rss_before_kb": before, "kernels": kernels, "how": how, "worker_peak_kb": workers_kb, "workers": len(paths)}
+    return {"load_s": elapsed, "rss_before_kb": before, "kernels": kernels, "workers": len(paths),
+            "worker_peak_kb": workers_kb, "how": "ProcessPoolExecutor over load_trace"}
 
 
-_CHILDREN = {"ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "parallel": _child_parallel}
+def _child_analyze(paths: list[str]) -> dict:
+    """The whole analysis (load, steps, layers, attribution, D4) through analysis.api.analyze,
+    which analyses ranks in parallel worker processes when given several."""
+    from analysis.api import AnalysisOptions, analyze
+
+    before = _rss_now_kb()
+    start = time.perf_counter()
+    result = analyze([str(p) for p in paths], signature="generic", options=AnalysisOptions(jobs=len(paths)))
+    elapsed = time.perf_counter() - start
+    report = {"load_s": elapsed, "rss_before_kb": before, "kernels": len(result.kernel_rows)}
+    if len(paths) > 1:
+        report.update(workers=len(paths), worker_peak_kb=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                      how="analysis.api.analyze(jobs=N), generic signature")
+    return report
+
+
+_CHILDREN = {
+    "ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "isal": _child_isal, "parallel": _child_parallel,
+    "analyze": _child_analyze,
+}
+
+
+def _isal_installed() -> bool:
+    try:
+        import isal  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------- parent side
@@ -244,27 +276,38 @@ def run_benchmark(work_dir: Path, size_mb: float, ranks: int, skip_hta: bool, re
             cases.append(("hta-json", "hta", [plain]))
         if packed is not None:
             cases += [("ours-gz", "ours", [packed]), ("zlib-gz", "zlib", [packed])]
+            if _isal_installed():
+                cases.append(("isal-gz", "isal", [packed]))
         for case, kind, paths in cases:
             print(f"running {case} on {label} ...", file=sys.stderr, flush=True)
             rows.append(_row(case, label, size, _best_of(kind, paths, repeat)))
     copies = _rank_copies(gen_json, ranks, work_dir)
-    print(f"running ours-{ranks}xjson on generated ...", file=sys.stderr, flush=True)
-    rows.append(_row(f"ours-{ranks}xjson", "generated", gen_json.stat().st_size * ranks, _best_of("parallel", copies, repeat)))
+    size = gen_json.stat().st_size
+    for case, kind, paths, nbytes in (
+        ("analyze-json", "analyze", [gen_json], size),
+        (f"ours-{ranks}xjson", "parallel", copies, size * ranks),
+        (f"analyze-{ranks}xjson", "analyze", copies, size * ranks),
+    ):
+        print(f"running {case} on generated ...", file=sys.stderr, flush=True)
+        rows.append(_row(case, "generated", nbytes, _best_of(kind, paths, repeat)))
     return rows
 
 
 def _print_table(rows: list[dict]) -> None:
-    header = f"{'trace':<34} {'case':<12} {'JSON MB':>8} {'proc s':>7} {'MB/s':>7} {'load s':>7} {'load MB/s':>9} {'peak MB':>8} {'peak/JSON':>9} {'load/JSON':>9}"
+    header = f"{'trace':<34} {'case':<14} {'JSON MB':>8} {'proc s':>7} {'MB/s':>7} {'load s':>7} {'load MB/s':>9} {'peak MB':>8} {'peak/JSON':>9} {'load/JSON':>9}"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r['trace'][:34]:<34} {r['case']:<12} {r['json_mb']:>8.1f} {r['process_s']:>7.2f} {r['process_mb_s']:>7.0f} "
+            f"{r['trace'][:34]:<34} {r['case']:<14} {r['json_mb']:>8.1f} {r['process_s']:>7.2f} {r['process_mb_s']:>7.0f} "
             f"{r['load_s']:>7.2f} {r['load_mb_s']:>9.0f} {r['peak_rss_mb']:>8.0f} {r['peak_rss_x_json']:>8.2f}x {r['load_rss_x_json']:>8.2f}x"
         )
     for r in rows:
         if "parallel_path" in r:
-            print(f"parallel path: {r['parallel_path']}")
+            print(f"{r['case']}: {r['parallel_path']}")
+    from analysis.trace_loader import INFLATER
+
+    print(f"loader inflates gzip with: {INFLATER}; load average now: {os.getloadavg()[0]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,10 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     if resolved == REPO_ROOT or REPO_ROOT in resolved.parents:
         parser.error("work_dir must be outside the repository")
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
     _print_table(rows)
     if args.out:
+        from analysis.trace_loader import INFLATER
+
         machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": sys.platform,
+                   "loader_inflater": INFLATER, "load_average_1m_before": load_before,
                    "load_average_1m_after": os.getloadavg()[0], "repeat": args.repeat}
         tmp = args.out.with_name(args.out.name + ".partial")
         tmp.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -14,30 +14,36 @@ import pytest
 from analysis import trace_loader
 from analysis.errors import TraceLoadError
 from analysis.trace_loader import load_trace
+from benchmarks.real_traces import real_trace_files, real_traces_dir
 
 TINY_CHUNK_BYTES = 1024  # smaller than many single events: forces cuts, retries and growth
 
 
-def _real_traces_dir() -> Path | None:
-    configured = os.environ.get("MOE_HARNESS_REAL_TRACES")
-    if configured:
-        return Path(configured)
-    repo = Path(__file__).resolve().parent.parent
-    for base in (repo.parent, repo.parent.parent):
-        if (base / "shared/traces/real").is_dir():
-            return base / "shared/traces/real"
-    return None
+def _inflaters() -> list[str]:
+    names = ["zlib"]
+    try:
+        import isal.isal_zlib  # noqa: F401
+
+        names.append("isal")
+    except ImportError:
+        pass
+    return names
 
 
-_REAL_DIR = _real_traces_dir()
-_REAL_TRACES = (
-    sorted(
-        p for p in _REAL_DIR.rglob("*")
-        if p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name != "execution_details.json"
-    )
-    if _REAL_DIR is not None
-    else []
-)
+def _use_inflater(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Select the gzip inflater the loader uses (ISA-L when installed, else zlib)."""
+    if name == "zlib":
+        monkeypatch.setattr(trace_loader, "_inflate_lib", zlib)
+        monkeypatch.setattr(trace_loader, "_INFLATE_ERRORS", (zlib.error,))
+    else:
+        from isal import isal_zlib
+
+        monkeypatch.setattr(trace_loader, "_inflate_lib", isal_zlib)
+        monkeypatch.setattr(trace_loader, "_INFLATE_ERRORS", (zlib.error, isal_zlib.error))
+
+
+_REAL_DIR = real_traces_dir()  # ../shared/traces/real beside the checkout, or $MOE_HARNESS_REAL_TRACES
+_REAL_TRACES = real_trace_files(_REAL_DIR) if _REAL_DIR is not None else []
 
 
 def _read_json(path: Path) -> dict:
@@ -72,7 +78,10 @@ def test_real_trace_same_result_with_tiny_chunks(path: Path, monkeypatch: pytest
                and ev["name"].startswith("nn.Module: ")]
     assert len(default.module_ranges) == len(modules)
 
-    if path.name.endswith(".gz"):  # the same bytes uncompressed give the same tables
+    if path.name.endswith(".gz"):  # either inflater, and the same bytes uncompressed, give the same tables
+        for inflater in _inflaters():
+            _use_inflater(monkeypatch, inflater)
+            assert msgspec.json.encode(load_trace(str(path))) == msgspec.json.encode(default)
         plain = tmp_path / path.name[: -len(".gz")]
         plain.write_bytes(gzip.decompress(path.read_bytes()))
         unpacked = load_trace(str(plain))
@@ -138,7 +147,9 @@ def test_synthetic_boundaries_inside_strings(tmp_path: Path, monkeypatch: pytest
     assert msgspec.json.encode(load_trace(str(path))) == msgspec.json.encode(trace)
 
 
-def test_concatenated_gzip_members(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inflater", _inflaters())
+def test_concatenated_gzip_members(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    _use_inflater(monkeypatch, inflater)
     text = json.dumps({"traceEvents": [_kernel("a", 1.0, 2.0, 1), _kernel("b", 5.0, 1.0, 2)]}).encode()
     path = tmp_path / "two-members.json.gz"
     path.write_bytes(gzip.compress(text[:40]) + gzip.compress(text[40:]))
@@ -180,14 +191,18 @@ def test_error_not_json(tmp_path: Path) -> None:
     _assert_load_error(path, "not JSON")
 
 
-def test_error_truncated_gzip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inflater", _inflaters())
+def test_error_truncated_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    _use_inflater(monkeypatch, inflater)
     full = _write_trace(tmp_path / "full.json.gz", _tricky_events(200)).read_bytes()
     path = tmp_path / "cut.json.gz"
     path.write_bytes(full[: len(full) // 2])
     _assert_load_error(path, "truncated gzip")
 
 
-def test_error_corrupt_gzip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inflater", _inflaters())
+def test_error_corrupt_gzip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str) -> None:
+    _use_inflater(monkeypatch, inflater)
     full = bytearray(_write_trace(tmp_path / "full.json.gz", _tricky_events(200)).read_bytes())
     full[200:260] = b"\xff" * 60
     path = tmp_path / "corrupt.json.gz"
