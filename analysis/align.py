@@ -15,6 +15,8 @@ MATCH = 2.0
 SKIP_REQUIRED = -1.0
 SKIP_OPTIONAL = 0.0
 UNMATCHED = -0.25
+EXTEND_DISCOUNT = 0.99  # a repeat slot taking one more kernel scores a little less than a fresh slot,
+# so when both explain a kernel equally the template's structure (one kernel per slot) wins
 
 _NONE, _KERNEL, _ENTRY, _MATCH, _EXTEND = range(5)
 
@@ -66,8 +68,8 @@ def align_scored(
                 inside[i + 1][j + 1] = best + gain[i][j]
                 back_inside[i + 1][j + 1] = _MATCH + (10 if came_inside else 0)
             if j > 0 and entries[j - 1].repeat and match[i][j - 1] and inside[i][j] != neg:
-                if inside[i][j] + gain[i][j - 1] > inside[i + 1][j]:
-                    inside[i + 1][j] = inside[i][j] + gain[i][j - 1]
+                if inside[i][j] + gain[i][j - 1] * EXTEND_DISCOUNT > inside[i + 1][j]:
+                    inside[i + 1][j] = inside[i][j] + gain[i][j - 1] * EXTEND_DISCOUNT
                     back_inside[i + 1][j] = _EXTEND
     result: list[int | None] = [None] * n
     i, j = n, m

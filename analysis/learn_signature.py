@@ -11,6 +11,10 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter, defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from analysis.attribute import RankOptions, attribute_rank
 from analysis.signature import Signature
@@ -18,6 +22,35 @@ from analysis.tables import SECTION_LAYER, UNATTRIBUTED, KernelRow
 from analysis.trace_model import RankTrace
 
 Block = tuple[str, str]  # (group, module)
+BODY_WEIGHT = 0.9
+FIRST_LAST_SHARE = 0.9  # a block's first (last) kernel gets its own slot when this share of instances agree
+
+
+@lru_cache(maxsize=1)
+def _key_rules() -> list[tuple[re.Pattern[str], str]]:
+    rules = yaml.safe_load((Path(__file__).parent / "name_keys.yaml").read_text())
+    return [(re.compile(r["pattern"]), r["key"]) for r in rules]
+
+
+@lru_cache(maxsize=100_000)
+def name_key(name: str) -> str:
+    """The regex a learned template uses for a kernel name: its family where names vary by tile."""
+    for pattern, key in _key_rules():
+        if pattern.search(name):
+            return key
+    return re.escape(name)
+
+
+def _alternation(keys) -> str:
+    return "^(?:" + "|".join(sorted(_bare(k) for k in keys)) + ")$"
+
+
+def _exact(key: str) -> str:
+    return "^" + _bare(key) + "$"
+
+
+def _bare(key: str) -> str:
+    return key[1:] if key.startswith("^") else key
 
 
 def _layers(rows: list[KernelRow], main_stream: int) -> list[list[KernelRow]]:
@@ -33,9 +66,9 @@ def _blocks(layer: list[KernelRow]) -> list[tuple[Block, list[str]]]:
     for r in layer:
         key = (r.group, r.module)
         if out and out[-1][0] == key:
-            out[-1][1].append(r.kernel_name)
+            out[-1][1].append(name_key(r.kernel_name))
         else:
-            out.append((key, [r.kernel_name]))
+            out.append((key, [name_key(r.kernel_name)]))
     return out
 
 
@@ -97,6 +130,8 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
     block_order = _merge_orders(orders)
     # Name frequencies per block position (the n-th occurrence of a block in the layer).
     names_at: dict[int, Counter] = defaultdict(Counter)
+    firsts: dict[int, Counter] = defaultdict(Counter)
+    lasts: dict[int, Counter] = defaultdict(Counter)
     for order_blocks in (blk for k, v in kinds.items() if list(k) in orders for blk in v):
         cursor = 0
         for key, names in order_blocks:
@@ -105,10 +140,13 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
             if cursor == len(block_order):
                 break
             names_at[cursor].update(names)
+            firsts[cursor][names[0]] += 1
+            if len(names) > 1:
+                lasts[cursor][names[-1]] += 1
             cursor += 1
     totals = {i: sum(c.values()) for i, c in names_at.items()}
     share = {i: {n: c / totals[i] for n, c in names_at[i].items()} for i in names_at}
-    outside = {section: Counter(r.kernel_name for r in rows if r.section == section and r.stream == main)
+    outside = {section: Counter(name_key(r.kernel_name) for r in rows if r.section == section and r.stream == main)
                for section in ("pre", "post")}
     best = Counter()
     for shares in [*share.values(), *(_shares(c) for c in outside.values())]:
@@ -116,25 +154,43 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
             best[n] = max(best[n], s)
     anchor_name, anchor_pos = _choose_anchor(layers, names_at)
     entries: list[dict] = []
-    for i, ((group, module), optional) in enumerate(block_order):
+    for i, ((group, module), _optional) in enumerate(block_order):
         if i not in names_at:
             continue
-        names = sorted(names_at[i])
-        weights = {n: round(max(0.05, share[i][n] / best[n]), 3) for n in names}
-        entry = {"group": group, "module": module, "kernel": module, "repeat": True, "optional": True,
-                 "in_layers": _layer_kind_of((group, module), orders),
-                 "match": "^(?:" + "|".join(re.escape(n) for n in names) + ")$", "weights": weights}
+        keys = sorted(names_at[i])
+        # Body slots score below a block's first / last slots (0.9 at most), so a kernel both could
+        # take goes to the slot that keeps the block structure (MoE add, then residual add).
+        weights = {k: round(max(0.05, BODY_WEIGHT * share[i][k] / best[k]), 3) for k in keys}
+        kind = _layer_kind_of((group, module), orders)
+        body = {"group": group, "module": module, "kernel": module, "repeat": True, "optional": True,
+                "in_layers": kind, "match": _alternation(keys), "weights": weights}
+        instances = sum(firsts[i].values())
+        first = _agreed(firsts[i], instances)
+        last = _agreed(lasts[i], instances)
+        block = [dict(body)]
         if i == anchor_pos:
             anchor = {"group": group, "module": module, "kernel": _short(anchor_name), "anchor": True,
-                      "in_layers": entry["in_layers"],
-                      "match": "^" + re.escape(anchor_name) + "$"}
-            entries += [dict(entry), anchor, dict(entry)]
-        else:
-            entries.append(entry)
+                      "in_layers": kind, "match": _exact(anchor_name)}
+            block = [dict(body), anchor, dict(body)]
+        if first is not None and not (i == anchor_pos and first == anchor_name):
+            block.insert(0, {"group": group, "module": module, "kernel": module, "optional": True,
+                             "in_layers": kind, "match": _exact(first)})
+        if last is not None and not (i == anchor_pos and last == anchor_name):
+            block.append({"group": group, "module": module, "kernel": module, "optional": True,
+                          "in_layers": kind, "match": _exact(last)})
+        entries += block
     return {"name": name, "description": description, "layer": entries,
             "pre": _outside_entries(outside["pre"], best, "embedding / input prep"),
             "post": _outside_entries(outside["post"], best, "lm_head / sampling"),
             "module_ranges": base.module_ranges.model_dump(exclude_none=True)}
+
+
+def _agreed(counts: Counter, instances: int) -> str | None:
+    """The key most instances start (end) with, when nearly all agree."""
+    if not counts or not instances:
+        return None
+    key, n = counts.most_common(1)[0]
+    return key if n >= FIRST_LAST_SHARE * instances else None
 
 
 def _shares(names: Counter) -> dict[str, float]:
@@ -149,7 +205,7 @@ def _outside_entries(names: Counter, best_share: Counter, module: str) -> list[d
         return [catch_all]
     weights = {n: round(max(0.05, s / best_share[n]), 3) for n, s in _shares(names).items()}
     learned = {"group": "other", "module": module, "kernel": module, "optional": True, "repeat": True,
-               "match": "^(?:" + "|".join(re.escape(n) for n in sorted(names)) + ")$", "weights": weights}
+               "match": _alternation(names), "weights": weights}
     return [learned, catch_all]
 
 
@@ -157,18 +213,20 @@ def _choose_anchor(layers: list[list[KernelRow]], names_at: dict[int, Counter]) 
     """A kernel name launched exactly once in every layer, preferring attention's."""
     once = None
     for layer in layers:
-        counts = Counter(r.kernel_name for r in layer)
+        counts = Counter(name_key(r.kernel_name) for r in layer)
         names = {n for n, c in counts.items() if c == 1}
         once = names if once is None else once & names
     if not once:
         raise ValueError("no kernel is launched exactly once per layer: cannot choose an anchor")
-    ranked = sorted(once, key=lambda n: (0 if "attention" in str([r.group for r in layers[0] if r.kernel_name == n]) else 1, n))
-    anchor = ranked[0]
+    groups = {name_key(r.kernel_name): r.group for r in layers[0]}
+    copies = ("Memcpy", "Memset")  # copies and memsets are launched by many modules: poor anchors
+    anchor = sorted(once, key=lambda k: (k.startswith(copies), groups.get(k) != "attention", k))[0]
     pos = next(i for i, c in sorted(names_at.items()) if anchor in c)
     return anchor, pos
 
 
-def _short(name: str) -> str:
+def _short(key: str) -> str:
+    """A readable label from a name key (an escaped name or a family regex)."""
     from analysis.module_attribution import short_label
 
-    return short_label(name)
+    return short_label(re.sub(r"\\(.)", r"\1", key).strip("^$.*"))

@@ -30,7 +30,7 @@ class Entry(_Strict):
     repeat: bool = False
     example: str | None = None  # a real kernel name for this slot (documentation; synthetic fixtures)
     in_layers: str = "all"  # all | dense | moe: which layers launch it (documentation; synthetic fixtures)
-    weights: dict[str, float] | None = None  # per exact name: how characteristic it is of this slot (learned)
+    weights: dict[str, float] | None = None  # per name regex (full match): how characteristic of this slot (learned)
 
     @field_validator("in_layers")
     @classmethod
@@ -62,10 +62,22 @@ class Entry(_Strict):
             hit = self._seen[kernel_name] = self.regex.search(kernel_name) is not None
         return hit
 
+    @cached_property
+    def _weight_rules(self) -> list[tuple[re.Pattern[str], float]]:
+        return [(re.compile(key), w) for key, w in (self.weights or {}).items()]
+
+    @cached_property
+    def _weight_seen(self) -> dict[str, float]:
+        return {}
+
     def weight_of(self, kernel_name: str) -> float:
         if self.weights is None:
             return 1.0
-        return self.weights.get(kernel_name, 0.05)
+        hit = self._weight_seen.get(kernel_name)
+        if hit is None:
+            hit = next((w for rule, w in self._weight_rules if rule.fullmatch(kernel_name)), 0.05)
+            self._weight_seen[kernel_name] = hit
+        return hit
 
     def __hash__(self) -> int:
         return id(self)

@@ -15,6 +15,8 @@ from analysis.signature import load_signature
 from analysis.trace_loader import load_trace
 
 TRACE = Path(__file__).parent / "data" / "embedded-cpu-demo-TP-0-DECODE.trace.json.gz"
+# A real CUDA trace of demo_gpu on an H100 (docs/gpu-runs.md): 5 decode steps, 4 layers.
+GPU_TRACE = Path(__file__).parent / "data" / "embedded-h100-demo_gpu-TP-0-DECODE.trace.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,17 @@ def test_learned_from_one_step_names_the_other_steps() -> None:
     assert [s.layers_found for s in steps_t] == [4, 4, 4]
     held_out = lambda rows: [r for r in rows if r.step in (1, 2)]  # noqa: E731
     assert not _agreement_failures(_by_module(held_out(rows_t)), _by_module(held_out(rows_m)))
+
+
+def test_cuda_signature_names_held_out_steps_within_2_percent() -> None:
+    """The shipped CUDA signature was learned from steps 0-1 of the H100 trace; steps 2-4 are held out."""
+    trace = load_trace(str(GPU_TRACE))
+    sig = load_signature("embedded-hf-deepseek-v3-cuda")
+    rows_t, steps_t = attribute_rank(trace, sig, None, RankOptions(attribution="template"))
+    rows_m, steps_m = attribute_rank(trace, sig, None, RankOptions(attribution="modules"))
+    assert [s.layers_found for s in steps_t] == [s.layers_found for s in steps_m] == [4] * 5
+    held_out = lambda rows: [r for r in rows if r.step >= 2]  # noqa: E731
+    template, modules = _by_module(held_out(rows_t)), _by_module(held_out(rows_m))
+    assert set(template) == set(modules)
+    for key, value in modules.items():
+        assert abs(template[key] - value) <= 0.02 * value, (key, template[key], value)

@@ -156,19 +156,24 @@ def test_concatenated_gzip_members(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert [k.name for k in load_trace(str(path)).kernels] == ["a", "b"]
 
 
-def test_cpu_only_trace_yields_leaf_ops(tmp_path: Path) -> None:
+def test_cpu_only_trace_yields_operators_by_self_time(tmp_path: Path) -> None:
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 3, "ts": 0.0, "dur": 10.0},
         {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 3, "ts": 1.0, "dur": 8.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::resolve_conj", "pid": 1, "tid": 3, "ts": 2.0, "dur": 0.5},
         {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 3, "ts": 12.0, "dur": 3.0},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 4, "ts": 2.0, "dur": 1.0},
     ]
     trace = load_trace(str(_write_trace(tmp_path / "cpu.json", events)))
+    # Each operator keeps its duration less its direct children's: no time counted twice or lost.
     assert [(k.name, k.stream, k.start_us, k.dur_us, k.launcher, k.kind) for k in trace.kernels] == [
-        ("aten::addmm", 3, 1.0, 8.0, "cpu", "cpu_op"),
+        ("aten::linear", 3, 0.0, 2.0, "cpu", "cpu_op"),
+        ("aten::addmm", 3, 1.0, 7.5, "cpu", "cpu_op"),
+        ("aten::resolve_conj", 3, 2.0, 0.5, "cpu", "cpu_op"),
         ("aten::mul", 4, 2.0, 1.0, "cpu", "cpu_op"),
         ("aten::relu", 3, 12.0, 3.0, "cpu", "cpu_op"),
     ]
+    assert sum(k.dur_us for k in trace.kernels if k.stream == 3) == 10.0 + 3.0
 
 
 def _assert_load_error(path: Path, *words: str) -> None:
