@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=20, help="kernels to profile in detail (default 20)")
     p.add_argument("--instances", type=int, default=2, help="launches profiled per top kernel (default 2)")
     p.add_argument("--launch-skip", type=int, default=2000,
-                   help="kernel launches skipped before profiling (warm-up, weight init; default 2000)")
+                   help="launches skipped before the scan pass times kernels (weight init; default 2000); the detail pass selects decode launches by NVTX range")
     p.add_argument("--scan-launches", type=int, default=3000, help="launches timed in the scan pass (default 3000)")
     p.add_argument("--out", default=None, help="new output directory (default: ncu-TIME); never overwritten")
     p.add_argument("--ncu-bin", default="ncu", help="Nsight Compute CLI (default: ncu on PATH)")
@@ -62,7 +62,7 @@ def kernel_name_filter(names: list[str]) -> str:
     return "regex:^(" + "|".join(re.escape(n) for n in names) + ")$"
 
 
-def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], instances: int, launch_skip: int) -> list[str]:
+def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], instances: int) -> list[str]:
     from analysis.ncu import load_metric_config
 
     metrics = list(dict.fromkeys([*load_metric_config().flop_metrics, *EXTRA_METRICS]))
@@ -70,8 +70,11 @@ def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], i
            "--print-kernel-base", "demangled"]
     for section in SECTIONS:
         cmd += ["--section", section]
+    # With a name filter ncu counts only matching launches, so the decode NVTX range (pushed by the
+    # embedded engine around each decode step) selects decode launches instead of a launch skip.
     cmd += ["--metrics", ",".join(metrics), "--kernel-name-base", "demangled", "--kernel-name", kernel_name_filter(names),
-            "--launch-skip", str(launch_skip), "--launch-count", str(max(1, instances * len(names))),
+            "--nvtx", "--nvtx-include", "decode/",
+            "--launch-skip", "0", "--launch-count", str(max(1, instances * len(names))),
             "--log-file", str(log), *workload]
     return cmd
 
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(" ".join(scan))
         print(" ".join(detail_command(args.ncu_bin, workload, detail_csv, ["<top kernel names from the scan>"],
-                                      args.instances, args.launch_skip)))
+                                      args.instances)))
         return 0
     if shutil.which(args.ncu_bin) is None:
         print(f"moe-harness ncu: Nsight Compute CLI {args.ncu_bin!r} not found (install Nsight Compute or pass --ncu-bin)",
@@ -139,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     top = top_kernel_names(scan_csv, args.top)
     manifest["top_kernels"] = [{"name": n, "total_us": t, "launches": c} for n, t, c in top]
-    detail = detail_command(args.ncu_bin, workload, detail_csv, [n for n, _, _ in top], args.instances, args.launch_skip)
+    detail = detail_command(args.ncu_bin, workload, detail_csv, [n for n, _, _ in top], args.instances)
     manifest["detail_command"] = detail
     rc = _run(detail, args.timeout_s, out / "detail.log")
     manifest["detail_exit_code"] = rc

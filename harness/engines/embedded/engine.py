@@ -110,9 +110,14 @@ class DecodeEngine:
             os._exit(FAULT_EXIT_CODE)
         bs = self.workload["batch_size"]
         started = time.perf_counter()
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:  # an NVTX range per decode step, so Nsight tools can select decode kernels
+            torch.cuda.nvtx.range_push("decode")
         with record_function(f"step[DECODE bs={bs}]"):
             out = self.model(input_ids=self.next_tokens, past_key_values=self.cache, use_cache=True)
             self.next_tokens = out.logits[:, -1].argmax(-1, keepdim=True)
+        if on_gpu:
+            torch.cuda.nvtx.range_pop()
         self._sync()
         step_ms = (time.perf_counter() - started) * 1e3
         now = time.time()
@@ -137,7 +142,8 @@ class DecodeEngine:
         whether or not it shares a file system with this process.
         """
         activities = [ProfilerActivity.CPU]
-        if self.device.type == "cuda":
+        under_ncu = os.environ.get("MOE_HARNESS_UNDER_NCU") == "1"  # Nsight Compute holds CUPTI: one user only
+        if self.device.type == "cuda" and not under_ncu:
             activities.append(ProfilerActivity.CUDA)
         fault = self.settings.get("fault_injection") or {}
         workdir = tempfile.mkdtemp(prefix="moe-harness-profile-")
