@@ -59,6 +59,10 @@ def attribute_rank(
         if options.attribution in ("auto", "modules") and module_index is not None:
             module_slots = slots_from_module_ranges(trace, step.kernels, sig.module_ranges, module_index)
             if module_slots is not None:
+                # Where the template agrees on group and module, keep its (shorter) kernel label.
+                for named, by_template in zip(module_slots, slots):
+                    if (named.group, named.module) == (by_template.group, by_template.module):
+                        named.kernel = by_template.kernel
                 slots = module_slots
                 units_found = len({s.unit for s in slots if s.section == SECTION_LAYER})
                 how = "module_range"

@@ -198,6 +198,12 @@ def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
 def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False) -> tuple[int, Path]:
     """Run a scenario; returns (exit status, run directory). Never raises for a failed run."""
     progress = Progress(quiet=quiet)
+    if not isinstance(scenario.engine, EmbeddedEngine):
+        # Said before a run directory exists: nothing was started, so nothing is recorded as a run.
+        progress.console.print(
+            f"{scenario_path}: engine.kind {scenario.engine.kind} does not run from this entry point yet; "
+            f"`moe-harness plan {scenario_path}` prints its per-node SGLang launch")
+        return 2, runs_root
     started_at = time.time()
     run_dir = create_run_dir(runs_root, scenario.name, started_at)
     progress.console.print(f"run directory: {run_dir}")
@@ -218,8 +224,6 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     handle: EngineHandle | None = None
     exit_status = 1
     try:
-        if not isinstance(scenario.engine, EmbeddedEngine):
-            raise RunFailed(f"engine.kind {scenario.engine.kind}: only the embedded engine runs from this entry point yet")
         with progress.phase("connect to Ray"):
             ray = connect_ray(REPO_ROOT, progress)
             manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])

@@ -3,6 +3,7 @@ import argparse
 import base64
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -143,3 +144,27 @@ def test_report_command_on_a_real_trace(tmp_path):
     assert "### Stage: decode" in md
     assert "nvjet_sm103_tst_256x16_64x6_4x1_v_bz_TNT" in md and "| cuBLAS |" in md
     assert "Not computed" in md  # SOL and ncu sections say what they need
+
+
+REAL_NCU = Path(__file__).parent / "data" / "ncu_h100_demo_gpu_raw.csv"
+
+
+def test_real_h100_export_parses_and_classifies():
+    """A real `ncu --csv --page raw` export of the embedded engine on an H100 (docs/gpu-runs.md)."""
+    from analysis.sol import load_hardware
+
+    kernels = read_ncu_csv(REAL_NCU)
+    assert len(kernels) == 40
+    for k in kernels:
+        assert k.values["duration_us"] > 0
+        assert 0 <= k.values["dram_throughput_pct"] <= 100 and 0 <= k.values["sm_throughput_pct"] <= 100
+        assert k.dram_bytes and k.dram_bytes > 0
+    classified = classify(kernels, load_hardware("h100"))
+    counts = class_counts(classified)
+    assert sum(counts.values()) == 40 and counts["unknown"] == 0
+    # Decode at batch 32 streams weights: every GEMM is memory-bound; only a flash-attention launch
+    # (high SM and L2-hit throughput) comes out balanced.
+    assert counts == {"compute-bound": 0, "memory-bound": 39, "balanced": 1, "unknown": 0}
+    assert all("sdpa" in k.name and "flash" in k.name for k in classified if k.classification == "balanced")
+    assert all(k.classification == "memory-bound" for k in classified if k.name.startswith("nvjet_"))
+    assert class_means(classified)["memory-bound"]["dram_throughput_pct"] > 50
