@@ -162,9 +162,9 @@ def test_real_h100_export_parses_and_classifies():
     classified = classify(kernels, load_hardware("h100"))
     counts = class_counts(classified)
     assert sum(counts.values()) == 40 and counts["unknown"] == 0
-    # Decode at batch 32 streams weights: every GEMM is memory-bound; only a flash-attention launch
-    # (high SM and L2-hit throughput) comes out balanced.
+    # Decode at batch 32 streams weights: all but one launch are memory-bound; the exception is a
+    # large-tile cuBLAS GEMM (192x192) at 71% SM throughput, which the rule calls balanced.
     assert counts == {"compute-bound": 0, "memory-bound": 39, "balanced": 1, "unknown": 0}
-    assert all("sdpa" in k.name and "flash" in k.name for k in classified if k.classification == "balanced")
-    assert all(k.classification == "memory-bound" for k in classified if k.name.startswith("nvjet_"))
+    (balanced,) = [k for k in classified if k.classification == "balanced"]
+    assert balanced.name.startswith("nvjet_sm90_tst_192x192") and balanced.values["sm_throughput_pct"] > 70
     assert class_means(classified)["memory-bound"]["dram_throughput_pct"] > 50
