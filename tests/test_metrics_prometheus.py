@@ -217,7 +217,8 @@ def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, 
     got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
     assert got.keys() == expected.keys()
     for key, value in expected.items():
-        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        # d4_detail.csv holds microseconds to 3 decimals: a module's sum may differ by its rounding.
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-8), key
     (step,) = prom_servers.wait_for_series(prom_stack["prometheus"], f'moe_harness_step_seconds{{run_id="{run_dir.name}"}}', 1)
     assert float(step["value"][1]) == pytest.approx(result.d4.step_ms * 1e-3, rel=1e-9)
     exported = export_run(run_dir, "parquet")

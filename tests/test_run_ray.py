@@ -199,6 +199,24 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path) -> None:
     assert "mlp" in groups_by_layer[0] and "gate" not in groups_by_layer[0]  # first_k_dense_replace = 1
     assert all({"attention", "gate", "moe"} <= groups_by_layer[i] for i in (1, 2, 3))
     assert rows, d4
+    # The printed table: per-layer numbers positive, each group's sum row the sum of its rows,
+    # and the layers' wall time within the step's.
+    body = rows[2:]  # after the header and the separator
+    step_ms = float(next(r for r in body if r[0].startswith("end-to-end"))[3].removesuffix("ms"))
+    layers_ms = float(next(r for r in body if r[0].startswith("all 4 layers"))[3].removesuffix("ms"))
+    assert 0 < layers_ms <= step_ms
+    members: dict[str, list[float]] = {}
+    sums: dict[str, float] = {}
+    for group, module, _kernel, value in (r[:4] for r in body):
+        if group in ("attention", "gate", "moe", "mlp", "other", "unattributed"):
+            if module == "sum":
+                sums[group] = float(value)
+            else:
+                assert float(value) > 0, (group, module, value)
+                members.setdefault(group, []).append(float(value))
+    assert {"attention", "gate", "moe"} <= set(sums)
+    for group, total in sums.items():
+        assert total == pytest.approx(sum(members[group]), abs=0.05 * len(members[group]) + 0.05), group
 
 
 @pytest.mark.timeout(300)
