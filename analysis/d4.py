@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from analysis.tables import SECTION_LAYER, SECTION_POST, SECTION_PRE, KernelRow, StepRow
+from analysis.tables import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 
 STATS = ("mean", "median", "p90")
 MTP_GROUP = "mtp"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import yaml
 
+from analysis.data_files import builtin_names, read_mapping, resolve
 from analysis.errors import AnalysisError
 
 HARDWARE_DIR = Path(__file__).parent / "hardware"
@@ -43,22 +43,14 @@ class Hardware(msgspec.Struct, frozen=True):
 
 
 def list_hardware() -> list[str]:
-    return sorted(p.stem for p in HARDWARE_DIR.glob("*.yaml"))
+    return builtin_names(HARDWARE_DIR)
 
 
 def load_hardware(name_or_path: str) -> Hardware:
     """A built-in name (h800, H200, b200 ...) or a YAML path."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = HARDWARE_DIR / f"{name_or_path.lower()}.yaml"
-    if not path.is_file():
-        raise HardwareSpecError(str(name_or_path), f"no such file; built-ins: {', '.join(list_hardware())}")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise HardwareSpecError(str(path), f"not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise HardwareSpecError(str(path), "top level must be a mapping")
+    is_name = not (Path(name_or_path).suffix or "/" in name_or_path)
+    path = resolve(name_or_path.lower() if is_name else name_or_path, HARDWARE_DIR, "hardware", HardwareSpecError)
+    raw = read_mapping(path, HardwareSpecError)
     for key in ("name", "gpus_per_node", "peaks"):
         if key not in raw:
             raise HardwareSpecError(str(path), f"missing key {key!r}")

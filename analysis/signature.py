@@ -1,14 +1,13 @@
 """Signature files: which kernels make up a layer on one serving stack (see docs/signatures.md)."""
 from __future__ import annotations
 
-import os
 import re
 from functools import cached_property
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
 
+from analysis.data_files import builtin_names, read_mapping, resolve, validation_problems
 from analysis.errors import SignatureError
 
 SIGNATURE_DIR = Path(__file__).parent / "signatures"
@@ -170,30 +169,14 @@ class Signature(_Strict):
 
 
 def builtin_signatures() -> list[str]:
-    return sorted(p.stem for p in SIGNATURE_DIR.glob("*.yaml"))
+    return builtin_names(SIGNATURE_DIR)
 
 
 def load_signature(name_or_path: str) -> Signature:
     """A built-in signature by name, or a YAML file by path."""
-    path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") or os.sep in name_or_path):
-        path = SIGNATURE_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise SignatureError(
-                name_or_path, f"no built-in signature of that name; built-ins: {', '.join(builtin_signatures())}"
-            )
-    if not path.exists():
-        raise SignatureError(str(path), "file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise SignatureError(str(path), f"not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise SignatureError(str(path), "top level must be a mapping")
+    path = resolve(name_or_path, SIGNATURE_DIR, "signature", SignatureError)
+    data = read_mapping(path, SignatureError)
     try:
         return Signature(**data, source=str(path))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
-        )
-        raise SignatureError(str(path), problems) from None
+        raise SignatureError(str(path), validation_problems(exc)) from None

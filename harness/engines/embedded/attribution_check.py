@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     sig = load_signature(args.signature)
     template, modules = per_module_us(trace, sig, "template"), per_module_us(trace, sig, "modules")
     worst = 0.0
-    print(f"| group | module | template us | module ranges us | diff % |\n|---|---|---|---|---|")
+    print("| group | module | template us | module ranges us | diff % |\n|---|---|---|---|---|")
     for key in sorted(set(template) | set(modules)):
         a, b = template.get(key, 0.0), modules.get(key, 0.0)
         diff = abs(a - b) / b * 100 if b else (0.0 if a == 0 else float("inf"))

@@ -1,0 +1,40 @@
+"""Built-in data files (signatures, models, hardware): found by name or path, read as a YAML mapping."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+
+def builtin_names(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def resolve(name_or_path: str, folder: Path, what: str, error: Callable[[str, str], Exception]) -> Path:
+    """A YAML path as given, or `<folder>/<name>.yaml` for a built-in name; errors list the built-ins."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or os.sep in name_or_path):
+        path = folder / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise error(name_or_path, f"no built-in {what} of that name; built-ins: {', '.join(builtin_names(folder))}")
+    if not path.is_file():
+        raise error(str(path), "file not found")
+    return path
+
+
+def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise error(str(path), f"not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise error(str(path), "top level must be a mapping")
+    return data
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Pydantic errors as 'key.path: message' joined, so the user sees which key is wrong."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors())
