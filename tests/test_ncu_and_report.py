@@ -168,3 +168,12 @@ def test_real_h100_export_parses_and_classifies():
     (balanced,) = [k for k in classified if k.classification == "balanced"]
     assert balanced.name.startswith("nvjet_sm90_tst_192x192") and balanced.values["sm_throughput_pct"] > 70
     assert class_means(classified)["memory-bound"]["dram_throughput_pct"] > 50
+
+
+def test_real_h200_export_parses_and_classifies():
+    """The same workload under ncu on an H200 (docs/gpu-runs.md)."""
+    from analysis.sol import load_hardware
+
+    kernels = classify(read_ncu_csv(Path(__file__).parent / "data" / "ncu_h200_demo_gpu_raw.csv"), load_hardware("h200"))
+    assert class_counts(kernels) == {"compute-bound": 0, "memory-bound": 38, "balanced": 2, "unknown": 0}
+    assert all(k.name.startswith("nvjet_sm90_tst_192x192") for k in kernels if k.classification == "balanced")

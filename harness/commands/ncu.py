@@ -57,9 +57,23 @@ def scan_command(ncu: str, workload: list[str], log: Path, launch_skip: int, lau
             "--log-file", str(log), *workload]
 
 
+NAME_PREFIX_CHARS = 120
+
+
 def kernel_name_filter(names: list[str]) -> str:
-    """An ncu --kernel-name regex matching exactly these demangled names."""
-    return "regex:^(" + "|".join(re.escape(n) for n in names) + ")$"
+    """An ncu --kernel-name regex for these demangled names.
+
+    Long template names (CUTLASS grouped GEMMs run to thousands of characters) are matched by a
+    prefix, and a leading "void " is optional: ncu prints it but matches names without it, so on the
+    first H100/H200 runs no "void ..." kernel (the experts' grouped GEMM among them) was selected.
+    """
+    parts = []
+    for name in names:
+        # ncu prints "void f<...>(...)" but matches the name without its return type.
+        bare = name[5:] if name.startswith("void ") else name
+        body = re.escape(bare) if len(bare) <= NAME_PREFIX_CHARS else re.escape(bare[:NAME_PREFIX_CHARS]) + ".*"
+        parts.append("(void )?" + body)
+    return "regex:^(" + "|".join(parts) + ")$"
 
 
 def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], instances: int) -> list[str]:
