@@ -109,3 +109,23 @@ def test_markdown_without_sol_is_unchanged(trace):
     d4 = analyze([str(trace)], signature=SIGNATURE, model="deepseek-v3").d4
     md = render_markdown([d4])
     assert "SOL" not in md
+
+
+def test_scenarios_give_sol_settings_where_they_say_enough():
+    from harness.scenario import load_scenario, parse_scenario, scenario_to_yaml
+    from harness.scenario_sol import sol_settings_for
+
+    h800, why = sol_settings_for(load_scenario("h800_deepep")[0])
+    assert why == "" and h800.hardware == "h800" and h800.model == "deepseek-v3"
+    # 2048 requests over 16 DP-attention ranks; KV = 4096 input + 3 warm-up steps; tp 16 / dp 16 = 1
+    assert h800.deployment == Deployment(batch_per_rank=128, kv_len=4099, tp=1, dp=16, ep=16)
+    mtp, _ = sol_settings_for(load_scenario("b200_mtp")[0])
+    assert (mtp.hardware, mtp.deployment.batch_per_rank, mtp.deployment.mtp_draft_tokens) == ("b200", 64, 3)
+    none, why = sol_settings_for(load_scenario("demo")[0])
+    assert none is None and "deepseek-v3-tiny" in why
+    text = scenario_to_yaml(load_scenario("h800_deepep")[0])
+    fp8_kv = parse_scenario(text.replace("  extra_args: []", "  extra_args: [--kv-cache-dtype, fp8_e4m3]"), "t.yaml")
+    assert sol_settings_for(fp8_kv)[0].deployment.kv_dtype == "fp8"
+    unknown_gpu = parse_scenario(text.replace("gpu_type: H800", "gpu_type: A100"), "t.yaml")
+    settings, why = sol_settings_for(unknown_gpu)
+    assert settings is None and "A100" in why
