@@ -85,8 +85,9 @@ def _top_blocks(top: TopKernelsResult) -> list[Block]:
 def _sol_blocks(inputs: ReportInputs) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Speed of light per D4 row")]
     if inputs.sol_rows is None or inputs.deployment is None or inputs.hardware is None:
-        blocks.append(Para("Not computed: needs a D4 table (analysis directory) and the deployment "
-                           "(--hardware, --batch-per-rank, --kv-len; see `moe-harness report --help`)."))
+        blocks.append(Para("Not computed: needs D4 rows and the deployment: --hardware, --batch-per-rank, --kv-len "
+                           "(and --tp/--dp/--ep, --mtp-draft-tokens as deployed), or an analysis that saved them "
+                           "(a DeepSeek-V3 scenario run, `analyze --hardware ...`). The SOL model covers DeepSeek-V3 shapes."))
         return blocks
     d, hw = inputs.deployment, inputs.hardware
     blocks.append(Para(
@@ -218,6 +219,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a report is for reading
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
