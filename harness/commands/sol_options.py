@@ -11,8 +11,9 @@ DEPLOYMENT_FIELDS = ("batch_per_rank", "kv_len", "tp", "dp", "ep", "mtp_draft_to
 def add_sol_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "speed of light (DeepSeek-V3 shapes; docs/sol.md)",
-        "--hardware with --batch-per-rank and --kv-len adds SOL us, %% of SOL and bound per D4 row")
-    g.add_argument("--hardware", default=None, help="h800, h100, h200, b200 or a hardware YAML file")
+        "--hardware with --batch-per-rank and --kv-len adds SOL us, % of SOL and bound per D4 row")
+    g.add_argument("--hardware", default=None,
+                   help="h800, h100, h200, b200 or a hardware YAML file (report: also the roofline peaks)")
     g.add_argument("--batch-per-rank", type=int, default=None, help="requests in one rank's attention batch")
     g.add_argument("--kv-len", type=int, default=None, help="mean KV-cache length of those requests, tokens")
     g.add_argument("--tp", type=int, default=None, help="attention tensor parallelism (default 1)")
