@@ -18,6 +18,7 @@ from analysis.module_attribution import build_capture_map
 from analysis.rank_id import rank_id_for
 from analysis.overlap import StreamSummary, stream_summary
 from analysis.signature import Signature, load_signature
+from analysis.sol import SolSettings
 from analysis.steps import DEFAULT_GAP_US
 from analysis.tables import KernelRow, RankProblem, StepRow
 from analysis.trace_loader import load_trace
@@ -38,6 +39,8 @@ class AnalysisOptions:
     jobs: int | None = None
     step_gap_us: float = DEFAULT_GAP_US
     attribution: str = "auto"
+    sol: SolSettings | None = None  # hardware + deployment: adds SOL columns to the D4 table
+
 
 
 @dataclass
@@ -94,6 +97,8 @@ def analyze(
         raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
     sig: Signature = load_signature(signature)  # fail fast on a bad signature or model
     spec: ModelSpec | None = load_model_spec(model) if model else None
+    if options.sol is not None:
+        _check_sol(options.sol)
     files = expand_paths(paths)
     if not files:
         raise AnalysisError("no trace files given")
@@ -136,7 +141,24 @@ def analyze(
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       model=spec.name if spec else None)
+    if options.sol is not None:
+        from analysis.d4_sol import with_sol
+
+        d4 = with_sol(d4, options.sol)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes)
+
+
+def _check_sol(settings: SolSettings) -> None:
+    """Bad hardware, shapes or deployment fail before any trace is parsed."""
+    from analysis.hardware import load_hardware
+    from analysis.model_shapes import load_model_shapes
+
+    load_hardware(settings.hardware)
+    try:
+        load_model_shapes(settings.model)
+    except AnalysisError as exc:
+        raise AnalysisError(f"SOL columns need model shapes (the SOL model covers DeepSeek-V3): {exc}") from None
+    settings.deployment.validate()
 
 
 def _guarded(fn, args):

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from analysis.sol import SolSettings
 from analysis.tables import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 
 STATS = ("mean", "median", "p90")
@@ -31,6 +32,11 @@ class D4Row(msgspec.Struct):
     median_us: float
     p90_us: float
     layers: float  # layers per step that hold this row
+    # Speed of light (analysis/sol.py), filled by analysis.d4_sol when deployment parameters are given.
+    sol_us: float | None = None
+    sol_pct: float | None = None  # 100 x SOL / value_us: 100 = at the hardware limit
+    bound: str | None = None  # compute | memory | network
+    sol_term: str | None = None
 
 
 class D4Column(msgspec.Struct):
@@ -55,6 +61,7 @@ class D4Column(msgspec.Struct):
     straggler: str | None = None
     signature: str = ""
     model: str | None = None
+    sol: SolSettings | None = None  # set when the rows carry SOL columns
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -225,10 +232,15 @@ _ZH_GROUPS = {"attention": "attention层", "gate": "gate层", "moe": "moe层", "
 _TEXT = {
     "en": {"group": "group", "module": "module", "kernel": "kernel", "e2e": "end-to-end (ms/step)",
            "layers": "all {n} layers (ms)", "sum": "sum", "pre": "before layers (ms)", "post": "after layers (ms)",
-           "token": "per accepted token (ms)", "title": "D4 profile (us per layer unless noted)"},
+           "token": "per accepted token (ms)", "title": "D4 profile (us per layer unless noted)",
+           "sol_us": "SOL us", "sol_pct": "% of SOL", "bound": "bound",
+           "sol_note": "SOL columns ({name}): {what}; % of SOL = 100 x SOL / measured (100% = at the hardware limit)"},
     "zh": {"group": "层级", "module": "模块", "kernel": "Kernel", "e2e": "端到端", "layers": "{n}层执行耗时",
-           "sum": "sum", "pre": "层前耗时", "post": "层后耗时", "token": "每接受token耗时", "title": "D4 Profile"},
+           "sum": "sum", "pre": "层前耗时", "post": "层后耗时", "token": "每接受token耗时", "title": "D4 Profile",
+           "sol_us": "SOL耗时(us)", "sol_pct": "SOL占比", "bound": "瓶颈",
+           "sol_note": "SOL列（{name}）：{what}；SOL占比 = 100 x SOL / 实测（100% 即达到硬件上限）"},
 }
+SOL_CELLS = 3  # SOL us, % of SOL, bound: after the value of every column that has SOL settings
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
@@ -237,18 +249,42 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.2f}{unit}" if unit else f"{value:.1f}"
 
 
+def _sol_cells(row: D4Row | None) -> list[str]:
+    if row is None or row.sol_us is None:
+        return [""] * SOL_CELLS
+    pct = "" if row.sol_pct is None else f"{row.sol_pct:.0f}%"
+    return [f"{row.sol_us:.2f}", pct, row.bound or ""]
+
+
 def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
-    """The D4 table as rows of cells (header first), shared by the markdown and CSV writers."""
+    """The D4 table as rows of cells (header first), shared by the markdown and CSV writers.
+
+    A column with SOL settings (D4Column.sol) is followed by its SOL us, % of SOL and bound cells.
+    """
     if lang not in _TEXT:
         raise ValueError(f"unknown language {lang!r}: use en or zh")
     text = _TEXT[lang]
     group_name = (lambda g: _ZH_GROUPS.get(g, g)) if lang == "zh" else (lambda g: g)
-    header = [text["group"], text["module"], text["kernel"], *[c.name for c in columns]]
+
+    def cells(per_column: list[str], sol_rows: list[D4Row | None] | None = None) -> list[str]:
+        out_cells: list[str] = []
+        for i, c in enumerate(columns):
+            out_cells.append(per_column[i])
+            if c.sol is not None:
+                out_cells += _sol_cells(sol_rows[i] if sol_rows else None)
+        return out_cells
+
+    header = [text["group"], text["module"], text["kernel"]]
+    for c in columns:
+        header.append(c.name)
+        if c.sol is not None:
+            suffix = f" ({c.name})" if len(columns) > 1 else ""
+            header += [text["sol_us"] + suffix, text["sol_pct"] + suffix, text["bound"] + suffix]
     n_layers = {round(c.num_layers) for c in columns if c.num_layers}
     layers_label = text["layers"].format(n="/".join(str(n) for n in sorted(n_layers)) or "?")
     out = [header]
-    out.append([text["e2e"], "", "", *[_fmt(c.step_ms, "ms") for c in columns]])
-    out.append([layers_label, "", "", *[_fmt(c.layers_ms, "ms") for c in columns]])
+    out.append([text["e2e"], "", "", *cells([_fmt(c.step_ms, "ms") for c in columns])])
+    out.append([layers_label, "", "", *cells([_fmt(c.layers_ms, "ms") for c in columns])])
     keys: dict[tuple[str, str, str], None] = {}
     for c in columns:
         for r in c.rows:
@@ -262,24 +298,24 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     for group in ordered_groups:
         members = groups[group]
         for key in members:
-            cells = [_fmt(look[key].value_us) if key in look else "" for look in lookup]
-            out.append([group_name(group), key[1], key[2], *cells])
+            hits = [look.get(key) for look in lookup]
+            out.append([group_name(group), key[1], key[2], *cells([_fmt(h.value_us) if h else "" for h in hits], hits)])
         sums = [sum(look[k].value_us for k in members if k in look) for look in lookup]
-        out.append([group_name(group), text["sum"], "", *[_fmt(s) for s in sums]])
+        out.append([group_name(group), text["sum"], "", *cells([_fmt(s) for s in sums])])
     mtp_keys: dict[tuple[str, str], None] = {}
     for c in columns:
         for r in c.mtp_rows:
             mtp_keys.setdefault((r.module, r.kernel), None)
     for module, kernel in mtp_keys:
-        cells = []
+        values = []
         for c in columns:
             hit = next((r for r in c.mtp_rows if (r.module, r.kernel) == (module, kernel)), None)
-            cells.append(_fmt(hit.value_us) if hit else "")
-        out.append([MTP_GROUP, module, kernel, *cells])
+            values.append(_fmt(hit.value_us) if hit else "")
+        out.append([MTP_GROUP, module, kernel, *cells(values)])
     if any(c.per_token_ms for c in columns):
-        out.append([text["token"], "", "", *[_fmt(c.per_token_ms, "ms") for c in columns]])
-    out.append([text["pre"], "", "", *[_fmt(c.pre_ms, "ms") for c in columns]])
-    out.append([text["post"], "", "", *[_fmt(c.post_ms, "ms") for c in columns]])
+        out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
+    out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
+    out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
     return out
 
 
@@ -296,4 +332,6 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.straggler is not None:
             note += f", rank spread {c.rank_spread_pct:.1f}% (slowest {c.straggler})"
         notes.append(note)
+        if c.sol is not None:
+            notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"

@@ -47,7 +47,9 @@ class ReportInputs(msgspec.Struct):
     deployment: Deployment | None = None
     hardware: Hardware | None = None
     step_ms: float | None = None
-    what_ifs: list[WhatIf] | None = None
+    what_ifs: list[WhatIf] | None = None  # each row at its SOL
+    speedup: float = 2.0
+    speedup_what_ifs: list[WhatIf] | None = None  # each row `speedup` times faster
     ncu: list[NcuKernel] | None = None
     ncu_dtype: str = "bf16"
     notes: list[str] = []
@@ -83,8 +85,9 @@ def _top_blocks(top: TopKernelsResult) -> list[Block]:
 def _sol_blocks(inputs: ReportInputs) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Speed of light per D4 row")]
     if inputs.sol_rows is None or inputs.deployment is None or inputs.hardware is None:
-        blocks.append(Para("Not computed: needs a D4 table (analysis directory) and the deployment "
-                           "(--hardware, --batch-per-rank, --kv-len; see `moe-harness report --help`)."))
+        blocks.append(Para("Not computed: needs D4 rows and the deployment: --hardware, --batch-per-rank, --kv-len "
+                           "(and --tp/--dp/--ep, --mtp-draft-tokens as deployed), or an analysis that saved them "
+                           "(a DeepSeek-V3 scenario run, `analyze --hardware ...`). The SOL model covers DeepSeek-V3 shapes."))
         return blocks
     d, hw = inputs.deployment, inputs.hardware
     blocks.append(Para(
@@ -103,17 +106,27 @@ def _sol_blocks(inputs: ReportInputs) -> list[Block]:
     return blocks
 
 
+def _what_if_table(what_ifs: list[WhatIf]) -> Table:
+    return Table(
+        ["Group", "Module", "Kernel", "Layers", "Row us", "New row us", "Step ms", "New step ms", "Saving ms", "Step speedup"],
+        [[w.group, w.module, w.kernel, f"{w.layers:g}", _f(w.row_us, 2), _f(w.new_row_us, 2), _f(w.step_ms, 2),
+          _f(w.new_step_ms, 2), _f(w.saving_ms, 3), f"{w.step_speedup:.3f}x"] for w in what_ifs])
+
+
 def _what_if_blocks(inputs: ReportInputs) -> list[Block]:
     blocks: list[Block] = [Heading(2, "What-if: where optimisation pays")]
-    if not inputs.what_ifs:
-        blocks.append(Para("Not computed: needs SOL per row and the measured step time (analysis directory)."))
+    if not inputs.what_ifs and not inputs.speedup_what_ifs:
+        blocks.append(Para("Not computed: needs D4 rows and the measured step time (an analysis directory, or traces "
+                           "that could be analysed into steps)."))
         return blocks
-    blocks.append(Para("Amdahl: the step if one row alone ran at its speed of light, largest saving first. A row "
-                       "hidden under another stream saves less than shown."))
-    blocks.append(Table(
-        ["Group", "Module", "Kernel", "Layers", "Row us", "At SOL us", "Step ms", "Step at SOL ms", "Saving ms", "Step speedup"],
-        [[w.group, w.module, w.kernel, f"{w.layers:g}", _f(w.row_us, 2), _f(w.new_row_us, 2), _f(w.step_ms, 2),
-          _f(w.new_step_ms, 2), _f(w.saving_ms, 3), f"{w.step_speedup:.3f}x"] for w in inputs.what_ifs]))
+    blocks.append(Para("Amdahl: the step if one D4 row alone changed, largest saving first; a row repeats over its "
+                       "layers. A row hidden under another stream saves less than shown."))
+    if inputs.what_ifs:
+        blocks.append(Heading(3, "Each row at its speed of light"))
+        blocks.append(_what_if_table(inputs.what_ifs))
+    if inputs.speedup_what_ifs:
+        blocks.append(Heading(3, f"Each row {inputs.speedup:g}x faster"))
+        blocks.append(_what_if_table(inputs.speedup_what_ifs))
     return blocks
 
 
@@ -131,6 +144,14 @@ def _ncu_blocks(inputs: ReportInputs) -> list[Block]:
                        f"is below the ridge point ({ridge_point(hw, inputs.ncu_dtype):.0f} FLOP/B for {inputs.ncu_dtype} on "
                        f"{hw.name}) and memory throughput is clearly above SM throughput; compute bound for the mirror "
                        "image; balanced otherwise. Without FLOP counts, throughputs alone decide."))
+    if all(k.tensor_flops_counted for k in kernels):
+        blocks.append(Para("FLOPs = tensor-core operations (the export's `sm__ops_path_tensor_src_*` counters, one "
+                           "FLOP each) + FMA/ADD/MUL pipe instructions (an FMA counts 2); bytes = DRAM read + write."))
+    else:
+        blocks.append(Para("**Intensity is a lower bound:** this export has no tensor-core operation counters, so FLOPs "
+                           "count only FMA/ADD/MUL pipe instructions, not tensor-core (HMMA/HGMMA) work. GEMM and "
+                           "attention kernels therefore show too low an arithmetic intensity and sit too far left on "
+                           "the roofline; their SM throughput is the better signal (docs/kernel-report.md)."))
     blocks.append(Table(["Class", "Count", "% of profiled"],
                         [[c, str(counts.get(c, 0)), f"{100 * counts.get(c, 0) / n:.1f}%"] for c in (*CLASSES, UNKNOWN)]))
     means = class_means(kernels)
@@ -143,7 +164,8 @@ def _ncu_blocks(inputs: ReportInputs) -> list[Block]:
     from analysis.kernel_names import kernel_family, readable_name
 
     blocks.append(Heading(3, "Longest profiled launches"))
-    blocks.append(Table(["Duration us", "Class", "SM %", "Memory %", "FLOP/B", "Library", "Kernel"],
+    flop_label = "FLOP/B" if all(k.tensor_flops_counted for k in kernels) else "FLOP/B (no tensor cores)"
+    blocks.append(Table(["Duration us", "Class", "SM %", "Memory %", flop_label, "Library", "Kernel"],
                         [[_f(k.values.get("duration_us"), 2), k.classification, _f(k.values.get("sm_throughput_pct")),
                           _f(k.values.get("mem_throughput_pct")), _f(k.intensity, 2), kernel_family(k.name),
                           readable_name(k.name)] for k in longest]))
@@ -197,6 +219,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a report is for reading
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -46,6 +46,9 @@ class NcuKernel(msgspec.Struct):
     flops_per_s: float | None = None
     classification: str = UNKNOWN
     rule: str = ""  # roofline+throughput | throughput-only | missing metrics
+    # False when the export has no tensor-core operation counters: `flops` then counts only FMA/ADD/MUL
+    # pipe instructions, so GEMM intensity is a lower bound (docs/gpu-runs.md).
+    tensor_flops_counted: bool = False
 
 
 class MetricConfig(msgspec.Struct, frozen=True):
@@ -129,7 +132,7 @@ def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[N
         read, write = values.get("dram_read_bytes"), values.get("dram_write_bytes")
         dram = (read or 0.0) + (write or 0.0) if read is not None or write is not None else None
         kernels.append(NcuKernel(id=row[col["ID"]] if "ID" in col else str(line_no), name=row[col["Kernel Name"]],
-                                 values=values, flops=flops, dram_bytes=dram))
+                                 values=values, flops=flops, dram_bytes=dram, tensor_flops_counted=bool(tensor_cols)))
     if not kernels:
         raise NcuCsvError(str(path), "no kernel rows")
     return kernels

@@ -26,6 +26,7 @@ SCALE_BYTES = 4  # one FP32 scale per block (weights 128x128, activations 1x128)
 BOUND_COMPUTE = "compute"
 BOUND_MEMORY = "memory"
 BOUND_NETWORK = "network"
+BOUND_NONE = "none"  # no work on this rank (e.g. dispatch / combine with ep 1: nothing leaves the GPU)
 
 
 class SolInputError(AnalysisError):
@@ -67,6 +68,23 @@ class Deployment(msgspec.Struct, frozen=True):
         return self.tp * self.dp
 
 
+class SolSettings(msgspec.Struct, frozen=True):
+    """What the D4 table's SOL columns need: hardware peaks, the deployment, the model's shapes.
+
+    Saved with the D4 column (analysis.json), so a table can say what its SOL assumed.
+    """
+
+    hardware: str  # built-in name (h800, h100, h200, b200) or a YAML path
+    deployment: Deployment
+    model: str = "deepseek-v3"  # analysis/models/<model>.yaml with a `shapes:` mapping
+
+    def describe(self) -> str:
+        d = self.deployment
+        return (f"{self.model} on {self.hardware}: batch {d.batch_per_rank} per rank, KV length {d.kv_len}, "
+                f"tp {d.tp}, dp {d.dp}, ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, "
+                f"weights {d.weight_dtype}, KV {d.kv_dtype}")
+
+
 class Cost(msgspec.Struct, frozen=True):
     """Work of one module on one rank for one layer."""
 
@@ -81,7 +99,7 @@ class Cost(msgspec.Struct, frozen=True):
 class SolTime(msgspec.Struct, frozen=True):
     term: str
     sol_us: float
-    bound: str  # compute | memory | network
+    bound: str  # compute | memory | network | none (no work)
     compute_us: float
     memory_us: float
     network_us: float
@@ -97,6 +115,8 @@ def sol_time(cost: Cost, hw: Hardware) -> SolTime:
     bound, sol_us = max(
         ((BOUND_COMPUTE, compute_us), (BOUND_MEMORY, memory_us), (BOUND_NETWORK, network_us)), key=lambda item: item[1]
     )
+    if sol_us == 0.0:
+        bound = BOUND_NONE
     return SolTime(
         term=cost.term, sol_us=sol_us, bound=bound, compute_us=compute_us, memory_us=memory_us,
         network_us=network_us, flops=cost.flops, hbm_bytes=cost.hbm_bytes,

@@ -63,3 +63,22 @@ def what_if_at_sol(sol_rows: list, step_ms: float, layers_of, limit: int = 10) -
                            group=row.group, module=row.module, kernel=row.kernel))
     out.sort(key=lambda w: -w.saving_ms)
     return out[:limit]
+
+
+def what_if_speedup(rows: list[tuple[str, str, str, float, float]], step_ms: float, speedup: float,
+                    limit: int = 10) -> tuple[list[WhatIf], list[str]]:
+    """Each (group, module, kernel, row_us, layers) row alone `speedup` times faster; largest saving first.
+
+    For reports without SOL: the ranking still shows where a faster kernel pays. Rows whose
+    layers x time exceed the step are left out and named in the returned notes.
+    """
+    out, notes = [], []
+    for group, module, kernel, row_us, layers in rows:
+        if not row_us:
+            continue
+        try:
+            out.append(what_if(step_ms, row_us, layers, speedup=speedup, group=group, module=module, kernel=kernel))
+        except WhatIfError as exc:
+            notes.append(str(exc))
+    out.sort(key=lambda w: -w.saving_ms)
+    return out[:limit], notes

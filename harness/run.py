@@ -163,15 +163,20 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
     """analysis.api on the collected traces; returns the D4 table (markdown, as written) and the files."""
     from analysis.api import AnalysisOptions, analyze, write_outputs
 
+    from harness.scenario_sol import sol_settings_for
+
     a = scenario.analysis
+    sol, no_sol_reason = sol_settings_for(scenario)  # SOL columns where the scenario says enough
     result = analyze(
         [str(p) for p in trace_paths],
         signature=a.signature,
         model=a.model,
-        options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy),
+        options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy, sol=sol),
     )
     files = write_outputs(result, out_dir)
     table = Path(files["d4.md"]).read_text(encoding="utf-8")
+    if sol is None:
+        table += f"\nNo SOL columns: {no_sol_reason}.\n"
     if result.problems:
         table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
     return table, {name: str(path) for name, path in files.items()}

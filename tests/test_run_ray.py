@@ -218,6 +218,22 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path) -> None:
     for group, total in sums.items():
         assert total == pytest.approx(sum(members[group]), abs=0.05 * len(members[group]) + 0.05), group
 
+    # `moe-harness report RUN` reads the run's analysis/ and writes the kernel report beside it.
+    import argparse
+
+    from harness.commands import report
+
+    parser = argparse.ArgumentParser()
+    report.register(parser.add_subparsers())
+    args = parser.parse_args(["report", str(run_dir), "--top", "5"])
+    assert args.func(args) == 0
+    kr = (run_dir / "analysis" / "kernel_report.md").read_text()
+    assert f"Sources: `{run_dir / 'analysis' / 'kernels_long.csv'}`" in kr
+    assert "### Stage: decode (3 step windows" in kr  # the 3 profiled steps, not the whole trace
+    assert "### Each row 2x faster" in kr and f"| {step_ms:.2f} |" in kr
+    assert "No SOL columns: model 'deepseek-v3-tiny' has no SOL shapes" in output
+    assert (run_dir / "analysis" / "kernel_report.html").stat().st_size > len(kr)
+
 
 @pytest.mark.timeout(300)
 def test_actor_crash_fails_the_run_and_keeps_files(ray_head: RayHead, tmp_path: Path) -> None:

@@ -31,3 +31,15 @@ def test_ranking_at_sol_puts_largest_saving_first():
     ranked = what_if_at_sol(rows, 96.0, lambda r: 58 if r.group == "moe" else 61)
     assert [w.module for w in ranked] == ["combine", "attn_mqa"]
     assert ranked[0].saving_ms == pytest.approx(58 * 119 / 1000)
+
+
+def test_speedup_ranking_without_sol():
+    from analysis.whatif import what_if_speedup
+
+    rows = [("attention", "attn", "fmha", 40.0, 61), ("moe", "experts", "gemm", 100.0, 58),
+            ("other", "bad", "k", 1000.0, 61)]  # 61 ms of a 20 ms step: wrong layer count
+    ranked, notes = what_if_speedup(rows, 20.0, 2.0)
+    assert [w.module for w in ranked] == ["experts", "attn"]
+    assert ranked[0].saving_ms == pytest.approx(58 * 50 / 1000)
+    assert ranked[1].new_step_ms == pytest.approx(20.0 - 61 * 20 / 1000)
+    assert len(notes) == 1 and "other/bad" in notes[0]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -23,6 +24,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-gap-us", type=float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
     p.add_argument("--jobs", type=int, default=None, help="ranks parsed in parallel (default: one per core)")
     p.add_argument("--lang", default="en", choices=["en", "zh"], help="table headings in English or Chinese (seed's headings)")
+    add_sol_options(p)
 
 
 def register(subparsers) -> None:
@@ -38,11 +40,13 @@ def register(subparsers) -> None:
 
 
 def options_from(args, run_name: str, labels: dict[str, str] | None = None):
+    """AnalysisOptions from the command line; SOL shapes come from --model (default deepseek-v3)."""
     from analysis.api import AnalysisOptions
 
     return AnalysisOptions(run=run_name, rank_policy=args.rank_policy, stat=args.stat, labels=labels,
                            capture_traces=args.capture_trace, accept_length=args.accept_length, tbo=args.tbo,
-                           jobs=args.jobs, step_gap_us=args.step_gap_us, attribution=args.attribution)
+                           jobs=args.jobs, step_gap_us=args.step_gap_us, attribution=args.attribution,
+                           sol=sol_settings_from(args, model=args.model))
 
 
 def run(args) -> int:

@@ -6,13 +6,15 @@ from pathlib import Path
 
 from analysis.errors import AnalysisError
 from harness.commands.analyze import add_analysis_options, options_from
+from harness.commands.sol_options import sol_settings_from
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare", help="put several runs side by side as columns of one D4 table",
         description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out` "
-                    "(or a run directory holding analysis/), or trace files/directories analysed here with the options below.")
+                    "(or a run directory holding analysis/), or trace files/directories analysed here with the options below. "
+                    "SOL options (--hardware, --batch-per-rank, --kv-len, ...) apply to every column, saved ones included.")
     p.add_argument("columns", nargs="+", metavar="NAME=PATH[,PATH...]")
     p.add_argument("--out", default=None, help="directory for compare.md and compare.csv")
     add_analysis_options(p)
@@ -27,6 +29,11 @@ def _column(name: str, paths: list[str], args):
             if (candidate / ANALYSIS_FILE).exists():
                 column = load_column(candidate)
                 column.name = name
+                settings = sol_settings_from(args, model=args.model)
+                if settings is not None:  # SOL options on the command line apply to saved columns too
+                    from analysis.d4_sol import with_sol
+
+                    column = with_sol(column, settings)
                 return column
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
 

@@ -1,8 +1,8 @@
 """`moe-harness report`: the kernel-level report (top kernels, SOL, what-if, Nsight Compute).
 
-Input is an analysis directory (kernels_long.csv, with d4_detail.csv and analysis.json when the
-analysis wrote them) or trace files (top kernels only). Writes kernel_report.md, its PNGs, and a
-self-contained kernel_report.html.
+Input is an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run directory
+(its analysis/ subdirectory), or trace files, which are analysed here (--signature) for steps and
+D4 rows. Writes kernel_report.md, its PNGs, and a self-contained kernel_report.html.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -21,23 +22,19 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="write the kernel-level report (top kernels, speed of light, what-if, Nsight Compute)",
-        description="Kernel report from an analysis directory (kernels_long.csv [+ d4_detail.csv, analysis.json]) "
-                    "or from trace files (top kernels only). SOL columns need --batch-per-rank and --kv-len.")
-    p.add_argument("inputs", nargs="+", help="an analysis directory, or trace files (.json / .json.gz)")
+        description="Kernel report from an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run "
+                    "directory (its analysis/), or trace files (analysed here). SOL columns need --hardware, "
+                    "--batch-per-rank and --kv-len, unless the analysis saved them (a DeepSeek-V3 scenario run).")
+    p.add_argument("inputs", nargs="+", help="an analysis or run directory, or trace files (.json / .json.gz)")
     p.add_argument("--out", default=None,
                    help="output directory (default: the analysis directory; for traces a new kernel-report-TIME directory)")
     p.add_argument("--top", type=int, default=20, help="kernels per stage (default: 20)")
+    p.add_argument("--signature", default="generic", help="signature for analysing trace inputs (default: generic)")
+    p.add_argument("--speedup", type=float, default=2.0,
+                   help="what-if factor: the step if one D4 row ran this many times faster (default: 2)")
     p.add_argument("--ncu", default=None, metavar="CSV", help="Nsight Compute export (ncu --csv --page raw)")
-    p.add_argument("--hardware", default=None, help="h800, h100, h200, b200 or a YAML file (needed for SOL and roofline)")
-    p.add_argument("--model", default="deepseek-v3", help="model shapes for SOL (default: deepseek-v3)")
-    p.add_argument("--batch-per-rank", type=int, default=None, help="requests per attention rank (enables SOL)")
-    p.add_argument("--kv-len", type=int, default=None, help="mean KV-cache length in tokens (enables SOL)")
-    p.add_argument("--tp", type=int, default=1, help="attention tensor parallelism (default 1)")
-    p.add_argument("--dp", type=int, default=1, help="attention data parallelism (default 1)")
-    p.add_argument("--ep", type=int, default=1, help="expert parallelism (default 1)")
-    p.add_argument("--mtp-draft-tokens", type=int, default=0, help="MTP draft tokens verified per request (default 0)")
-    p.add_argument("--weight-dtype", default="fp8", choices=["fp8", "bf16"])
-    p.add_argument("--kv-dtype", default="bf16", choices=["fp8", "bf16"])
+    p.add_argument("--model", default=None, help="model shapes for SOL (default: the saved analysis's, else deepseek-v3)")
+    add_sol_options(p)
     p.add_argument("--ncu-dtype", default="bf16", choices=["fp8", "bf16"], help="compute peak for the roofline (default bf16)")
     p.set_defaults(func=run)
 
@@ -54,15 +51,22 @@ def _read_d4_detail(path: Path) -> list[dict]:
     return rows
 
 
-def _step_ms(analysis_dir: Path) -> float | None:
+def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
+    """(step ms, saved SolSettings or None) from analysis.json, when present."""
+    import msgspec
+
+    from analysis.sol import SolSettings
+
     path = analysis_dir / "analysis.json"
     if not path.exists():
-        return None
+        return None, None
     try:
-        value = json.loads(path.read_text()).get("d4", {}).get("step_ms")
-    except (OSError, ValueError) as exc:
+        d4 = json.loads(path.read_text()).get("d4", {})
+        sol = msgspec.convert(d4["sol"], SolSettings) if d4.get("sol") else None
+    except (OSError, ValueError, msgspec.ValidationError) as exc:
         raise AnalysisError(f"{path}: unreadable: {exc}") from None
-    return float(value) if value else None
+    value = d4.get("step_ms")
+    return (float(value) if value else None), sol
 
 
 def _new_out_dir() -> Path:
@@ -74,74 +78,125 @@ def _new_out_dir() -> Path:
     return out
 
 
-def build(args) -> tuple[list, Path, str]:
-    from analysis.hardware import load_hardware
-    from analysis.kernel_report import ReportInputs, build_report
-    from analysis.kernel_rows_csv import read_kernel_rows
-    from analysis.ncu import classify, read_ncu_csv
-    from analysis.sol import Deployment, layer_sol, sol_for_d4_rows
-    from analysis.top_kernels import samples_from_rows, samples_from_traces, top_kernels
-    from analysis.trace_loader import load_trace
-    from analysis.whatif import what_if_at_sol
+class _Loaded:
+    """What the inputs give: kernel samples, and D4 rows with the step time when analysed."""
 
-    paths = [Path(p) for p in args.inputs]
+    def __init__(self):
+        self.samples: list = []
+        self.sources: list[str] = []
+        self.notes: list[str] = []
+        self.d4_rows: list[dict] | None = None
+        self.step_ms: float | None = None
+        self.saved_sol = None
+        self.analysis_dir: Path | None = None
+
+
+def _from_analysis_dir(adir: Path) -> _Loaded:
+    from analysis.kernel_rows_csv import read_kernel_rows
+    from analysis.top_kernels import samples_from_rows
+
+    got = _Loaded()
+    long_csv = adir / "kernels_long.csv"
+    got.samples = samples_from_rows(read_kernel_rows(long_csv))
+    got.sources = [str(long_csv)]
+    if (adir / "d4_detail.csv").exists():
+        got.d4_rows = _read_d4_detail(adir / "d4_detail.csv")
+    got.step_ms, got.saved_sol = _saved_d4(adir)
+    got.analysis_dir = adir
+    return got
+
+
+def _from_traces(paths: list[Path], signature: str) -> _Loaded:
+    """Analyse the traces (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
+    from analysis.api import AnalysisOptions, analyze
+    from analysis.errors import TraceLoadError
+    from analysis.top_kernels import samples_from_rows, samples_from_traces
+    from analysis.trace_loader import load_trace
+
+    got = _Loaded()
+    try:
+        result = analyze([str(p) for p in paths], signature=signature, options=AnalysisOptions(run="report", jobs=1))
+    except AnalysisError as exc:
+        got.notes.append(f"The traces could not be analysed into steps ({exc}); every kernel in each file counts, "
+                         "its stage from the file name, and there are no D4 rows.")
+    else:
+        got.samples = samples_from_rows(result.kernel_rows)
+        got.sources = [str(p) for p in paths if str(p) not in {pr.path for pr in result.problems}]
+        got.d4_rows = [{"group": r.group, "module": r.module, "kernel": r.kernel, "value_us": r.value_us,
+                        "layers": r.layers} for r in result.d4.rows]
+        got.step_ms = result.d4.step_ms or None
+        got.notes.append(f"Analysed here with the `{signature}` signature: {len(result.step_rows)} steps, "
+                         f"stage {result.d4.stage}, step {result.d4.step_ms:.2f} ms (`moe-harness analyze` gives the D4 table).")
+        got.notes += [f"Skipped {pr.path or pr.rank}: {pr.message}" for pr in result.problems]
+        return got
+    loaded = []
+    for p in paths:
+        try:
+            loaded.append(load_trace(str(p)))
+            got.sources.append(str(p))
+        except TraceLoadError as exc:  # e.g. a .json side file in a trace directory
+            got.notes.append(f"Skipped {exc}")
+    if not loaded:
+        raise AnalysisError("no readable trace among the inputs: " + "; ".join(got.notes))
+    got.samples = samples_from_traces(loaded)
+    return got
+
+
+def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise AnalysisError(f"no such file or directory: {', '.join(missing)}")
-    analysis_dir = paths[0] if len(paths) == 1 and paths[0].is_dir() else None
-    notes, d4_rows, step_ms = [], None, None
-    if analysis_dir is not None:
-        long_csv = analysis_dir / "kernels_long.csv"
-        if long_csv.exists():
-            samples = samples_from_rows(read_kernel_rows(long_csv))
-            if (analysis_dir / "d4_detail.csv").exists():
-                d4_rows = _read_d4_detail(analysis_dir / "d4_detail.csv")
-            step_ms = _step_ms(analysis_dir)
-            sources = [str(long_csv)]
-        else:
-            traces = sorted(p for p in analysis_dir.rglob("*") if p.name.endswith(TRACE_SUFFIXES))
-            if not traces:
-                raise AnalysisError(f"{analysis_dir}: neither kernels_long.csv nor trace files inside")
-            paths, analysis_dir = traces, None
-    if analysis_dir is None:
-        bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
-        if bad:
-            raise AnalysisError(f"not trace files (.json/.json.gz): {', '.join(bad)}")
-        from analysis.errors import TraceLoadError
+    if len(paths) == 1 and paths[0].is_dir():
+        for adir in (paths[0], paths[0] / "analysis"):  # an analysis directory, or a run directory
+            if (adir / "kernels_long.csv").exists():
+                return _from_analysis_dir(adir)
+        traces = sorted(p for p in paths[0].rglob("*") if p.name.endswith(TRACE_SUFFIXES) and p.is_file())
+        if not traces:
+            raise AnalysisError(f"{paths[0]}: neither kernels_long.csv (or analysis/kernels_long.csv) nor trace files inside")
+        paths = traces
+    bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
+    if bad:
+        raise AnalysisError(f"not trace files (.json/.json.gz): {', '.join(bad)}")
+    return _from_traces(paths, signature)
 
-        loaded, sources = [], []
-        for p in paths:
-            try:
-                loaded.append(load_trace(str(p)))
-                sources.append(str(p))
-            except TraceLoadError as exc:  # e.g. a .json side file in a trace directory
-                notes.append(f"Skipped {exc}")
-        if not loaded:
-            raise AnalysisError("no readable trace among the inputs: " + "; ".join(notes))
-        samples = samples_from_traces(loaded)
-        notes.append("From raw traces: every kernel in each file counts (no step or layer attribution); the stage "
-                     "comes from the file name. Run `moe-harness analyze` first for per-stage steps and D4 rows.")
-    top = top_kernels(samples, top_n=args.top)
-    hardware = load_hardware(args.hardware) if args.hardware else None
-    inputs = ReportInputs(title="Kernel report", sources=sources, top=top, hardware=hardware, step_ms=step_ms,
-                          ncu_dtype=args.ncu_dtype, notes=notes)
-    if d4_rows is not None and hardware is not None and args.batch_per_rank and args.kv_len is not None:
-        deployment = Deployment(batch_per_rank=args.batch_per_rank, kv_len=args.kv_len, tp=args.tp, dp=args.dp,
-                                ep=args.ep, mtp_draft_tokens=args.mtp_draft_tokens, weight_dtype=args.weight_dtype,
-                                kv_dtype=args.kv_dtype)
-        inputs.deployment = deployment
-        inputs.sol_rows = sol_for_d4_rows(d4_rows, deployment, hardware, model=args.model)
-        inputs.step_sol = layer_sol(args.model, deployment, hardware)
-        layers = {(r["group"], r["module"], r["kernel"]): r["layers"] for r in d4_rows}
-        if step_ms:
-            inputs.what_ifs = what_if_at_sol(inputs.sol_rows, step_ms,
-                                             lambda row: max(1.0, layers.get((row.group, row.module, row.kernel), 1.0)))
+
+def build(args) -> tuple[list, Path, str]:
+    from analysis.hardware import load_hardware
+    from analysis.kernel_report import ReportInputs, build_report
+    from analysis.ncu import classify, read_ncu_csv
+    from analysis.sol import layer_sol, sol_for_d4_rows
+    from analysis.top_kernels import top_kernels
+    from analysis.whatif import what_if_at_sol, what_if_speedup
+
+    got = _load_inputs([Path(p) for p in args.inputs], args.signature)
+    top = top_kernels(got.samples, top_n=args.top)
+    settings = sol_settings_from(args, model=args.model, base=got.saved_sol, hardware_alone_ok=True)
+    hardware = load_hardware(args.hardware or (settings.hardware if settings else None)) \
+        if (args.hardware or settings) else None
+    inputs = ReportInputs(title="Kernel report", sources=got.sources, top=top, hardware=hardware, step_ms=got.step_ms,
+                          ncu_dtype=args.ncu_dtype, notes=got.notes, speedup=args.speedup)
+    rows = got.d4_rows or []
+    layers = {(r["group"], r["module"], r["kernel"]): max(1.0, r["layers"]) for r in rows}
+    if rows and settings is not None:
+        if got.saved_sol is not None and settings == got.saved_sol:
+            inputs.notes.append("SOL deployment as saved by the analysis (analysis.json).")
+        inputs.deployment = settings.deployment
+        inputs.sol_rows = sol_for_d4_rows(rows, settings.deployment, hardware, model=settings.model)
+        inputs.step_sol = layer_sol(settings.model, settings.deployment, hardware)
+        if got.step_ms:
+            inputs.what_ifs = what_if_at_sol(inputs.sol_rows, got.step_ms,
+                                             lambda row: layers.get((row.group, row.module, row.kernel), 1.0))
+    if rows and got.step_ms:
+        inputs.speedup_what_ifs, skipped = what_if_speedup(
+            [(r["group"], r["module"], r["kernel"], r["value_us"], layers[(r["group"], r["module"], r["kernel"])])
+             for r in rows], got.step_ms, args.speedup)
+        inputs.notes += [f"What-if left out: {s}" for s in skipped]
     if args.ncu:
         if hardware is None:
             raise AnalysisError("--ncu needs --hardware (the roofline's peaks)")
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
         inputs.sources.append(args.ncu)
-    out = Path(args.out) if args.out else (analysis_dir if analysis_dir is not None else _new_out_dir())
+    out = Path(args.out) if args.out else (got.analysis_dir if got.analysis_dir is not None else _new_out_dir())
     return build_report(inputs), out, inputs.title
 
 

@@ -1,0 +1,59 @@
+"""The D4 table's SOL settings read off a scenario, so scenario runs get SOL columns unasked.
+
+Only where the scenario says enough (docs/sol.md, "From a scenario"):
+- model: analysis.model, else model.name, must have SOL shapes (analysis/models/<name>.yaml `shapes:`,
+  today deepseek-v3); the embedded engine's presets are named otherwise and get none;
+- hardware: cluster.gpu_type, a built-in peaks file (h800, h100, h200, b200);
+- parallelism (SGLang): with dp_attention, attention tp = tp / dp and dp = dp; without it dp must be 1
+  and attention tp = tp; ep = ep;
+- batch per rank = ceil(workload.batch_size / dp); KV length = input_len + warmup_steps (the cache when
+  profiling can start; warm-up ends a few steps later at most);
+- MTP: speculative.num_draft_tokens - 1 draft tokens (a verify pass checks num_draft_tokens per request);
+- weights fp8 (DeepSeek-V3's released checkpoint) for SGLang, bf16 for the embedded engine in bfloat16;
+  KV cache fp8 when extra_args sets --kv-cache-dtype fp8*, else bf16.
+"""
+from __future__ import annotations
+
+import math
+
+from analysis.errors import AnalysisError
+from analysis.hardware import list_hardware
+from analysis.model_shapes import load_model_shapes
+from analysis.sol import Deployment, SolSettings
+from harness.scenario import EmbeddedEngine, Scenario
+
+
+def _kv_dtype(extra_args: list[str]) -> str:
+    for i, arg in enumerate(extra_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--kv-cache-dtype=") else (
+            extra_args[i + 1] if arg == "--kv-cache-dtype" and i + 1 < len(extra_args) else None)
+        if value is not None:
+            return "fp8" if value.startswith("fp8") else "bf16"
+    return "bf16"
+
+
+def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
+    """(settings, "") or (None, why the scenario gives no SOL columns)."""
+    model = scenario.analysis.model or scenario.model.name
+    try:
+        load_model_shapes(model)
+    except AnalysisError:
+        return None, f"model {model!r} has no SOL shapes (the SOL model covers deepseek-v3)"
+    gpu = (scenario.cluster.gpu_type or "").lower()
+    if gpu not in list_hardware():
+        return None, f"cluster.gpu_type {scenario.cluster.gpu_type!r} has no peaks file (known: {', '.join(list_hardware())})"
+    engine, w = scenario.engine, scenario.workload
+    if isinstance(engine, EmbeddedEngine):
+        if engine.dtype != "bfloat16":
+            return None, f"embedded engine dtype {engine.dtype} is neither fp8 nor bf16"
+        tp, dp, ep, draft, weights, kv = 1, 1, 1, 0, "bf16", "bf16"
+    else:
+        if engine.dp > 1 and not engine.dp_attention:
+            return None, "engine.dp > 1 without dp_attention (replicated engines) is not modelled"
+        dp = engine.dp if engine.dp_attention else 1
+        tp, ep = engine.tp // dp, engine.ep
+        draft = engine.speculative.num_draft_tokens - 1 if engine.speculative else 0
+        weights, kv = "fp8", _kv_dtype(engine.extra_args)
+    deployment = Deployment(batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
+                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv)
+    return SolSettings(hardware=gpu, deployment=deployment, model=model), ""
