@@ -200,7 +200,8 @@ def test_module_map_covers_the_deepseek_signatures_row_for_row():
     out = sol_for_d4_rows(d4, Deployment(batch_per_rank=64, kv_len=2048, dp=8, ep=8), "h200")
     got = {(r.module, r.kernel): r.term for r in out}
     assert got[("q_a_kv_a", "deep_gemm")] == "q_a_kv_a_proj" and got[("q_a_kv_a", "per_token_group_quant")] is None
-    assert got[("attn_mqa", "get_mla_metadata")] == "mla_attention"  # first row of the module carries it
+    assert got[("attn_mqa", "flash_mla")] == "mla_attention"  # the attention kernel, not its metadata kernel
+    assert got.get(("attn_mqa", "get_mla_metadata")) is None
     assert got[("w_kc bmm", "nvjet")] == "w_uk_bmm" and got[("w_vc bmm", "nvjet")] == "w_uv_bmm"
     assert got[("shared_experts", "deep_gemm gate_up")] == "shared_up_gate"
     assert got[("shared_experts", "deep_gemm down")] == "shared_down"
