@@ -102,23 +102,28 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert not _fake_servers(), "a server outlived the run"
 
 
-@pytest.mark.parametrize("fail,phase,message", [
-    ("exit_at_start", "start SGLang on 2 node(s)",
+@pytest.mark.parametrize("fail,node,phase,message", [
+    ("exit_at_start", "1", "start SGLang on 2 node(s)",
      r"node 1: (SGLang )?server exited with status 3(.|\n)*fake startup failure"),
-    ("no_profile_file", "profile 3 decode steps on every rank",
+    ("die_mid_load:3", "0", "load to a running batch of 8",
+     r"node 0: SGLang server exited with status 4(.|\n)*scheduler died"),
+    ("no_profile_file", "1", "profile 3 decode steps on every rank",
      r"node 1: no trace for rank\(s\) TP-2-DP-2-EP-2, TP-3-DP-3-EP-3"),
 ])
-def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cluster, env, tmp_path, fail, phase,
-                                                                               message):
+def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cluster, env, tmp_path, fail, node,
+                                                                               phase, message):
     import re
 
-    scenario, path = _scenario(tmp_path, profile_timeout_s=8, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE="1")
+    scenario, path = _scenario(tmp_path, profile_timeout_s=8, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE=node)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"], manifest["error"]["phase"]) == (1, "failed", phase)
     assert re.search(message, manifest["error"]["message"]), manifest["error"]["message"]
     assert (run_dir / "plan.sh").exists() and (run_dir / "scenario.yaml").exists()
-    assert "node 1/2" in (run_dir / "logs" / "sglang-node1.log").read_text()
+    assert f"node {node}/2" in (run_dir / "logs" / f"sglang-node{node}.log").read_text()
+    if fail.startswith("die_mid_load"):  # the requests answered before the death are kept
+        records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+        assert any(not r["ok"] for r in records)
     if fail == "no_profile_file":
         records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
         assert records and all(r["ok"] for r in records)  # the load ran before the profile failed
@@ -126,6 +131,6 @@ def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cl
         assert len(kept) == 1 and manifest["node_dir"] in str(kept[0])  # node 0's trace is kept where it was
         assert "analysis" not in {p.name for p in run_dir.iterdir()}
     files = {f["path"] for f in manifest["files"]}
-    assert "scenario.yaml" in files and "logs/sglang-node1.log" in files
+    assert "scenario.yaml" in files and f"logs/sglang-node{node}.log" in files
     _no_secret_in(run_dir)
     assert not _fake_servers(), "a server outlived the failed run"
