@@ -265,6 +265,8 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):
             problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
+        if "EXTEND" in p.stages:
+            problems.append("profile.stages: the SGLang run collects and analyses DECODE traces only")
     return problems
 
 

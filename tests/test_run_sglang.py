@@ -114,7 +114,7 @@ def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cl
                                                                                phase, message):
     import re
 
-    scenario, path = _scenario(tmp_path, profile_timeout_s=8, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE=node)
+    scenario, path = _scenario(tmp_path, profile_timeout_s=5, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE=node)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"], manifest["error"]["phase"]) == (1, "failed", phase)
@@ -134,3 +134,26 @@ def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cl
     assert "scenario.yaml" in files and f"logs/sglang-node{node}.log" in files
     _no_secret_in(run_dir)
     assert not _fake_servers(), "a server outlived the failed run"
+
+
+def test_node_actor_analyses_its_ranks_and_names_itself_when_it_cannot(cluster, tmp_path):
+    import gzip
+    import shutil
+
+    import ray
+
+    from harness.sglang.server_actor import DeploymentError, SGLangNodeActor
+
+    good = tmp_path / "p-1.5-TP-2-DECODE.trace.json.gz"
+    shutil.copyfile(REPO / "tests" / "fake_sglang" / "template-TP-0-DECODE.trace.json.gz", good)
+    bad = tmp_path / "p-1.5-TP-3-DECODE.trace.json.gz"
+    bad.write_bytes(gzip.compress(b"{not json"))
+    actor = SGLangNodeActor.remote(1)
+    try:
+        options = {"run": "r", "signature": "generic", "model": None, "rank_policy": "mean", "jobs": 1}
+        part = ray.get(actor.analyze_traces.remote([str(good)], options), timeout=60)
+        assert {r.rank for r in part["kernel_rows"]} == {"TP2"} and part["step_rows"] and not part["problems"]
+        with pytest.raises(DeploymentError, match=r"node 1: analysis of 1 trace\(s\) failed: no rank could be analysed"):
+            ray.get(actor.analyze_traces.remote([str(bad)], options), timeout=60)
+    finally:
+        ray.kill(actor)
