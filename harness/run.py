@@ -1,7 +1,8 @@
 """The main job: `python harness/run.py --scenario demo` (also `moe-harness run`, or a Ray job).
 
-Launch the engine through Ray, drive the batch to a steady decode step time, profile a bounded
-number of steps, collect traces into a new run directory, analyse them, print the D4 table.
+Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node through
+harness/sglang/job.py), drive the batch to a steady state, profile a bounded number of decode steps
+on every rank, collect into a new run directory, analyse, print the D4 table.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
 the run finished (status ok) or where it stopped (status failed) and why.
 """
@@ -48,8 +49,6 @@ from harness.trace_names import trace_file_name
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
 RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
-
-
 
 
 class Progress:
