@@ -75,18 +75,28 @@ class SGLangNodeActor:
         """Paths of this node's trace files, one per expected rank label; raises when some never appear.
 
         With `stage` (DECODE), only that stage's files count: profile_by_stage also writes EXTEND files
-        when new requests are prefilled while the profiler runs.
+        when new requests are prefilled while the profiler runs. A file counts once its size is
+        non-zero and unchanged over one poll: the profiler writes the final name progressively.
         """
         deadline = time.monotonic() + timeout_s
         found: dict[str, str] = {}
+        last_size: dict[str, int] = {}
         while time.monotonic() < deadline:
             for path in Path(trace_dir).glob(f"{prefix}-*.trace.json.gz"):
                 for label in rank_labels:
                     if stage is not None:
-                        if path.name.endswith(f"-{label}-{stage}.trace.json.gz"):
-                            found[label] = str(path)
-                    elif f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz"):
+                        match = path.name.endswith(f"-{label}-{stage}.trace.json.gz")
+                    else:
+                        match = f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz")
+                    if not match:
+                        continue
+                    try:
+                        size = path.stat().st_size
+                    except FileNotFoundError:
+                        continue
+                    if size > 0 and last_size.get(str(path)) == size:
                         found[label] = str(path)
+                    last_size[str(path)] = size
             if len(found) == len(rank_labels):
                 return [found[l] for l in rank_labels]
             if self.exit_code() is not None:
