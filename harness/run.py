@@ -1,7 +1,8 @@
 """The main job: `python harness/run.py --scenario demo` (also `moe-harness run`, or a Ray job).
 
-Launch the engine through Ray, drive the batch to a steady decode step time, profile a bounded
-number of steps, collect traces into a new run directory, analyse them, print the D4 table.
+Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node through
+harness/sglang/job.py), drive the batch to a steady state, profile a bounded number of decode steps
+on every rank, collect into a new run directory, analyse, print the D4 table.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
 the run finished (status ok) or where it stopped (status failed) and why.
 """
@@ -33,6 +34,7 @@ from harness.run_dir import (
     write_jsonl,
     write_manifest,
 )
+from harness.run_errors import RunFailed
 from harness.scenario import (
     REPO_ROOT,
     EmbeddedEngine,
@@ -47,10 +49,6 @@ from harness.trace_names import trace_file_name
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
 RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
-
-
-class RunFailed(Exception):
-    """A phase could not complete; the message says which and what to do."""
 
 
 class Progress:
@@ -82,7 +80,9 @@ def connect_ray(repo_root: Path, progress: Progress) -> Any:
     """An existing cluster (inside a Ray job, or RAY_ADDRESS set), else a local Ray started here."""
     import ray
 
-    if in_ray_job():
+    if ray.is_initialized():  # run() called from a program (or test) already connected to a cluster
+        progress.note("using this process's Ray connection")
+    elif in_ray_job():
         ray.init(log_to_driver=False)  # the job's runtime env (working_dir) already carries the code
         progress.note(f"inside a Ray job; cluster at {os.environ.get('RAY_ADDRESS', 'auto')}")
     elif os.environ.get("RAY_ADDRESS"):
@@ -203,18 +203,11 @@ def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
 def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False) -> tuple[int, Path]:
     """Run a scenario; returns (exit status, run directory). Never raises for a failed run."""
     progress = Progress(quiet=quiet)
-    if not isinstance(scenario.engine, EmbeddedEngine):
-        # Said before a run directory exists: nothing was started, so nothing is recorded as a run.
-        progress.console.print(
-            f"{scenario_path}: engine.kind {scenario.engine.kind} does not run from this entry point yet; "
-            f"`moe-harness plan {scenario_path}` prints its per-node SGLang launch")
-        return 2, runs_root
     started_at = time.time()
     run_dir = create_run_dir(runs_root, scenario.name, started_at)
     progress.console.print(f"run directory: {run_dir}")
     write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
     write_atomic(run_dir / "scenario.source.yaml", scenario_path.read_bytes())
-    log_path = run_dir / "engine.log"
     manifest: dict[str, Any] = {
         "status": "failed",
         "scenario": scenario.name,
@@ -224,14 +217,46 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         "engine": scenario.engine.kind,
         "in_ray_job": in_ray_job(),
     }
-    engine_info: dict[str, Any] | None = None
-    ray = None
-    handle: EngineHandle | None = None
     exit_status = 1
+    try:
+        from harness.sglang.server_actor import DeploymentError
+    except ImportError:  # no Ray installed: connect_ray below says so
+        DeploymentError = RunFailed  # noqa: N806
     try:
         with progress.phase("connect to Ray"):
             ray = connect_ray(REPO_ROOT, progress)
             manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
+        if isinstance(scenario.engine, EmbeddedEngine):
+            table = run_embedded(ray, scenario, run_dir, manifest, progress)
+        else:
+            from harness.sglang.job import run_sglang
+
+            table = run_sglang(scenario, run_dir, manifest, progress)
+        manifest["status"] = "ok"
+        exit_status = 0
+        print(table, flush=True)
+    except (RunFailed, NotSteadyError, DeploymentError) as exc:
+        manifest["error"] = {"phase": progress.current, "message": str(exc)}
+        progress.console.print(f"[red]run failed[/red] during {progress.current}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - any failure must still leave a manifest behind
+        manifest["error"] = {"phase": progress.current, "message": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()}
+        progress.console.print(f"[red]run failed[/red] during {progress.current}: {type(exc).__name__}: {exc}")
+    finally:
+        manifest["versions"] = _versions(manifest.get("engine_info"))
+        manifest["timings_s"] = progress.timings_s
+        manifest["finished_at"] = time.time()
+        manifest["wall_s"] = round(manifest["finished_at"] - started_at, 3)
+        write_manifest(run_dir, manifest)
+        progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
+    return exit_status, run_dir
+
+
+def run_embedded(ray: Any, scenario: Scenario, run_dir: Path, manifest: dict[str, Any], progress: Progress) -> str:
+    """The embedded engine's phases; returns the D4 table. The engine actor is stopped on every exit."""
+    log_path = run_dir / "engine.log"
+    handle: EngineHandle | None = None
+    try:
         with progress.phase("start engine"):
             handle = start_engine(ray, scenario, log_path)
             engine_info = handle.call("ready", timeout_s=scenario.engine.start_timeout_s)
@@ -278,26 +303,10 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
             for path in trace_paths:
                 path.unlink()
             manifest["traces_removed"] = [p.name for p in trace_paths]
-        manifest["status"] = "ok"
-        exit_status = 0
-        print(table, flush=True)
-    except (RunFailed, NotSteadyError) as exc:
-        manifest["error"] = {"phase": progress.current, "message": str(exc)}
-        progress.console.print(f"[red]run failed[/red] during {progress.current}: {exc}")
-    except Exception as exc:  # noqa: BLE001 - any failure must still leave a manifest behind
-        manifest["error"] = {"phase": progress.current, "message": f"{type(exc).__name__}: {exc}",
-                             "traceback": traceback.format_exc()}
-        progress.console.print(f"[red]run failed[/red] during {progress.current}: {type(exc).__name__}: {exc}")
+        return table
     finally:
         if handle is not None:
             _stop(ray, handle)
-        manifest["versions"] = _versions(engine_info)
-        manifest["timings_s"] = progress.timings_s
-        manifest["finished_at"] = time.time()
-        manifest["wall_s"] = round(manifest["finished_at"] - started_at, 3)
-        write_manifest(run_dir, manifest)
-        progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
-    return exit_status, run_dir
 
 
 def _stop(ray: Any, handle: EngineHandle) -> None:

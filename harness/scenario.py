@@ -97,10 +97,15 @@ class SGLangEngine(_Strict):
     max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
     context_length: int | None = Field(None, ge=1, description="--context-length")
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
+    host: str = Field("0.0.0.0", description="--host of node 0's server; the driver connects to node 0's IP "
+                      "unless this names one address")
     port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
     passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
     ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
+    launcher: list[str] | None = Field(
+        None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
+        "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver")
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
@@ -260,6 +265,8 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):
             problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
+        if "EXTEND" in p.stages:
+            problems.append("profile.stages: the SGLang run collects and analyses DECODE traces only")
     return problems
 
 
@@ -360,5 +367,14 @@ def load_scenario(name_or_path: str) -> tuple[Scenario, Path]:
 
 
 def scenario_to_yaml(scenario: Scenario) -> str:
-    """The resolved scenario (every default filled in), as written into the run directory."""
-    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+    """The resolved scenario (every default filled in), as written into the run directory.
+
+    Values of secret-looking engine.env names (HF_TOKEN, *_KEY) are masked: secrets belong in the
+    environment (engine.passthrough_env), and a run directory is shared.
+    """
+    from harness.sglang.secrets import mask_env
+
+    data = scenario.model_dump(mode="json")
+    if isinstance(data["engine"].get("env"), dict):
+        data["engine"]["env"] = mask_env(data["engine"]["env"])
+    return yaml.safe_dump(data, sort_keys=False)

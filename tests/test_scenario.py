@@ -122,3 +122,12 @@ def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert validate.run(argparse.Namespace(scenario=str(bad))) == 1
     err = capsys.readouterr().err
     assert str(bad) in err and "engine.colour" in err and "unknown key" in err
+
+
+def test_sglang_scenarios_profile_decode_only(tmp_path):
+    from harness.scenario import ScenarioError, parse_scenario
+
+    text = (Path(__file__).parent / "scenarios" / "sglang_fake_2node.yaml").read_text()
+    assert parse_scenario(text, "ok.yaml").profile.stages == ["DECODE"]
+    with pytest.raises(ScenarioError, match=r"profile.stages: the SGLang run collects and analyses DECODE traces only"):
+        parse_scenario(text.replace("stages: [DECODE]", "stages: [DECODE, EXTEND]"), "bad.yaml")

@@ -20,6 +20,7 @@ from harness.sglang.secrets import mask_argv, mask_env
 NODE0_PLACEHOLDER = "{node0_ip}"
 ENV_DEFAULTS_PATH = Path(__file__).with_name("env_defaults.yaml")
 DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class PlanError(ValueError):
@@ -237,7 +238,7 @@ def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
     """One NodeLaunch per node; node 0's IP stays a placeholder until placement."""
     check_spec(spec)
     environ = dict(os.environ) if environ is None else environ
-    launcher = tuple(sys.executable if a == "{python}" else a for a in spec.launcher)
+    launcher = tuple(a.replace("{python}", sys.executable).replace("{repo}", str(REPO_ROOT)) for a in spec.launcher)
     nodes = tuple(NodeLaunch(rank, launcher + tuple(_server_args(spec, rank)),
                              _node_env(spec, profile_dir, environ))
                   for rank in range(spec.nodes))

@@ -22,9 +22,10 @@ def start_profile(url: str, output_dir: str, num_steps: int, prefix: str, activi
         return resp.read().decode()
 
 
-def collect_traces(dep: Deployment, trace_dir: str, prefix: str, timeout_s: float) -> dict[int, list[str]]:
+def collect_traces(dep: Deployment, trace_dir: str, prefix: str, timeout_s: float,
+                   stage: str | None = None) -> dict[int, list[str]]:
     """{node_rank: trace paths on that node}; the first node missing a rank raises DeploymentError."""
     labels = dep.plan.expected_rank_files()
-    refs = {rank: dep.actors[rank].wait_for_traces.remote(trace_dir, labels[rank], prefix, timeout_s)
+    refs = {rank: dep.actors[rank].wait_for_traces.remote(trace_dir, labels[rank], prefix, timeout_s, stage)
             for rank in labels}
     return {rank: ray.get(ref, timeout=timeout_s + 30) for rank, ref in refs.items()}

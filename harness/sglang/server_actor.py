@@ -23,7 +23,9 @@ class DeploymentError(RuntimeError):
     """A node failed: the message names the node and ends with its log tail."""
 
 
-@ray.remote(num_cpus=0)
+# Threaded: exit_code / log_tail / stop must answer while wait_ready or wait_for_traces still blocks,
+# or a dead peer would be noticed only when node 0's readiness wait runs out.
+@ray.remote(num_cpus=0, max_concurrency=8)
 class SGLangNodeActor:
     def __init__(self, node_rank: int):
         self.node_rank = node_rank
@@ -32,9 +34,29 @@ class SGLangNodeActor:
     def node_ip(self) -> str:
         return ray.util.get_node_ip_address()
 
+    def where(self) -> dict:
+        """Which Ray node and host this actor (and so its server) landed on, for the manifest."""
+        import socket
+        return {"node_rank": self.node_rank, "ip": ray.util.get_node_ip_address(),
+                "ray_node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+
     def start(self, launch: NodeLaunch, log_path: str) -> int:
         self.server = ServerProcess(list(launch.argv), launch.env, log_path)
         return self.server.start()
+
+    def read_log(self) -> bytes:
+        """The whole server log (already masked), so the driver can keep it in the run directory."""
+        if self.server is None or not self.server.log_path.exists():
+            return b""
+        return self.server.log_path.read_bytes()
+
+    def read_file(self, path: str) -> bytes:
+        """One file of this node (a rank's trace), shipped through Ray: nodes share no file system."""
+        return Path(path).read_bytes()
+
+    def remove_files(self, paths: list[str]) -> None:
+        for p in paths:
+            Path(p).unlink(missing_ok=True)
 
     def wait_ready(self, health_url: str | None, timeout_s: float) -> None:
         self.server.wait_ready(health_url, timeout_s)
@@ -48,15 +70,33 @@ class SGLangNodeActor:
     def pid(self) -> int | None:
         return self.server.proc.pid if self.server and self.server.proc else None
 
-    def wait_for_traces(self, trace_dir: str, rank_labels: list[str], prefix: str, timeout_s: float) -> list[str]:
-        """Paths of this node's trace files, one per expected rank label; raises when some never appear."""
+    def wait_for_traces(self, trace_dir: str, rank_labels: list[str], prefix: str, timeout_s: float,
+                        stage: str | None = None) -> list[str]:
+        """Paths of this node's trace files, one per expected rank label; raises when some never appear.
+
+        With `stage` (DECODE), only that stage's files count: profile_by_stage also writes EXTEND files
+        when new requests are prefilled while the profiler runs. A file counts once its size is
+        non-zero and unchanged over one poll: the profiler writes the final name progressively.
+        """
         deadline = time.monotonic() + timeout_s
         found: dict[str, str] = {}
+        last_size: dict[str, int] = {}
         while time.monotonic() < deadline:
             for path in Path(trace_dir).glob(f"{prefix}-*.trace.json.gz"):
                 for label in rank_labels:
-                    if f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz"):
+                    if stage is not None:
+                        match = path.name.endswith(f"-{label}-{stage}.trace.json.gz")
+                    else:
+                        match = f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz")
+                    if not match:
+                        continue
+                    try:
+                        size = path.stat().st_size
+                    except FileNotFoundError:
+                        continue
+                    if size > 0 and last_size.get(str(path)) == size:
                         found[label] = str(path)
+                    last_size[str(path)] = size
             if len(found) == len(rank_labels):
                 return [found[l] for l in rank_labels]
             if self.exit_code() is not None:
@@ -67,11 +107,21 @@ class SGLangNodeActor:
                               f"after {timeout_s:.0f} s (prefix {prefix!r})")
 
     def analyze_traces(self, paths: list[str], options: dict) -> dict:
-        """Analyse this node's ranks where the traces are; only small tables travel back."""
+        """Analyse this node's ranks where the traces are; only the row tables travel back.
+
+        Each rank is attributed on its own (analysis.api), so the driver combining every node's rows
+        into one D4 column gets what analysing all files in one place would give.
+        """
         from analysis.api import AnalysisOptions, analyze
-        result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
-                         options=AnalysisOptions(run=options.get("run", "run"),
-                                                 rank_policy=options.get("rank_policy", "mean")))
+        from analysis.errors import AnalysisError
+        try:
+            result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+                             options=AnalysisOptions(run=options.get("run", "run"),
+                                                     rank_policy=options.get("rank_policy", "mean"),
+                                                     tbo=bool(options.get("tbo", False)),
+                                                     jobs=options.get("jobs")))
+        except AnalysisError as exc:
+            raise DeploymentError(f"node {self.node_rank}: analysis of {len(paths)} trace(s) failed: {exc}") from None
         return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
 
     def copy_traces(self, paths: list[str], dest_dir: str) -> list[str]:
@@ -97,6 +147,19 @@ class Deployment:
     node0_ip: str
     url: str
 
+    def fetch_logs(self, dest_dir: str | Path) -> list[Path]:
+        """Copy every node's server log into dest_dir (best effort: a dead actor's log is skipped)."""
+        from harness.run_dir import write_atomic
+        refs = [a.read_log.remote() for a in self.actors]
+        out = []
+        for rank, ref in enumerate(refs):
+            try:
+                data = ray.get(ref, timeout=60)
+            except Exception:  # noqa: BLE001 - the node is gone; its tail is in the error message
+                continue
+            out.append(write_atomic(Path(dest_dir) / f"sglang-node{rank}.log", data))
+        return out
+
     def stop(self) -> None:
         """Stop every node's server (process groups), then free the actors and the placement group."""
         try:
@@ -116,8 +179,12 @@ class Deployment:
 
 
 def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_timeout_s: float = 60.0,
-           connect_host: str | None = None) -> Deployment:
-    """Place, start and wait for every node; on any failure everything started is stopped."""
+           connect_host: str | None = None, logs_to: str | Path | None = None) -> Deployment:
+    """Place, start and wait for every node; on any failure everything started is stopped.
+
+    log_dir is a path on each node; with logs_to (a driver path), a failed start first copies every
+    node's whole log there, since the actors holding them are gone afterwards.
+    """
     spec = plan.spec
     bundles = [{"GPU": spec.gpus_per_node} for _ in range(spec.nodes)]
     pg = placement_group(bundles, strategy="STRICT_SPREAD")
@@ -140,7 +207,11 @@ def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_tim
                                        str(Path(log_dir) / f"sglang-node{node.node_rank}.log")), timeout=60)
         _wait_all_ready(dep, ready_timeout_s)
     except BaseException:
-        dep.stop()
+        try:
+            if logs_to is not None:
+                dep.fetch_logs(logs_to)
+        finally:
+            dep.stop()
         raise
     return dep
 

@@ -1,0 +1,67 @@
+"""The streaming load client on a background thread, so the driver can watch the servers meanwhile."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from harness.load.client import LoadRun, RequestRecord, running_requests
+
+
+class BackgroundLoad:
+    """Starts LoadRun in its own event loop; stop() lets in-flight requests finish, no new ones start."""
+
+    def __init__(self, url: str, concurrency: int, input_len: int, output_len: int, records_path: str,
+                 ramp_s: float = 0.0, api: str = "generate"):
+        self.url = url
+        self.load = LoadRun(url, concurrency, input_len, output_len, records_path, api=api, ramp_s=ramp_s)
+        self.loop = asyncio.new_event_loop()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name="load", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        try:
+            self.loop.run_until_complete(self.load.run())
+        except BaseException as exc:  # noqa: BLE001 - reported to the driver by first_failure()
+            self.error = exc
+        finally:
+            self.loop.close()
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return list(self.load.records)
+
+    def first_failure(self) -> str | None:
+        """Why the load cannot go on (a failed request or a crashed client), or None."""
+        if self.error is not None:
+            return f"the load client crashed: {type(self.error).__name__}: {self.error}"
+        for rec in self.load.records:
+            if not rec.ok:
+                return f"request {rec.request_id} failed: {rec.error}"
+        return None
+
+    def stop(self) -> None:
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.load.stop)
+            except RuntimeError:  # closed in between: the load has already ended
+                pass
+
+    def stop_and_wait(self, timeout_s: float) -> bool:
+        """Stop issuing requests and wait for the in-flight ones; False when they outlast timeout_s."""
+        self.stop()
+        self.thread.join(timeout=timeout_s)
+        return not self.thread.is_alive()
+
+    def running_batch(self, timeout_s: float = 5.0) -> float | None:
+        """The server's running requests now (its /metrics), or None when it does not answer."""
+        import aiohttp
+
+        async def probe() -> float:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+                return await running_requests(session, self.url)
+
+        try:
+            return asyncio.run(probe())
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            return None

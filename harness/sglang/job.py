@@ -1,0 +1,166 @@
+"""The SGLang part of the main job: plan, place, start, steady load, profile every rank, analyse.
+
+Paths: each node writes its server log and its ranks' traces under a node-local folder
+(`$MOE_HARNESS_NODE_DIR/<run>`, default `<tmp>/moe-harness/<run>`; the same path on every node, as
+/start_profile sends one output_dir to all ranks). Nodes share no file system, so logs and, with
+`outputs.keep_traces`, traces come back to the run directory through Ray. Each node analyses its
+own ranks; the driver combines their rows into the D4 column (harness/sglang/node_analysis.py).
+Node-local traces are removed once copied and analysed; after a failure they stay (the manifest's
+`node_dir` says where).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from harness.load.background import BackgroundLoad
+from harness.load.summary import summarize
+from harness.run_dir import write_atomic
+from harness.run_errors import RunFailed
+from harness.sglang.node_analysis import analysis_options, combine
+from harness.sglang.plan import build_plan
+from harness.sglang.profile import collect_traces, start_profile
+from harness.sglang.server_actor import Deployment, DeploymentError, launch
+from harness.sglang.spec import deployment_spec
+
+NODE_DIR_ENV = "MOE_HARNESS_NODE_DIR"
+POLL_S = 0.5
+
+
+def node_dir_for(run_name: str) -> str:
+    root = os.environ.get(NODE_DIR_ENV) or os.path.join(tempfile.gettempdir(), "moe-harness")
+    return str(Path(root) / run_name)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """A DeploymentError raised inside an actor arrives wrapped in RayTaskError; show its own text."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+def wait_for_running_batch(dep: Deployment, load: BackgroundLoad, target: int, timeout_s: float, progress) -> float:
+    """Until /metrics reports `target` running requests; a dead node or failed request ends it at once."""
+    deadline = time.monotonic() + timeout_s
+    seen = None
+    while time.monotonic() < deadline:
+        dep.check_alive()
+        failure = load.first_failure()
+        if failure:
+            dep.check_alive()  # a dead node explains a failed request best
+            raise RunFailed(f"the load failed before reaching the running batch: {failure}")
+        seen = load.running_batch()
+        if seen is not None and seen >= target:
+            progress.note(f"server reports {seen:.0f} running requests (target {target})")
+            return seen
+        time.sleep(POLL_S)
+    raise RunFailed(f"the server reported {seen if seen is not None else 'no'} running requests, never the target "
+                    f"{target} (workload.batch_size), within {timeout_s:.0f} s (profile.timeout_s); check "
+                    "engine.max_running_requests and the server logs in logs/")
+
+
+def _accept_length(url: str) -> float | None:
+    import asyncio
+
+    from harness.load.client import spec_accept_length
+    return asyncio.run(spec_accept_length(url))
+
+
+def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> str:
+    """Runs every phase; returns the D4 table (markdown). Raises RunFailed / DeploymentError on failure."""
+    engine, w, prof = scenario.engine, scenario.workload, scenario.profile
+    node_dir = node_dir_for(run_dir.name)
+    trace_dir = f"{node_dir}/traces"
+    manifest["node_dir"] = node_dir
+    with progress.phase("plan"):
+        spec = deployment_spec(engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"))
+        plan = build_plan(spec, profile_dir=trace_dir)
+        manifest["plan"] = plan.to_manifest()  # secrets masked
+        write_atomic(run_dir / "plan.sh", plan.render())
+    dep: Deployment | None = None
+    load: BackgroundLoad | None = None
+    try:
+        with progress.phase(f"start SGLang on {spec.nodes} node(s)"):
+            try:
+                dep = launch(plan, f"{node_dir}/logs", ready_timeout_s=engine.ready_timeout_s,
+                             logs_to=run_dir / "logs")
+            except DeploymentError as exc:
+                raise RunFailed(str(exc)) from None
+            manifest["nodes"] = ray.get([a.where.remote() for a in dep.actors], timeout=60)
+            manifest["server_url"] = dep.url
+            progress.note(f"node 0 at {dep.url}; " + ", ".join(f"node {n['node_rank']} on {n['ip']}"
+                                                               for n in manifest["nodes"]))
+        with progress.phase(f"load to a running batch of {w.batch_size}"):
+            load = BackgroundLoad(dep.url, w.batch_size, w.input_len, w.output_len,
+                                  str(run_dir / "load" / "requests.jsonl"), ramp_s=min(10.0, 0.01 * w.batch_size))
+            manifest["running_batch"] = wait_for_running_batch(dep, load, w.batch_size, prof.timeout_s, progress)
+        prefix = scenario.outputs.trace_prefix or run_dir.name
+        stage = "DECODE"
+        with progress.phase(f"profile {prof.num_steps} decode steps on every rank"):
+            start_profile(dep.url, trace_dir, prof.num_steps, prefix, with_stack=prof.with_stack,
+                          record_shapes=prof.record_shapes, profile_by_stage=True)
+            try:
+                traces = collect_traces(dep, trace_dir, prefix, prof.timeout_s, stage=stage)
+            except DeploymentError as exc:
+                dep.check_alive()
+                raise RunFailed(str(_unwrap(exc))) from None
+            manifest["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in traces.items()}
+            manifest["accept_length"] = _accept_length(dep.url) if spec.speculative else None
+        with progress.phase("finish requests"):
+            finished = load.stop_and_wait(prof.timeout_s)
+            records = [asdict(r) for r in load.records]
+            summary = summarize(records, num_gpus=spec.world_size, accept_length=manifest["accept_length"])
+            write_atomic(run_dir / "load" / "summary.json", json.dumps(summary, indent=2) + "\n")
+            dep.check_alive()
+            if not finished:
+                raise RunFailed(f"requests still running {prof.timeout_s:.0f} s after the load stopped")
+            failure = load.first_failure()
+            if failure:
+                raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+            progress.note(f"{summary['completed']} requests, "
+                          f"{summary.get('output_tok_per_s_per_gpu') or 0:.1f} output tokens/s per GPU")
+        with progress.phase("stop servers"):
+            ray.get([a.stop.remote() for a in dep.actors], timeout=60)
+            dep.fetch_logs(run_dir / "logs")
+        if scenario.outputs.keep_traces:
+            with progress.phase("copy traces to the run directory"):
+                kept = []
+                for rank, paths in sorted(traces.items()):
+                    for p in paths:
+                        data = ray.get(dep.actors[rank].read_file.remote(p), timeout=prof.timeout_s)
+                        kept.append(write_atomic(run_dir / "traces" / Path(p).name, data).name)
+                manifest["traces"] = kept
+        with progress.phase("analyse each node's ranks"):
+            options = analysis_options(scenario, run_dir.name)
+            refs = [dep.actors[rank].analyze_traces.remote(paths, options) for rank, paths in sorted(traces.items())]
+            try:
+                parts = ray.get(refs, timeout=prof.timeout_s)
+            except DeploymentError as exc:
+                raise RunFailed(str(_unwrap(exc))) from None
+            result = combine(parts, options, accept_length=manifest["accept_length"])
+            from analysis.api import write_outputs
+            files = write_outputs(result, run_dir / "analysis")
+            manifest["analysis_outputs"] = {k: str(v) for k, v in files.items()}
+            table = Path(files["d4.md"]).read_text(encoding="utf-8")
+            if result.problems:
+                table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
+        ray.get([dep.actors[rank].remove_files.remote(paths) for rank, paths in traces.items()], timeout=60)
+        manifest["node_traces_removed"] = True
+        return table
+    finally:
+        if load is not None:
+            load.stop()
+        if dep is not None:
+            try:
+                ray.get([a.stop.remote() for a in dep.actors], timeout=60)  # servers first: logs are then complete
+                dep.fetch_logs(run_dir / "logs")
+            finally:
+                dep.stop()
+        if load is not None:
+            load.thread.join(timeout=30)

@@ -1,0 +1,159 @@
+"""harness/run.py's SGLang path end to end on a real 2-node Ray cluster (two raylets, GPUs declared),
+the real per-node actors starting the fake SGLang server in place of sglang.launch_server."""
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from analysis.api import AnalysisOptions, analyze
+from analysis.d4 import render_markdown
+from harness.run import run
+from harness.scenario import parse_scenario
+from tests.ray_cluster import two_node_cluster
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = str(REPO / "tests" / "fake_sglang" / "server.py")
+SCENARIO = REPO / "tests" / "scenarios" / "sglang_fake_2node.yaml"
+SECRET = "hf_TEST_secret_value_123"
+pytestmark = pytest.mark.timeout(180)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fake_servers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if FAKE in (p.info["cmdline"] or [])]
+
+
+def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, **engine_env: str):
+    """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
+    data = yaml.safe_load(SCENARIO.read_text())
+    data["engine"]["port"] = _free_port()
+    if profile_timeout_s is not None:
+        data["profile"]["timeout_s"] = profile_timeout_s
+    data["engine"]["env"].update(engine_env)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return parse_scenario(path.read_text(), str(path)), path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with two_node_cluster(gpus_per_node=2) as c:
+        yield c
+
+
+@pytest.fixture
+def env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_TOKEN", SECRET)  # passed through to every server, masked everywhere it is written
+    monkeypatch.setenv("MOE_HARNESS_NODE_DIR", str(tmp_path / "nodes"))
+
+
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def _no_secret_in(run_dir: Path) -> None:
+    leaked = [p for p in run_dir.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"secret written unmasked to {leaked}"
+
+
+def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path)
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    # one server per node, placed on distinct Ray nodes, each with its own --node-rank
+    assert len({n["ray_node_id"] for n in manifest["nodes"]}) == 2
+    argvs = [n["argv"] for n in manifest["plan"]["nodes"]]
+    assert [a[a.index("--node-rank") + 1] for a in argvs] == ["0", "1"]
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"sglang-node{rank}.log").read_text()
+        assert log.count(f"fake sglang: node {rank}/2 tp=4 dp=4 ep=4") == 1
+    assert manifest["plan"]["nodes"][0]["env"]["HF_TOKEN"] == "***"
+    # load records: every request completed with every token
+    records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+    assert len(records) >= 8 and all(r["ok"] and r["output_tokens"] == 40 for r in records)
+    summary = json.loads((run_dir / "load" / "summary.json").read_text())
+    assert summary["completed"] == len(records) and summary["accept_length"] == pytest.approx(2.6)
+    # every rank's DECODE trace, named as SGLang names them, copied back through Ray
+    names = sorted(p.name for p in (run_dir / "traces").iterdir())
+    assert all(n.startswith(f"{run_dir.name}-") for n in names)  # the prefix sent with /start_profile
+    assert [n[len(run_dir.name) + 1:].split("-", 1)[1] for n in names] == [
+        f"TP-{r}-DP-{r}-EP-{r}-DECODE.trace.json.gz" for r in range(4)]
+    assert not list((tmp_path / "nodes").rglob("*.trace.json.gz")), "node-local traces left behind"
+    # the D4 table from the nodes' own analyses equals analysing the kept traces in one place
+    d4 = (run_dir / "analysis" / "d4.md").read_text()
+    assert "| moe | sum |" in d4 and "ranks 4 (mean)" in d4
+    direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
+                     options=AnalysisOptions(run=run_dir.name, accept_length=2.6, jobs=1))
+    assert render_markdown([direct.d4]) == d4
+    kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
+    assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
+    _no_secret_in(run_dir)
+    assert not _fake_servers(), "a server outlived the run"
+
+
+@pytest.mark.parametrize("fail,node,phase,message", [
+    ("exit_at_start", "1", "start SGLang on 2 node(s)",
+     r"node 1: (SGLang )?server exited with status 3(.|\n)*fake startup failure"),
+    ("die_mid_load:3", "0", "load to a running batch of 8",
+     r"node 0: SGLang server exited with status 4(.|\n)*scheduler died"),
+    ("no_profile_file", "1", "profile 3 decode steps on every rank",
+     r"node 1: no trace for rank\(s\) TP-2-DP-2-EP-2, TP-3-DP-3-EP-3"),
+])
+def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cluster, env, tmp_path, fail, node,
+                                                                               phase, message):
+    import re
+
+    scenario, path = _scenario(tmp_path, profile_timeout_s=5, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE=node)
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"], manifest["error"]["phase"]) == (1, "failed", phase)
+    assert re.search(message, manifest["error"]["message"]), manifest["error"]["message"]
+    assert (run_dir / "plan.sh").exists() and (run_dir / "scenario.yaml").exists()
+    assert f"node {node}/2" in (run_dir / "logs" / f"sglang-node{node}.log").read_text()
+    if fail.startswith("die_mid_load"):  # the requests answered before the death are kept
+        records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+        assert any(not r["ok"] for r in records)
+    if fail == "no_profile_file":
+        records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+        assert records and all(r["ok"] for r in records)  # the load ran before the profile failed
+        kept = list((tmp_path / "nodes").rglob("*TP-0-DP-0-EP-0-DECODE.trace.json.gz"))
+        assert len(kept) == 1 and manifest["node_dir"] in str(kept[0])  # node 0's trace is kept where it was
+        assert "analysis" not in {p.name for p in run_dir.iterdir()}
+    files = {f["path"] for f in manifest["files"]}
+    assert "scenario.yaml" in files and f"logs/sglang-node{node}.log" in files
+    _no_secret_in(run_dir)
+    assert not _fake_servers(), "a server outlived the failed run"
+
+
+def test_node_actor_analyses_its_ranks_and_names_itself_when_it_cannot(cluster, tmp_path):
+    import gzip
+    import shutil
+
+    import ray
+
+    from harness.sglang.server_actor import DeploymentError, SGLangNodeActor
+
+    good = tmp_path / "p-1.5-TP-2-DECODE.trace.json.gz"
+    shutil.copyfile(REPO / "tests" / "fake_sglang" / "template-TP-0-DECODE.trace.json.gz", good)
+    bad = tmp_path / "p-1.5-TP-3-DECODE.trace.json.gz"
+    bad.write_bytes(gzip.compress(b"{not json"))
+    actor = SGLangNodeActor.remote(1)
+    try:
+        options = {"run": "r", "signature": "generic", "model": None, "rank_policy": "mean", "jobs": 1}
+        part = ray.get(actor.analyze_traces.remote([str(good)], options), timeout=60)
+        assert {r.rank for r in part["kernel_rows"]} == {"TP2"} and part["step_rows"] and not part["problems"]
+        with pytest.raises(DeploymentError, match=r"node 1: analysis of 1 trace\(s\) failed: no rank could be analysed"):
+            ray.get(actor.analyze_traces.remote([str(bad)], options), timeout=60)
+    finally:
+        ray.kill(actor)
