@@ -22,6 +22,7 @@ import platform
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from harness.run_dir import (
@@ -60,10 +61,13 @@ class Progress:
         self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
         self.timings_s: dict[str, float] = {}
         self.current: str | None = None
+        self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         self.current = name
+        for listener in self.listeners:
+            listener(name)
         started = time.perf_counter()
         self.console.print(f"[bold]>[/bold] {name} ...")
         try:
@@ -200,12 +204,25 @@ def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
     return versions
 
 
-def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False) -> tuple[int, Path]:
+@dataclass
+class MetricsOptions:
+    """Prometheus output of a run: a live progress endpoint while it runs, a push when it ends."""
+
+    pushgateway: str | None = None
+    push_job: str = "moe_harness"
+    delete_old_groups: bool = False
+    live_port: int | None = None  # None: no live endpoint; 0: any free port
+
+
+def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False,
+        metrics: MetricsOptions | None = None) -> tuple[int, Path]:
     """Run a scenario; returns (exit status, run directory). Never raises for a failed run."""
+    metrics = metrics or MetricsOptions()
     progress = Progress(quiet=quiet)
     started_at = time.time()
     run_dir = create_run_dir(runs_root, scenario.name, started_at)
     progress.console.print(f"run directory: {run_dir}")
+    live = _start_live_exporter(scenario, run_dir, metrics, progress)
     write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
     write_atomic(run_dir / "scenario.source.yaml", scenario_path.read_bytes())
     manifest: dict[str, Any] = {
@@ -247,9 +264,60 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         manifest["timings_s"] = progress.timings_s
         manifest["finished_at"] = time.time()
         manifest["wall_s"] = round(manifest["finished_at"] - started_at, 3)
+        if live is not None:
+            live.update(phase="done" if manifest["status"] == "ok" else "failed")
+            live.stop()
+        manifest["metrics"] = _push_metrics(run_dir, manifest["status"], metrics, progress)
         write_manifest(run_dir, manifest)
         progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
     return exit_status, run_dir
+
+
+def _start_live_exporter(scenario: Scenario, run_dir: Path, metrics: MetricsOptions, progress: Progress):
+    if metrics.live_port is None:
+        return None
+    try:
+        from harness.metrics.live import LiveProgressExporter
+
+        live = LiveProgressExporter(scenario.name, run_dir.name, port=metrics.live_port, addr="0.0.0.0").start()
+    except Exception as exc:  # noqa: BLE001 - metrics are a side channel: warn, never fail the run
+        progress.console.print(f"[yellow]warning[/yellow]: live metrics endpoint not started: {exc}")
+        return None
+    progress.listeners.append(lambda name: _report_phase(live, name))
+    progress.note(f"live metrics: {live.url}")
+    return live
+
+
+# Progress phase names (free text) -> the live exporter's bounded phase label.
+_PHASE_WORDS = (("warm", "warmup"), ("steady", "steady"), ("load", "steady"), ("profile", "profiling"),
+                ("collect", "collecting"), ("finish", "collecting"), ("analys", "analyzing"))
+
+
+def _report_phase(live, name: str) -> None:
+    phase = next((label for word, label in _PHASE_WORDS if word in name.lower()), "starting")
+    try:
+        live.update(phase=phase)
+    except Exception:  # noqa: BLE001 - the live endpoint never stops a run
+        pass
+
+
+def _push_metrics(run_dir: Path, status: str, metrics: MetricsOptions, progress: Progress) -> dict[str, Any]:
+    """Write metrics.prom and push it when a Pushgateway is configured; a failure only warns."""
+    try:
+        from harness.metrics.push import push_run
+
+        result = push_run(run_dir, metrics.pushgateway, status=status, job=metrics.push_job,
+                          delete_old_groups=metrics.delete_old_groups)
+    except Exception as exc:  # noqa: BLE001 - results on disk matter more than the push
+        progress.console.print(f"[yellow]warning[/yellow]: metrics not written or pushed: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    if result is None:
+        return {"file": "metrics.prom", "pushed": False}
+    if not result.ok:
+        progress.console.print(f"[yellow]warning[/yellow]: {result.message} (the run's files are kept)")
+    else:
+        progress.note(f"metrics pushed to {metrics.pushgateway}")
+    return {"file": "metrics.prom", "pushed": result.ok, "pushgateway": metrics.pushgateway, "message": result.message}
 
 
 def run_embedded(ray: Any, scenario: Scenario, run_dir: Path, manifest: dict[str, Any], progress: Progress) -> str:
@@ -325,6 +393,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "~/moe-harness/runs on the driver's node, since the job's working directory is temporary)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve live progress metrics (phase) for Prometheus on this port while running (0: any free port)")
+    from harness.metrics.cli_options import add_push_arguments
+
+    add_push_arguments(parser)
 
 
 def main_from_args(args: argparse.Namespace) -> int:
@@ -334,7 +407,9 @@ def main_from_args(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
-    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet)
+    metrics = MetricsOptions(pushgateway=args.pushgateway, push_job=args.push_job,
+                             delete_old_groups=args.delete_old_groups, live_port=args.metrics_port)
+    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics)
     return status
 
 

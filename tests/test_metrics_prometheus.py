@@ -223,3 +223,32 @@ def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, 
     assert float(step["value"][1]) == pytest.approx(result.d4.step_ms * 1e-3, rel=1e-9)
     exported = export_run(run_dir, "parquet")
     assert {p.name for p in exported} == {"kernels_long.parquet", "steps.parquet", "d4.parquet"}
+
+
+@pytest.mark.timeout(300)
+def test_demo_run_pushes_its_d4_to_a_real_pushgateway(prom_stack, tmp_path):
+    """The main job with a Pushgateway configured: Prometheus then holds the run's own CSV values."""
+    import sys
+
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "harness" / "run.py"), "--scenario", "demo", "--runs-dir", str(runs),
+         "--pushgateway", prom_stack["pushgateway"], "--metrics-port", "0", "--quiet"],
+        capture_output=True, text=True, timeout=280, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = list(runs.iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "ok"
+    assert manifest["metrics"]["pushed"] is True and (run_dir / "metrics.prom").stat().st_size > 0
+    assert "metrics.prom" in {f["path"] for f in manifest["files"]}
+    expected = _module_values_from_d4_detail_csv(run_dir)
+    assert {("attention", "self_attn"), ("moe", "experts"), ("gate", "gate")} <= set(expected)
+    series = prom_servers.wait_for_series(
+        prom_stack["prometheus"], f'moe_harness_layer_module_busy_seconds{{run_id="{run_dir.name}"}}', len(expected))
+    got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-8), key
+    (status,) = prom_servers.wait_for_series(
+        prom_stack["prometheus"], f'moe_harness_run_status{{run_id="{run_dir.name}", status="ok"}}', 1)
+    assert float(status["value"][1]) == 1.0
