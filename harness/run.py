@@ -62,6 +62,12 @@ class Progress:
         self.timings_s: dict[str, float] = {}
         self.current: str | None = None
         self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
+        self.count_listeners: list[Any] = []  # called with (completed_delta, running) request counts
+
+    def counts(self, completed_delta: int = 0, running: int | None = None) -> None:
+        """Request counts for live progress: requests just completed, requests now running."""
+        for listener in self.count_listeners:
+            listener(completed_delta, running)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -284,6 +290,7 @@ def _start_live_exporter(scenario: Scenario, run_dir: Path, metrics: MetricsOpti
         progress.console.print(f"[yellow]warning[/yellow]: live metrics endpoint not started: {exc}")
         return None
     progress.listeners.append(lambda name: _report_phase(live, name))
+    progress.count_listeners.append(lambda done, running: _report_counts(live, done, running))
     progress.note(f"live metrics: {live.url}")
     return live
 
@@ -297,6 +304,13 @@ def _report_phase(live, name: str) -> None:
     phase = next((label for word, label in _PHASE_WORDS if word in name.lower()), "starting")
     try:
         live.update(phase=phase)
+    except Exception:  # noqa: BLE001 - the live endpoint never stops a run
+        pass
+
+
+def _report_counts(live, completed_delta: int, running: int | None) -> None:
+    try:
+        live.update(completed_delta=completed_delta, running=running)
     except Exception:  # noqa: BLE001 - the live endpoint never stops a run
         pass
 
@@ -335,6 +349,7 @@ def run_embedded(ray: Any, scenario: Scenario, run_dir: Path, manifest: dict[str
             )
         with progress.phase("prefill"):
             manifest["prefill_ms"] = handle.call("prefill", timeout_s=scenario.profile.timeout_s)
+        progress.counts(running=scenario.workload.batch_size)  # the engine decodes the whole batch each step
         with progress.phase("warm up to steady state"):
             warmup_ms: list[float] = manifest.setdefault("warmup_step_ms", [])
             drive_to_steady_state(handle, scenario, progress, warmup_ms)
@@ -359,6 +374,7 @@ def run_embedded(ray: Any, scenario: Scenario, run_dir: Path, manifest: dict[str
             steps += [{"phase": "profile", "step_ms": x} for x in profiled["step_ms"]]
             steps += [{"phase": "finish", "step_ms": x} for x in finished["step_ms"]]
             write_jsonl(run_dir / "load" / "steps.jsonl", [dict(s, step=i) for i, s in enumerate(steps)])
+            progress.counts(completed_delta=sum(1 for r in finished["requests"] if r["completed"]), running=0)
             incomplete = [r["request_id"] for r in finished["requests"] if not r["completed"]]
             if incomplete:
                 raise RunFailed(f"requests {incomplete} did not complete")

@@ -252,3 +252,22 @@ def test_demo_run_pushes_its_d4_to_a_real_pushgateway(prom_stack, tmp_path):
     (status,) = prom_servers.wait_for_series(
         prom_stack["prometheus"], f'moe_harness_run_status{{run_id="{run_dir.name}", status="ok"}}', 1)
     assert float(status["value"][1]) == 1.0
+
+
+def test_run_progress_feeds_the_live_exporter():
+    """The run's progress hooks move the live exporter's phase and request counts."""
+    from harness.run import Progress, _report_counts, _report_phase
+
+    live = LiveProgressExporter("demo", "live-hooks-1", port=0)
+    progress = Progress(quiet=True)
+    progress.listeners.append(lambda name: _report_phase(live, name))
+    progress.count_listeners.append(lambda done, running: _report_counts(live, done, running))
+    with progress.phase("warm up to steady state"):
+        progress.counts(running=4)
+    progress.counts(completed_delta=4, running=0)
+    from prometheus_client import generate_latest
+
+    text = generate_latest(live.registry).decode()
+    assert 'moe_harness_progress_requests_completed_total{run_id="live-hooks-1",scenario="demo"} 4.0' in text
+    assert 'moe_harness_progress_running_requests{run_id="live-hooks-1",scenario="demo"} 0.0' in text
+    assert 'phase="warmup"' in text

@@ -56,6 +56,8 @@ def wait_for_running_batch(dep: Deployment, load: BackgroundLoad, target: int, t
             dep.check_alive()  # a dead node explains a failed request best
             raise RunFailed(f"the load failed before reaching the running batch: {failure}")
         seen = load.running_batch()
+        if seen is not None:
+            progress.counts(running=int(seen))
         if seen is not None and seen >= target:
             progress.note(f"server reports {seen:.0f} running requests (target {target})")
             return seen
@@ -123,6 +125,7 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> s
             failure = load.first_failure()
             if failure:
                 raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+            progress.counts(completed_delta=summary["completed"], running=0)
             progress.note(f"{summary['completed']} requests, "
                           f"{summary.get('output_tok_per_s_per_gpu') or 0:.1f} output tokens/s per GPU")
         with progress.phase("stop servers"):
