@@ -57,6 +57,20 @@ def _module_values_from_d4_detail_csv(run_dir: Path) -> dict[tuple[str, str], fl
     return values
 
 
+def _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir: Path) -> dict[tuple[str, str], float]:
+    """Every module's busy time in Prometheus (after a push) equals the run's d4_detail.csv."""
+    expected = _module_values_from_d4_detail_csv(run_dir)
+    assert expected and all(v >= 0 for v in expected.values())
+    series = prom_servers.wait_for_series(
+        prom_stack["prometheus"], f'moe_harness_layer_module_busy_seconds{{run_id="{run_dir.name}"}}', len(expected))
+    got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        # d4_detail.csv holds microseconds to 3 decimals: a module's sum may differ by its rounding.
+        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-8), key
+    return expected
+
+
 def test_pushed_module_values_equal_the_csv(prom_stack, tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     result = push_run(run_dir, prom_stack["pushgateway"])
@@ -209,16 +223,8 @@ def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, 
     api.write_outputs(result, run_dir / "analysis")
     (run_dir / "manifest.json").write_text(json.dumps({"scenario": "realtrace", "status": "ok",
                                                         "engine": "sglang", "started_at": 1735689600.0}))
-    expected = _module_values_from_d4_detail_csv(run_dir)
-    assert expected and all(v >= 0 for v in expected.values())
     assert push_run(run_dir, prom_stack["pushgateway"]).ok
-    series = prom_servers.wait_for_series(
-        prom_stack["prometheus"], f'moe_harness_layer_module_busy_seconds{{run_id="{run_dir.name}"}}', len(expected))
-    got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
-    assert got.keys() == expected.keys()
-    for key, value in expected.items():
-        # d4_detail.csv holds microseconds to 3 decimals: a module's sum may differ by its rounding.
-        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-8), key
+    _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir)
     (step,) = prom_servers.wait_for_series(prom_stack["prometheus"], f'moe_harness_step_seconds{{run_id="{run_dir.name}"}}', 1)
     assert float(step["value"][1]) == pytest.approx(result.d4.step_ms * 1e-3, rel=1e-9)
     exported = export_run(run_dir, "parquet")
@@ -241,14 +247,8 @@ def test_demo_run_pushes_its_d4_to_a_real_pushgateway(prom_stack, tmp_path):
     assert manifest["status"] == "ok"
     assert manifest["metrics"]["pushed"] is True and (run_dir / "metrics.prom").stat().st_size > 0
     assert "metrics.prom" in {f["path"] for f in manifest["files"]}
-    expected = _module_values_from_d4_detail_csv(run_dir)
+    expected = _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir)
     assert {("attention", "self_attn"), ("moe", "experts"), ("gate", "gate")} <= set(expected)
-    series = prom_servers.wait_for_series(
-        prom_stack["prometheus"], f'moe_harness_layer_module_busy_seconds{{run_id="{run_dir.name}"}}', len(expected))
-    got = {(s["metric"]["group"], s["metric"]["module"]): float(s["value"][1]) for s in series}
-    assert got.keys() == expected.keys()
-    for key, value in expected.items():
-        assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-8), key
     (status,) = prom_servers.wait_for_series(
         prom_stack["prometheus"], f'moe_harness_run_status{{run_id="{run_dir.name}", status="ok"}}', 1)
     assert float(status["value"][1]) == 1.0

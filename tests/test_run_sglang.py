@@ -33,12 +33,15 @@ def _fake_servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if FAKE in (p.info["cmdline"] or [])]
 
 
-def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, **engine_env: str):
+def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_timeout_s: float | None = None,
+              **engine_env: str):
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = _free_port()
     if profile_timeout_s is not None:
         data["profile"]["timeout_s"] = profile_timeout_s
+    if ready_timeout_s is not None:
+        data["engine"]["ready_timeout_s"] = ready_timeout_s
     data["engine"]["env"].update(engine_env)
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -105,6 +108,7 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
 @pytest.mark.parametrize("fail,node,phase,message", [
     ("exit_at_start", "1", "start SGLang on 2 node(s)",
      r"node 1: (SGLang )?server exited with status 3(.|\n)*fake startup failure"),
+    ("hang_ready", "0", "start SGLang on 2 node(s)", r"node 0: server not ready after 4 s"),
     ("die_mid_load:3", "0", "load to a running batch of 8",
      r"node 0: SGLang server exited with status 4(.|\n)*scheduler died"),
     ("no_profile_file", "1", "profile 3 decode steps on every rank",
@@ -114,7 +118,8 @@ def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cl
                                                                                phase, message):
     import re
 
-    scenario, path = _scenario(tmp_path, profile_timeout_s=5, FAKE_SGLANG_FAIL=fail, FAKE_SGLANG_FAIL_NODE=node)
+    scenario, path = _scenario(tmp_path, profile_timeout_s=5, ready_timeout_s=4, FAKE_SGLANG_FAIL=fail,
+                               FAKE_SGLANG_FAIL_NODE=node)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"], manifest["error"]["phase"]) == (1, "failed", phase)
