@@ -49,6 +49,7 @@ def attribute_rank(
 ) -> tuple[list[KernelRow], list[StepRow]]:
     per = 2 if options.tbo else 1
     module_index = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
+    launches = trace.launch_by_correlation() if module_index is not None else {}
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     for step in segment_steps(trace, options.step_gap_us):
@@ -57,7 +58,7 @@ def attribute_rank(
         units_found = cut.units_found
         how = "signature" if not sig.generic else "generic"
         if options.attribution in ("auto", "modules") and module_index is not None:
-            module_slots = slots_from_module_ranges(trace, step.kernels, sig.module_ranges, module_index)
+            module_slots = slots_from_module_ranges(step.kernels, launches, sig.module_ranges, module_index)
             if module_slots is not None:
                 # Where the template agrees on group and module, keep its (shorter) kernel label.
                 for named, by_template in zip(module_slots, slots):

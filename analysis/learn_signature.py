@@ -72,8 +72,8 @@ def _blocks(layer: list[KernelRow]) -> list[tuple[Block, list[str]]]:
     return out
 
 
-def _merge_orders(orders: list[list[Block]]) -> list[tuple[Block, bool]]:
-    """One block order covering every layer kind; blocks missing from some kind are optional."""
+def _merge_orders(orders: list[list[Block]]) -> list[Block]:
+    """One block order covering every layer kind (which kind launches a block: _layer_kind_of)."""
     merged = list(orders[0])
     for other in orders[1:]:
         matcher = difflib.SequenceMatcher(a=merged, b=other, autojunk=False)
@@ -85,10 +85,7 @@ def _merge_orders(orders: list[list[Block]]) -> list[tuple[Block, bool]]:
                 result.extend(other[b0:b1])
             result.extend(merged[a0:a1])
         merged = result
-    counts = Counter()
-    for order in orders:
-        counts.update(set(order))
-    return [(b, any(b not in set(o) for o in orders)) for b in merged]
+    return merged
 
 
 def _layer_kind_of(block: Block, orders: list[list[Block]]) -> str:
@@ -135,7 +132,7 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
     for order_blocks in (blk for k, v in kinds.items() if list(k) in orders for blk in v):
         cursor = 0
         for key, names in order_blocks:
-            while cursor < len(block_order) and block_order[cursor][0] != key:
+            while cursor < len(block_order) and block_order[cursor] != key:
                 cursor += 1
             if cursor == len(block_order):
                 break
@@ -154,7 +151,7 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
             best[n] = max(best[n], s)
     anchor_name, anchor_pos = _choose_anchor(layers, names_at)
     entries: list[dict] = []
-    for i, ((group, module), _optional) in enumerate(block_order):
+    for i, (group, module) in enumerate(block_order):
         if i not in names_at:
             continue
         keys = sorted(names_at[i])

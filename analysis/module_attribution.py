@@ -22,7 +22,7 @@ from analysis.tables import (
     SOURCE_UNATTRIBUTED,
     UNATTRIBUTED,
 )
-from analysis.trace_model import Kernel, Range, RankTrace
+from analysis.trace_model import Kernel, Launch, Range, RankTrace
 
 
 def module_class(range_name: str) -> str:
@@ -141,9 +141,13 @@ def short_label(kernel_name: str, limit: int = 48) -> str:
     return name[:limit]
 
 
-def slots_from_module_ranges(trace: RankTrace, kernels: list[Kernel], spec: ModuleRanges, index: ModuleIndex) -> list[Slot] | None:
-    """Slots for a step's kernels from the trace's own module ranges, or None if none enclose them."""
-    launches = {launch.correlation: launch for launch in trace.launches}
+def slots_from_module_ranges(kernels: list[Kernel], launches: dict[int, Launch], spec: ModuleRanges,
+                             index: ModuleIndex) -> list[Slot] | None:
+    """Slots for a step's kernels from the trace's own module ranges, or None if none enclose them.
+
+    `launches` is the rank's launch calls by correlation id (RankTrace.launch_by_correlation), built
+    once per rank rather than once per step.
+    """
     names: list[_Named | None] = []
     for k in kernels:
         if k.launcher == "cpu":

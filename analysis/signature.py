@@ -78,9 +78,6 @@ class Entry(_Strict):
             self._weight_seen[kernel_name] = hit
         return hit
 
-    def __hash__(self) -> int:
-        return id(self)
-
 
 class Family(_Strict):
     family: str

@@ -410,7 +410,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
     parser.add_argument("--metrics-port", type=int, default=None,
-                        help="serve live progress metrics (phase) for Prometheus on this port while running (0: any free port)")
+                        help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments
 
     add_push_arguments(parser)
