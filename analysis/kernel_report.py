@@ -16,6 +16,7 @@ from analysis.hardware import Hardware
 from analysis.ncu import CLASSES, UNKNOWN, NcuKernel, class_counts, class_means, ridge_point
 from analysis.report_doc import Block, Heading, Image, Para, Table, to_html, to_markdown
 from analysis.sol import D4Sol, Deployment, StepSol
+from analysis.sol_vs_ncu import RowCheck
 from analysis.top_kernels import TopKernelsResult
 from analysis.whatif import WhatIf
 
@@ -52,6 +53,7 @@ class ReportInputs(msgspec.Struct):
     speedup_what_ifs: list[WhatIf] | None = None  # each row `speedup` times faster
     ncu: list[NcuKernel] | None = None
     ncu_dtype: str = "bf16"
+    sol_checks: list[RowCheck] | None = None  # model SOL per D4 row next to ncu's figures for its kernels
     notes: list[str] = []
 
 
@@ -187,6 +189,50 @@ def _ncu_blocks(inputs: ReportInputs) -> list[Block]:
     return blocks
 
 
+def _mb(value: float | None) -> str:
+    return "" if value is None else f"{value / 1e6:,.1f}"
+
+
+def _sol_vs_ncu_blocks(inputs: ReportInputs) -> list[Block]:
+    blocks: list[Block] = [Heading(2, "Speed of light: the model next to Nsight Compute")]
+    checks = inputs.sol_checks
+    if not checks:
+        blocks.append(Para("Not computed: needs SOL rows (see above), the traced kernel rows of the same run, and an "
+                           "ncu export (--ncu) of the same workload."))
+        return blocks
+    blocks.append(Para(
+        "Per D4 row with a SOL term. **Model % of SOL** = 100 x the model's SOL / the row's traced time. **ncu SOL %** "
+        "is what Nsight Compute measured for the row's own kernels: max(SM, memory) throughput as % of peak, "
+        "weighted by each kernel's traced time; **ncu DRAM %** likewise. **Model MB** is the model's HBM traffic "
+        "per layer; **ncu MB** is the DRAM bytes ncu measured per launch times launches per layer, for the profiled "
+        "kernels only (**profiled %** of the row's traced time; compare bytes only near 100%). A row far below "
+        "its model % while its kernels run near their ncu limit spends its time outside those kernels' peak "
+        "work: extra kernels, launch gaps or more bytes than the model counts. A kernel name shared by several "
+        "modules gets the mean of all its profiled launches."))
+    blocks.append(Table(
+        ["Group", "Module", "Kernel", "Bound", "Measured us", "SOL us", "Model % of SOL", "Profiled %",
+         "ncu SOL %", "ncu DRAM %", "Model MB", "ncu MB"],
+        [[c.group, c.module, c.kernel, c.bound, _f(c.measured_us, 1), _f(c.sol_us, 1),
+          "" if c.model_sol_pct is None else f"{c.model_sol_pct:.0f}%", f"{c.profiled_pct:.0f}%",
+          "" if c.ncu_sol_pct is None else f"{c.ncu_sol_pct:.0f}%",
+          "" if c.ncu_dram_pct is None else f"{c.ncu_dram_pct:.0f}%",
+          _mb(c.model_hbm_bytes), _mb(c.ncu_dram_bytes_per_layer)] for c in checks]))
+    from analysis.kernel_names import readable_name
+
+    kernel_rows = []
+    for c in checks:
+        for k in c.kernels:
+            if k.ncu_launches:
+                kernel_rows.append([f"{c.group}/{c.module}", readable_name(k.name), f"{k.launches_per_layer:.2g}",
+                                    _f(k.traced_us_per_layer, 1), _f(k.ncu_mean_us, 1), _f(k.sm_pct, 0),
+                                    _f(k.mem_pct, 0), _f(k.dram_pct, 0), _mb(k.dram_bytes)])
+    if kernel_rows:
+        blocks.append(Heading(3, "Profiled kernels per row"))
+        blocks.append(Table(["Row", "Kernel", "Launches/layer", "Traced us/layer", "ncu us/launch", "SM %",
+                             "Memory %", "DRAM %", "DRAM MB/launch"], kernel_rows))
+    return blocks
+
+
 def _appendix_blocks(top: TopKernelsResult) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Appendix: readable names and full signatures")]
     seen: set[str] = set()
@@ -210,6 +256,7 @@ def build_report(inputs: ReportInputs) -> list[Block]:
     blocks += _sol_blocks(inputs)
     blocks += _what_if_blocks(inputs)
     blocks += _ncu_blocks(inputs)
+    blocks += _sol_vs_ncu_blocks(inputs)
     blocks += _appendix_blocks(inputs.top)
     return blocks
 

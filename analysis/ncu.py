@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from analysis.demangle import demangle
 from analysis.errors import AnalysisError
 from analysis.hardware import Hardware
 
@@ -38,7 +39,7 @@ class NcuKernel(msgspec.Struct):
     """One profiled launch: named quantities in normalised units (us, %, bytes, bytes/s, FLOPs)."""
 
     id: str
-    name: str
+    name: str  # demangled when the export has mangled symbols (`moe-harness ncu`), so it matches trace names
     values: dict[str, float]
     flops: float | None
     dram_bytes: float | None
@@ -49,6 +50,7 @@ class NcuKernel(msgspec.Struct):
     # False when the export has no tensor-core operation counters: `flops` then counts only FMA/ADD/MUL
     # pipe instructions, so GEMM intensity is a lower bound (docs/gpu-runs.md).
     tensor_flops_counted: bool = False
+    symbol: str = ""  # the name exactly as exported (the mangled symbol ncu's --kernel-name filter matches)
 
 
 class MetricConfig(msgspec.Struct, frozen=True):
@@ -131,8 +133,10 @@ def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[N
         flops = sum(present) if present else None
         read, write = values.get("dram_read_bytes"), values.get("dram_write_bytes")
         dram = (read or 0.0) + (write or 0.0) if read is not None or write is not None else None
-        kernels.append(NcuKernel(id=row[col["ID"]] if "ID" in col else str(line_no), name=row[col["Kernel Name"]],
-                                 values=values, flops=flops, dram_bytes=dram, tensor_flops_counted=bool(tensor_cols)))
+        exported = row[col["Kernel Name"]]
+        kernels.append(NcuKernel(id=row[col["ID"]] if "ID" in col else str(line_no), name=demangle(exported),
+                                 values=values, flops=flops, dram_bytes=dram, tensor_flops_counted=bool(tensor_cols),
+                                 symbol=exported))
     if not kernels:
         raise NcuCsvError(str(path), "no kernel rows")
     return kernels

@@ -83,6 +83,7 @@ class _Loaded:
 
     def __init__(self):
         self.samples: list = []
+        self.kernel_rows: list = []  # attributed kernel rows (empty when the traces could not be analysed)
         self.sources: list[str] = []
         self.notes: list[str] = []
         self.d4_rows: list[dict] | None = None
@@ -97,7 +98,8 @@ def _from_analysis_dir(adir: Path) -> _Loaded:
 
     got = _Loaded()
     long_csv = adir / "kernels_long.csv"
-    got.samples = samples_from_rows(read_kernel_rows(long_csv))
+    got.kernel_rows = read_kernel_rows(long_csv)
+    got.samples = samples_from_rows(got.kernel_rows)
     got.sources = [str(long_csv)]
     if (adir / "d4_detail.csv").exists():
         got.d4_rows = _read_d4_detail(adir / "d4_detail.csv")
@@ -120,6 +122,7 @@ def _from_traces(paths: list[Path], signature: str) -> _Loaded:
         got.notes.append(f"The traces could not be analysed into steps ({exc}); every kernel in each file counts, "
                          "its stage from the file name, and there are no D4 rows.")
     else:
+        got.kernel_rows = result.kernel_rows
         got.samples = samples_from_rows(result.kernel_rows)
         got.sources = [str(p) for p in paths if str(p) not in {pr.path for pr in result.problems}]
         got.d4_rows = [{"group": r.group, "module": r.module, "kernel": r.kernel, "value_us": r.value_us,
@@ -196,6 +199,10 @@ def build(args) -> tuple[list, Path, str]:
             raise AnalysisError("--ncu needs --hardware (the roofline's peaks)")
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
         inputs.sources.append(args.ncu)
+        if inputs.sol_rows and got.kernel_rows:
+            from analysis.sol_vs_ncu import row_checks
+
+            inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
     out = Path(args.out) if args.out else (got.analysis_dir if got.analysis_dir is not None else _new_out_dir())
     return build_report(inputs), out, inputs.title
 
