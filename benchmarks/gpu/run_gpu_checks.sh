@@ -2,6 +2,7 @@
 # One GPU session's checks, in order; each step logs and the next runs even if one fails.
 #   OUT=dir bash benchmarks/gpu/run_gpu_checks.sh            (steps 1-3 and 5)
 #   OUT=dir RUN_DEMO=0 RUN_NCU=1 bash benchmarks/gpu/run_gpu_checks.sh   (step 4)
+#   RUN_PEAKS=0 skips step 5; NCU_TIMEOUT_S bounds step 4 (default 420 s)
 # 1. demo_gpu through the no-Ray entry (D4 table, run time);
 # 2. signature vs module ranges on that CUDA trace (hand-written template);
 # 3. a template learned from steps 0-1 of the trace, checked on the held-out steps;
@@ -25,9 +26,14 @@ if [ -n "$TRACE" ]; then
     --name embedded-hf-deepseek-v3-cuda --steps 0,1 --out "$OUT/work/learned-cuda.yaml"
   step check_learned python3 benchmarks/gpu/held_out_check.py "$TRACE" "$OUT/work/learned-cuda.yaml" 0,1
 fi
+fi
+if [ "${RUN_PEAKS:-1}" = 1 ]; then
 step peaks timeout 120 python3 benchmarks/gpu/measure_peaks.py
 fi
 if [ "${RUN_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
-  step ncu timeout 420 python3 -m harness.cli ncu --scenario demo_gpu --top 20 --out "$OUT/work/ncu" --timeout-s 400
+  ncu --version > "$OUT/work/ncu_version.txt" 2>&1
+  ncu --help 2>&1 | grep -A6 -E -- "--(kernel-name-base|print-kernel-base|nvtx-include)" >> "$OUT/work/ncu_version.txt"
+  t=${NCU_TIMEOUT_S:-420}
+  step ncu timeout "$t" python3 -m harness.cli ncu --scenario demo_gpu --top 20 --out "$OUT/work/ncu" --timeout-s $((t - 20))
 fi
 tar -C "$OUT/work" -czf "$OUT/gpu_results.tar.gz" . && ls -la "$OUT"
