@@ -23,7 +23,7 @@ import math
 from analysis.errors import AnalysisError
 from analysis.hardware import list_hardware
 from analysis.model_shapes import ModelShapes, load_model_shapes
-from analysis.sol import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolSettings
+from analysis.sol import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolInputError, SolSettings
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
 
 # DeepseekV3Config keyword -> ModelShapes field, where the names differ
@@ -67,6 +67,10 @@ def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
     deployment = Deployment(batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
                             tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
                             mla_form=form)
+    try:
+        deployment.validate()
+    except SolInputError as exc:
+        return None, str(exc)
     return SolSettings(hardware=gpu, deployment=deployment, model=model), ""
 
 
