@@ -1,4 +1,4 @@
-"""Speed of light (SOL) of a DeepSeek-V3 decode step: FLOPs and bytes per module, per rank.
+"""Speed of light (SOL) of a DeepSeek-V3-style decode step: FLOPs and bytes per module, per rank.
 
 Why: a D4 cell says how long a module took; it does not say whether that is good. The lower
 bound a module cannot beat on given hardware is max(FLOPs / compute peak, HBM bytes / HBM
