@@ -157,7 +157,8 @@ def _check_sol(settings: SolSettings) -> None:
     try:
         load_model_shapes(settings.model)
     except AnalysisError as exc:
-        raise AnalysisError(f"SOL columns need model shapes (the SOL model covers DeepSeek-V3): {exc}") from None
+        raise AnalysisError(f"SOL columns need model shapes (the SOL model covers DeepSeek-V3-style models "
+                            f"with a `shapes:` file: deepseek-v3, deepseek-v3-wide4): {exc}") from None
     settings.deployment.validate()
 
 

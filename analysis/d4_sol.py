@@ -20,7 +20,8 @@ def with_sol(column: D4Column, settings: SolSettings) -> D4Column:
     try:
         shapes = load_model_shapes(settings.model)
     except AnalysisError as exc:
-        raise AnalysisError(f"SOL columns need model shapes (the SOL model covers DeepSeek-V3): {exc}") from None
+        raise AnalysisError(f"SOL columns need model shapes (the SOL model covers DeepSeek-V3-style models "
+                            f"with a `shapes:` file: deepseek-v3, deepseek-v3-wide4): {exc}") from None
     sols = sol_for_d4_rows(column.rows, settings.deployment, settings.hardware, model=shapes)
     rows = [
         msgspec.structs.replace(row, sol_us=s.sol_us, sol_pct=s.sol_pct, bound=s.bound, sol_term=s.term)

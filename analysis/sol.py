@@ -1,4 +1,4 @@
-"""Speed of light (SOL) of a DeepSeek-V3 decode step: FLOPs and bytes per module, per rank.
+"""Speed of light (SOL) of a DeepSeek-V3-style decode step: FLOPs and bytes per module, per rank.
 
 Why: a D4 cell says how long a module took; it does not say whether that is good. The lower
 bound a module cannot beat on given hardware is max(FLOPs / compute peak, HBM bytes / HBM
@@ -8,6 +8,11 @@ far each module is from the hardware limit. Formulas are written out in docs/sol
 Conventions: everything is per rank and per layer; tokens T = batch_per_rank x (1 + MTP draft
 tokens) for the target (verify) pass; weights are read once per step (no cross-step cache reuse);
 elementwise FLOPs are not counted (such kernels are memory bound by construction).
+
+Two forms of MLA (Deployment.mla_form): "absorbed" is SGLang's decode (W_UK / W_UV folded into
+the query and output, latent cache read once for all heads, residual add fused into the norms);
+"expanded" is how transformers runs it (kv_b_proj expands the new tokens' latent into per-head K
+and V, attention over a per-head K/V cache, plain RMSNorm and separate residual adds).
 """
 from __future__ import annotations
 
@@ -27,6 +32,10 @@ BOUND_COMPUTE = "compute"
 BOUND_MEMORY = "memory"
 BOUND_NETWORK = "network"
 BOUND_NONE = "none"  # no work on this rank (e.g. dispatch / combine with ep 1: nothing leaves the GPU)
+
+MLA_ABSORBED = "absorbed"
+MLA_EXPANDED = "expanded"
+MLA_FORMS = (MLA_ABSORBED, MLA_EXPANDED)
 
 
 class SolInputError(AnalysisError):
@@ -48,6 +57,7 @@ class Deployment(msgspec.Struct, frozen=True):
     dispatch_dtype: str = "fp8"  # DeepEP dispatch payload (combine is always BF16)
     touched_experts_per_rank: float | None = None  # measured value; default: uniform routing
     intranode_over_nvlink: bool = True  # False: low-latency all-to-all over RDMA only
+    mla_form: str = MLA_ABSORBED  # absorbed (SGLang decode) | expanded (transformers: per-head K/V cache)
 
     def validate(self) -> None:
         for name in ("batch_per_rank", "kv_len", "tp", "dp", "ep"):
@@ -58,6 +68,8 @@ class Deployment(msgspec.Struct, frozen=True):
         for name in ("weight_dtype", "kv_dtype", "absorb_dtype", "dispatch_dtype"):
             if getattr(self, name) not in ("fp8", "bf16"):
                 raise SolInputError(f"deployment.{name} must be fp8 or bf16, got {getattr(self, name)!r}")
+        if self.mla_form not in MLA_FORMS:
+            raise SolInputError(f"deployment.mla_form must be {' or '.join(MLA_FORMS)}, got {self.mla_form!r}")
 
     @property
     def tokens(self) -> int:
@@ -80,9 +92,10 @@ class SolSettings(msgspec.Struct, frozen=True):
 
     def describe(self) -> str:
         d = self.deployment
+        form = f", MLA {d.mla_form}" if d.mla_form != MLA_ABSORBED else ""
         return (f"{self.model} on {self.hardware}: batch {d.batch_per_rank} per rank, KV length {d.kv_len}, "
                 f"tp {d.tp}, dp {d.dp}, ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, "
-                f"weights {d.weight_dtype}, KV {d.kv_dtype}")
+                f"weights {d.weight_dtype}, KV {d.kv_dtype}{form}")
 
 
 class Cost(msgspec.Struct, frozen=True):
@@ -156,7 +169,22 @@ def _elementwise(term: str, hbm_bytes: float) -> Cost:
 
 # ---- the layer ---------------------------------------------------------------------------------
 
+def _norm_bytes(d: Deployment, tokens: float, width: int) -> float:
+    """An RMSNorm over `width`: fused add+RMSNorm (absorbed form: x and residual in, both out) or plain
+    RMSNorm (expanded form, transformers: x in, y out; the residual add is its own term)."""
+    bf16 = DTYPE_BYTES["bf16"]
+    passes = 4 if d.mla_form == MLA_ABSORBED else 2
+    return passes * tokens * width * bf16 + width * bf16
+
+
 def attention_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
+    """The attention block in the deployment's MLA form (plus, in the expanded form, the layer's residual adds)."""
+    if d.mla_form == MLA_EXPANDED:
+        return _expanded_attention_costs(m, d)
+    return _absorbed_attention_costs(m, d)
+
+
+def _absorbed_attention_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
     """MLA with absorbed weights (decode form): latent KV read once per request for all heads."""
     t, b, blk = d.tokens, d.batch_per_rank, m.weight_block_size
     heads = m.num_attention_heads / d.tp
@@ -166,7 +194,7 @@ def attention_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
     kv_elem = DTYPE_BYTES[d.kv_dtype]
     qk_dim = lat + rope  # 576: query/key dim after absorption
     return [
-        _elementwise("input_layernorm", 4 * t * h * bf16 + h * bf16),  # fused add+RMSNorm: x, residual in; both out
+        _elementwise("input_layernorm", _norm_bytes(d, t, h)),  # fused add+RMSNorm: x, residual in; both out
         gemm_cost("q_a_kv_a_proj", t, m.q_lora_rank + lat + rope, h, d.weight_dtype, blk),  # replicated over tp
         _elementwise("q_kv_a_layernorm", 2 * t * (m.q_lora_rank + lat) * bf16 + (m.q_lora_rank + lat) * bf16),
         gemm_cost("q_b_proj", t, int(heads * (nope + rope)), m.q_lora_rank, d.weight_dtype, blk),
@@ -179,6 +207,36 @@ def attention_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
         Cost("w_uv_bmm", flops=2.0 * t * heads * lat * v,
              hbm_bytes=heads * lat * v * absorb + t * heads * lat * bf16 + t * heads * v * bf16),
         gemm_cost("o_proj", t, h, int(heads * v), d.weight_dtype, blk),
+    ]
+
+
+def _expanded_attention_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
+    """MLA as transformers runs it: kv_b_proj expands the T new tokens' latent into per-head K (nope)
+    and V; attention reads every cached token's per-head K (nope + rope) and V. Only the T new
+    tokens' K/V are written: the copies a growing cache makes (torch.cat in DynamicCache) are
+    implementation overhead, not work the layer needs.
+    """
+    t, b, blk = d.tokens, d.batch_per_rank, m.weight_block_size
+    heads = m.num_attention_heads / d.tp
+    h, rope, nope, lat, v = m.hidden_size, m.qk_rope_head_dim, m.qk_nope_head_dim, m.kv_lora_rank, m.v_head_dim
+    bf16 = DTYPE_BYTES["bf16"]
+    kv_elem = DTYPE_BYTES[d.kv_dtype]
+    qk = nope + rope  # 192: per-head query/key dim
+    return [
+        _elementwise("input_layernorm", _norm_bytes(d, t, h)),
+        gemm_cost("q_a_kv_a_proj", t, m.q_lora_rank + lat + rope, h, d.weight_dtype, blk),  # q_a_proj + kv_a_proj_with_mqa
+        _elementwise("q_kv_a_layernorm", 2 * t * (m.q_lora_rank + lat) * bf16 + (m.q_lora_rank + lat) * bf16),
+        gemm_cost("q_b_proj", t, int(heads * qk), m.q_lora_rank, d.weight_dtype, blk),
+        gemm_cost("kv_b_proj", t, int(heads * (nope + v)), lat, d.weight_dtype, blk),  # new tokens only
+        _elementwise("rotary_emb", 2 * (t * heads * rope + t * rope) * bf16),
+        Cost("mla_attention", flops=2.0 * t * heads * d.kv_len * qk + 2.0 * t * heads * d.kv_len * v,
+             hbm_bytes=b * d.kv_len * heads * (qk + v) * kv_elem  # K and V of every cached token, per head
+             + t * heads * (qk + v) * bf16  # the new tokens' K and V written to the cache
+             + t * heads * qk * bf16 + t * heads * v * bf16,  # q in, out
+             compute_dtype=d.kv_dtype),
+        gemm_cost("o_proj", t, h, int(heads * v), d.weight_dtype, blk),
+        # Both residual adds of the layer (after attention, after the MLP): each reads 2 T h, writes T h.
+        _elementwise("residual_add", 2 * 3 * t * h * bf16),
     ]
 
 
@@ -197,7 +255,7 @@ def moe_costs(m: ModelShapes, d: Deployment, gpus_per_node: int = 8) -> list[Cos
     shared_inter = inter * m.n_shared_experts // d.tp
     shared_quant_out = t * shared_inter * act_elem + (t * math.ceil(shared_inter / blk) * SCALE_BYTES if d.weight_dtype == "fp8" else 0)
     return [
-        _elementwise("post_attention_layernorm", 4 * t * h * bf16 + h * bf16),
+        _elementwise("post_attention_layernorm", _norm_bytes(d, t, h)),
         gemm_cost("router_gemm", t, m.n_routed_experts, h, "bf16", blk, out_bytes=DTYPE_BYTES["fp32"]),
         _dispatch_combine("dispatch", m, d, _dispatch_message_bytes(m, d), gpus_per_node),
         gemm_cost("experts_up_gate", pairs_here, 2 * inter, h, d.weight_dtype, blk, weight_copies=touched),
@@ -217,7 +275,7 @@ def dense_mlp_costs(m: ModelShapes, d: Deployment) -> list[Cost]:
     bf16, act_elem = DTYPE_BYTES["bf16"], DTYPE_BYTES[d.weight_dtype]
     quant_out = t * inter * act_elem + (t * math.ceil(inter / blk) * SCALE_BYTES if d.weight_dtype == "fp8" else 0)
     return [
-        _elementwise("post_attention_layernorm", 4 * t * h * bf16 + h * bf16),
+        _elementwise("post_attention_layernorm", _norm_bytes(d, t, h)),
         gemm_cost("dense_up_gate", t, 2 * inter, h, d.weight_dtype, blk),
         _elementwise("dense_silu", t * 2 * inter * bf16 + quant_out),
         gemm_cost("dense_down", t, h, inter, d.weight_dtype, blk),
@@ -298,7 +356,11 @@ def _row_field(row: Any, name: str, index: int) -> Any:
 
 
 class D4Sol(msgspec.Struct, frozen=True):
-    """SOL columns for one D4 row; sol_us None where the row has no SOL term."""
+    """SOL columns for one D4 row; sol_us None where the row has no SOL term.
+
+    A row mapped to several terms (a composite map entry, e.g. a whole transformers module) has
+    term "a+b+c", the sum of their SOL us, FLOPs and bytes, and the bound of the largest of them.
+    """
 
     group: str
     module: str
@@ -308,6 +370,8 @@ class D4Sol(msgspec.Struct, frozen=True):
     sol_us: float | None
     sol_pct: float | None  # 100 x SOL / measured: 100 = at the hardware limit
     bound: str | None
+    flops: float | None = None  # per layer, summed over the row's terms
+    hbm_bytes: float | None = None  # per layer, summed over the row's terms
 
 
 def sol_for_d4_rows(rows: list[Any], deployment: Deployment, hardware: Hardware | str,
@@ -315,9 +379,10 @@ def sol_for_d4_rows(rows: list[Any], deployment: Deployment, hardware: Hardware 
     """SOL us, percent of SOL and bound for each D4 row (objects, dicts or (group, module, value_us[, kernel])).
 
     Rows are matched to SOL terms by analysis/sol_module_map.yaml; each term goes to the first
-    matching row only, so a module split over several kernel rows is not counted twice.
+    matching row only, so a module split over several kernel rows is not counted twice. Terms the
+    deployment's model and MLA form do not have (kv_b_proj in the absorbed form) are never matched.
     """
-    from analysis.sol_module_map import load_module_map, match_term
+    from analysis.sol_module_map import load_module_map, match_terms
 
     entries = load_module_map(module_map)
     terms = sol_by_term(layer_sol(model, deployment, hardware))
@@ -328,14 +393,16 @@ def sol_for_d4_rows(rows: list[Any], deployment: Deployment, hardware: Hardware 
         module = str(_row_field(row, "module", 1) or "")
         value = _row_field(row, "value_us", 2)
         kernel = str(_row_field(row, "kernel", 3) or "")
-        term = match_term(entries, group, module, kernel, taken=used)
-        if term is not None and term not in terms:
-            term = None
-        if term is None:
+        matched = match_terms(entries, group, module, kernel, taken=used, available=terms.keys())
+        if not matched:
             out.append(D4Sol(group, module, kernel, value, None, None, None, None))
             continue
-        used.add(term)
-        sol = terms[term]
-        pct = 100.0 * sol.sol_us / value if value else None
-        out.append(D4Sol(group, module, kernel, value, term, sol.sol_us, pct, sol.bound))
+        used.update(matched)
+        parts = [terms[t] for t in matched]
+        sol_us = sum(p.sol_us for p in parts)
+        largest = max(parts, key=lambda p: p.sol_us)
+        bound = largest.bound if sol_us > 0 else BOUND_NONE
+        pct = 100.0 * sol_us / value if value else None
+        out.append(D4Sol(group, module, kernel, value, "+".join(matched), sol_us, pct, bound,
+                         flops=sum(p.flops for p in parts), hbm_bytes=sum(p.hbm_bytes for p in parts)))
     return out

@@ -1,7 +1,12 @@
-"""Match D4 rows (group, module, kernel) to speed-of-light terms, from sol_module_map.yaml."""
+"""Match D4 rows (group, module, kernel) to speed-of-light terms, from sol_module_map.yaml.
+
+An entry names one term (`term:`) or, for a row that measures a whole module made of several terms
+(a transformers module range: q/kv projections, norms and rotary in one row), a list (`terms:`).
+"""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
@@ -18,7 +23,7 @@ class ModuleMapError(AnalysisError):
 
 
 class MapEntry(msgspec.Struct, frozen=True):
-    term: str
+    terms: tuple[str, ...]
     group: re.Pattern | None
     module: re.Pattern | None
     kernel: re.Pattern | None
@@ -28,6 +33,10 @@ class MapEntry(msgspec.Struct, frozen=True):
             pattern is None or pattern.search(text)
             for pattern, text in ((self.group, group), (self.module, module), (self.kernel, kernel))
         )
+
+    @property
+    def term(self) -> str:
+        return "+".join(self.terms)
 
 
 def load_module_map(path: str | None = None) -> list[MapEntry]:
@@ -40,24 +49,43 @@ def load_module_map(path: str | None = None) -> list[MapEntry]:
         raise ModuleMapError(str(source), "needs a top-level `entries:` list")
     entries = []
     for index, item in enumerate(raw["entries"]):
-        if not isinstance(item, dict) or not item.get("term"):
-            raise ModuleMapError(str(source), f"entries[{index}] needs a `term`")
+        terms = _entry_terms(item)
+        if terms is None:
+            raise ModuleMapError(str(source), f"entries[{index}] needs a `term` or a non-empty `terms` list (not both)")
         compiled = {}
         for key in ("group", "module", "kernel"):
             try:
                 compiled[key] = re.compile(item[key], re.IGNORECASE) if key in item else None
             except re.error as exc:
                 raise ModuleMapError(str(source), f"entries[{index}].{key}: bad regex: {exc}") from exc
-        entries.append(MapEntry(term=str(item["term"]), **compiled))
+        entries.append(MapEntry(terms=terms, **compiled))
     return entries
 
 
-def match_term(entries: list[MapEntry], group: str, module: str, kernel: str,
-               taken: set[str] | frozenset[str] = frozenset()) -> str | None:
-    """The first matching entry's term that is not already taken (None for sum rows)."""
-    if module.strip().lower() in ("sum", "total"):
+def _entry_terms(item: object) -> tuple[str, ...] | None:
+    if not isinstance(item, dict) or (("term" in item) == ("terms" in item)):
         return None
+    if "term" in item:
+        return (str(item["term"]),) if item["term"] else None
+    listed = item["terms"]
+    if not isinstance(listed, list) or not listed or not all(isinstance(t, str) and t for t in listed):
+        return None
+    return tuple(listed)
+
+
+def match_terms(entries: list[MapEntry], group: str, module: str, kernel: str,
+                taken: Collection[str] = frozenset(), available: Collection[str] | None = None) -> tuple[str, ...]:
+    """The terms of the first matching entry that can be given to this row; () for none (and sum rows).
+
+    Of an entry's terms, those not in `available` (the deployment's model and MLA form has no such
+    term) are dropped; an entry with none left, or with any left term already `taken` by an earlier
+    row, is passed over, so a composite row gets its whole module or nothing.
+    """
+    if module.strip().lower() in ("sum", "total"):
+        return ()
     for entry in entries:
-        if entry.term not in taken and entry.matches(group, module, kernel):
-            return entry.term
-    return None
+        terms = tuple(t for t in entry.terms if available is None or t in available)
+        if terms and not any(t in taken for t in terms) and entry.matches(group, module, kernel):
+            return terms
+    return ()
+

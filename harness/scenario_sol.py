@@ -1,8 +1,10 @@
 """The D4 table's SOL settings read off a scenario, so scenario runs get SOL columns unasked.
 
 Only where the scenario says enough (docs/sol.md, "From a scenario"):
-- model: analysis.model, else model.name, must have SOL shapes (analysis/models/<name>.yaml `shapes:`,
-  today deepseek-v3); the embedded engine's presets are named otherwise and get none;
+- model: analysis.model, else model.name, must have SOL shapes (analysis/models/<name>.yaml `shapes:`:
+  deepseek-v3, and deepseek-v3-wide4 for the embedded wide-gpu preset); for the embedded engine the
+  shapes must also equal the preset with the scenario's model overrides, else no SOL (the CPU demo's
+  deepseek-v3-tiny has no shapes file and gets none);
 - hardware: cluster.gpu_type, a built-in peaks file (h800, h100, h200, b200);
 - parallelism (SGLang): with dp_attention, attention tp = tp / dp and dp = dp; without it dp must be 1
   and attention tp = tp; ep = ep;
@@ -10,7 +12,9 @@ Only where the scenario says enough (docs/sol.md, "From a scenario"):
   profiling can start; warm-up ends a few steps later at most);
 - MTP: speculative.num_draft_tokens - 1 draft tokens (a verify pass checks num_draft_tokens per request);
 - weights fp8 (DeepSeek-V3's released checkpoint) for SGLang, bf16 for the embedded engine in bfloat16;
-  KV cache fp8 when extra_args sets --kv-cache-dtype fp8*, else bf16.
+  KV cache fp8 when extra_args sets --kv-cache-dtype fp8*, else bf16;
+- MLA form: absorbed for SGLang, expanded for the embedded engine (transformers keeps a per-head K/V
+  cache and adds residuals outside the norms; docs/sol.md).
 """
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ import math
 
 from analysis.errors import AnalysisError
 from analysis.hardware import list_hardware
-from analysis.model_shapes import load_model_shapes
-from analysis.sol import Deployment, SolSettings
-from harness.scenario import EmbeddedEngine, Scenario
+from analysis.model_shapes import ModelShapes, load_model_shapes
+from analysis.sol import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolInputError, SolSettings
+from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
+
+# DeepseekV3Config keyword -> ModelShapes field, where the names differ
+_CONFIG_TO_SHAPES = {"num_hidden_layers": "num_layers"}
 
 
 def _kv_dtype(extra_args: list[str]) -> str:
@@ -36,9 +43,9 @@ def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
     """(settings, "") or (None, why the scenario gives no SOL columns)."""
     model = scenario.analysis.model or scenario.model.name
     try:
-        load_model_shapes(model)
+        shapes = load_model_shapes(model)
     except AnalysisError:
-        return None, f"model {model!r} has no SOL shapes (the SOL model covers deepseek-v3)"
+        return None, f"model {model!r} has no SOL shapes (the SOL model covers deepseek-v3 and deepseek-v3-wide4)"
     gpu = (scenario.cluster.gpu_type or "").lower()
     if gpu not in list_hardware():
         return None, f"cluster.gpu_type {scenario.cluster.gpu_type!r} has no peaks file (known: {', '.join(list_hardware())})"
@@ -46,14 +53,33 @@ def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
     if isinstance(engine, EmbeddedEngine):
         if engine.dtype != "bfloat16":
             return None, f"embedded engine dtype {engine.dtype} is neither fp8 nor bf16"
-        tp, dp, ep, draft, weights, kv = 1, 1, 1, 0, "bf16", "bf16"
+        mismatch = _preset_mismatch(embedded_model_config(scenario), shapes)
+        if mismatch:
+            return None, f"model {model!r} shapes differ from engine.preset {engine.preset!r}: {mismatch}"
+        tp, dp, ep, draft, weights, kv, form = 1, 1, 1, 0, "bf16", "bf16", MLA_EXPANDED
     else:
         if engine.dp > 1 and not engine.dp_attention:
             return None, "engine.dp > 1 without dp_attention (replicated engines) is not modelled"
         dp = engine.dp if engine.dp_attention else 1
         tp, ep = engine.tp // dp, engine.ep
         draft = engine.speculative.num_draft_tokens - 1 if engine.speculative else 0
-        weights, kv = "fp8", _kv_dtype(engine.extra_args)
+        weights, kv, form = "fp8", _kv_dtype(engine.extra_args), MLA_ABSORBED
     deployment = Deployment(batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
-                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv)
+                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
+                            mla_form=form)
+    try:
+        deployment.validate()
+    except SolInputError as exc:
+        return None, str(exc)
     return SolSettings(hardware=gpu, deployment=deployment, model=model), ""
+
+
+def _preset_mismatch(config: dict, shapes: ModelShapes) -> str:
+    """The config keys (preset + overrides) whose value differs from the model file's, as 'key a != b'."""
+    fields = set(ModelShapes.__struct_fields__)
+    diffs = []
+    for key, value in sorted(config.items()):
+        field = _CONFIG_TO_SHAPES.get(key, key)
+        if field in fields and getattr(shapes, field) != value:
+            diffs.append(f"{key} {value} != {getattr(shapes, field)}")
+    return ", ".join(diffs)

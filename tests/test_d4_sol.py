@@ -129,3 +129,23 @@ def test_scenarios_give_sol_settings_where_they_say_enough():
     unknown_gpu = parse_scenario(text.replace("gpu_type: H800", "gpu_type: A100"), "t.yaml")
     settings, why = sol_settings_for(unknown_gpu)
     assert settings is None and "A100" in why
+
+
+def test_sglang_driver_combine_adds_the_scenario_sol(trace):
+    """harness/sglang/node_analysis.combine over node parts gives the columns analysis.api gives."""
+    from harness.scenario import load_scenario
+    from harness.scenario_sol import sol_settings_for
+    from harness.sglang.node_analysis import analysis_options, combine
+
+    scenario = load_scenario("h800_deepep")[0]
+    settings, why = sol_settings_for(scenario)
+    assert why == ""
+    options = analysis_options(scenario, "run", jobs=1) | {"signature": SIGNATURE}
+    node = analyze([str(trace)], signature=SIGNATURE, model="deepseek-v3", options=AnalysisOptions(run="run", jobs=1))
+    parts = [{"kernel_rows": node.kernel_rows, "step_rows": node.step_rows, "problems": node.problems}]
+    combined = combine(parts, options, sol=settings).d4
+    direct = analyze([str(trace)], signature=SIGNATURE, model="deepseek-v3",
+                     options=AnalysisOptions(run="run", sol=settings, jobs=1)).d4
+    assert combined.sol == settings and render_markdown([combined]) == render_markdown([direct])
+    assert sum(r.sol_us is not None for r in combined.rows) >= 20
+    assert combine(parts, options).d4.sol is None  # no settings: no columns

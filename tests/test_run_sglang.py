@@ -14,6 +14,7 @@ from analysis.api import AnalysisOptions, analyze
 from analysis.d4 import render_markdown
 from harness.run import run
 from harness.scenario import parse_scenario
+from harness.scenario_sol import sol_settings_for
 from tests.ray_cluster import two_node_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,10 +35,12 @@ def _fake_servers() -> list[psutil.Process]:
 
 
 def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_timeout_s: float | None = None,
-              **engine_env: str):
+              gpu_type: str | None = None, **engine_env: str):
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = _free_port()
+    if gpu_type is not None:
+        data["cluster"]["gpu_type"] = gpu_type
     if profile_timeout_s is not None:
         data["profile"]["timeout_s"] = profile_timeout_s
     if ready_timeout_s is not None:
@@ -70,7 +73,7 @@ def _no_secret_in(run_dir: Path) -> None:
 
 
 def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, env, tmp_path):
-    scenario, path = _scenario(tmp_path)
+    scenario, path = _scenario(tmp_path, gpu_type="H800")  # with the default model deepseek-v3: SOL columns
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
@@ -96,8 +99,12 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     # the D4 table from the nodes' own analyses equals analysing the kept traces in one place
     d4 = (run_dir / "analysis" / "d4.md").read_text()
     assert "| moe | sum |" in d4 and "ranks 4 (mean)" in d4
+    # SOL settings read off the scenario: dp attention 4 -> tp 1, dp 4, ep 4; batch 8 / 4; 3 draft tokens - 1
+    sol, why = sol_settings_for(scenario)
+    assert why == "" and (sol.hardware, sol.deployment.dp, sol.deployment.batch_per_rank) == ("h800", 4, 2)
+    assert "SOL us" in d4 and "deepseek-v3 on h800" in d4
     direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
-                     options=AnalysisOptions(run=run_dir.name, accept_length=2.6, jobs=1))
+                     options=AnalysisOptions(run=run_dir.name, accept_length=2.6, jobs=1, sol=sol))
     assert render_markdown([direct.d4]) == d4
     kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}

@@ -213,3 +213,90 @@ def test_module_map_covers_the_deepseek_signatures_row_for_row():
                                 ("attention", "torch.bmm transpose(0,1)", 15.0, "nvjet_tst_64x128")],
                                Deployment(batch_per_rank=64, kv_len=2048), "b200")
     assert [r.term for r in seed_bmm] == ["w_uk_bmm", "w_uv_bmm"]
+
+
+# ---- the expanded MLA form (transformers) on the deepseek-v3-wide4 shapes --------------------------
+# Same attention widths as DeepSeek-V3 (above); bf16 weights carry no scales.
+WIDE4 = load_model_shapes("deepseek-v3-wide4")
+
+
+def _expanded(batch, kv_len):
+    return Deployment(batch_per_rank=batch, kv_len=kv_len, weight_dtype="bf16", mla_form="expanded")
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_kv_b_projection_flops_and_bytes(batch):
+    c = _cost(attention_costs(WIDE4, _expanded(batch, 133)), "kv_b_proj")
+    n = 128 * (128 + 128)  # heads x (nope + v) = 32768 outputs
+    k = 512  # kv_lora_rank
+    assert c.flops == 2 * batch * n * k  # the T new tokens only, never the cache
+    assert c.hbm_bytes == n * k * 2 + batch * k * 2 + batch * n * 2
+    if batch == 32:
+        assert (c.flops, c.hbm_bytes) == (1_073_741_824, 33_554_432 + 32_768 + 2_097_152)
+
+
+@pytest.mark.parametrize("batch,kv_len", [(1, 1024), (32, 133)])
+def test_expanded_attention_core_reads_per_head_k_and_v(batch, kv_len):
+    c = _cost(attention_costs(WIDE4, _expanded(batch, kv_len)), "mla_attention")
+    heads, qk, v = 128, 128 + 64, 128
+    assert c.flops == 2 * batch * heads * kv_len * qk + 2 * batch * heads * kv_len * v
+    cache = batch * kv_len * heads * (qk + v) * 2  # K (nope + rope) and V per head, bf16
+    new_kv = batch * heads * (qk + v) * 2  # the new tokens' K and V written
+    q, out = batch * heads * qk * 2, batch * heads * v * 2
+    assert c.hbm_bytes == cache + new_kv + q + out
+    if (batch, kv_len) == (32, 133):
+        assert c.hbm_bytes == 348_651_520 + 2_621_440 + 1_572_864 + 1_048_576
+
+
+def test_forms_differ_in_terms_norms_and_residual_adds():
+    t, h = 32, 7168
+    exp = {c.term: c for c in attention_costs(WIDE4, _expanded(t, 133))}
+    absorbed = {c.term: c for c in attention_costs(WIDE4, Deployment(batch_per_rank=t, kv_len=133, weight_dtype="bf16"))}
+    assert {"kv_b_proj", "residual_add"} <= set(exp) and not {"w_uk_bmm", "w_uv_bmm"} & set(exp)
+    assert {"w_uk_bmm", "w_uv_bmm"} <= set(absorbed) and not {"kv_b_proj", "residual_add"} & set(absorbed)
+    # transformers: plain RMSNorm (x in, y out) and two adds per layer (each: 2 T h in, T h out)
+    assert exp["input_layernorm"].hbm_bytes == 2 * t * h * 2 + h * 2
+    assert absorbed["input_layernorm"].hbm_bytes == 4 * t * h * 2 + h * 2  # fused add + RMSNorm
+    assert exp["residual_add"].hbm_bytes == 2 * 3 * t * h * 2
+    moe = {c.term: c for c in moe_costs(WIDE4, _expanded(t, 133))}
+    assert moe["post_attention_layernorm"].hbm_bytes == 2 * t * h * 2 + h * 2
+    for term in ("q_a_kv_a_proj", "q_b_proj", "o_proj", "rotary_emb", "q_kv_a_layernorm"):
+        assert exp[term] == absorbed[term], term  # the same work in both forms
+    with pytest.raises(SolInputError, match="mla_form must be absorbed or expanded, got 'naive'"):
+        layer_sol(WIDE4, Deployment(batch_per_rank=1, kv_len=1, mla_form="naive"), "h100")
+
+
+def test_wide4_counts_one_dense_and_three_moe_layers():
+    assert (WIDE4.num_layers, WIDE4.first_k_dense_replace, WIDE4.moe_layers, WIDE4.n_routed_experts) == (4, 1, 3, 128)
+    s = layer_sol(WIDE4, _expanded(32, 133), "h100")
+    expected = (4 * sum(x.sol_us for x in s.attention) + 3 * sum(x.sol_us for x in s.moe)
+                + 1 * sum(x.sol_us for x in s.dense_mlp) + sum(x.sol_us for x in s.head))
+    assert s.step_us == pytest.approx(expected)
+
+
+def test_composite_map_entries_sum_their_terms_and_skip_absent_ones(tmp_path):
+    d = Deployment(batch_per_rank=8, kv_len=512)  # absorbed: no kv_b_proj term
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("entries:\n"
+                       "  - {terms: [q_b_proj, kv_b_proj, o_proj], group: '^a$'}\n"
+                       "  - {terms: [kv_b_proj], group: '^b$'}\n"
+                       "  - {term: o_proj, group: '^c$'}\n")
+    rows = [("a", "m", 10.0, "k"), ("b", "m", 5.0, "k"), ("c", "m", 5.0, "k"), ("a", "m", 10.0, "k")]
+    out = sol_for_d4_rows(rows, d, "h800", module_map=str(mapping))
+    terms = sol_by_term(layer_sol(MODEL, d, "h800"))
+    q_b, o = terms["q_b_proj"], terms["o_proj"]
+    assert out[0].term == "q_b_proj+o_proj"
+    assert out[0].sol_us == pytest.approx(q_b.sol_us + o.sol_us)
+    assert out[0].sol_pct == pytest.approx(100 * (q_b.sol_us + o.sol_us) / 10.0)
+    assert out[0].bound == max(q_b, o, key=lambda s: s.sol_us).bound
+    assert (out[0].flops, out[0].hbm_bytes) == (q_b.flops + o.flops, q_b.hbm_bytes + o.hbm_bytes)
+    assert out[1].term is None  # kv_b_proj only: nothing left in the absorbed form
+    assert out[2].term is None and out[3].term is None  # o_proj (and the composite) already taken
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("entries:\n  - {term: o_proj, terms: [q_b_proj], group: x}\n")
+    from analysis.sol_module_map import ModuleMapError, load_module_map
+    with pytest.raises(ModuleMapError, match=r"entries\[0\] needs a `term` or a non-empty `terms` list"):
+        load_module_map(str(bad))
+    bad.write_text("entries:\n  - {terms: [], group: x}\n")
+    with pytest.raises(ModuleMapError, match=r"entries\[0\]"):
+        load_module_map(str(bad))

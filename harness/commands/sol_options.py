@@ -5,12 +5,13 @@ import argparse
 
 from analysis.errors import AnalysisError
 
-DEPLOYMENT_FIELDS = ("batch_per_rank", "kv_len", "tp", "dp", "ep", "mtp_draft_tokens", "weight_dtype", "kv_dtype")
+DEPLOYMENT_FIELDS = ("batch_per_rank", "kv_len", "tp", "dp", "ep", "mtp_draft_tokens", "weight_dtype", "kv_dtype",
+                     "mla_form")
 
 
 def add_sol_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
-        "speed of light (DeepSeek-V3 shapes; docs/sol.md)",
+        "speed of light (DeepSeek-V3-style shapes from --model; docs/sol.md)",
         "--hardware with --batch-per-rank and --kv-len adds SOL us, % of SOL and bound per D4 row")
     g.add_argument("--hardware", default=None,
                    help="h800, h100, h200, b200 or a hardware YAML file (report: also the roofline peaks)")
@@ -23,6 +24,8 @@ def add_sol_options(p: argparse.ArgumentParser) -> None:
                    help="MTP draft tokens verified per request per step (default 0)")
     g.add_argument("--weight-dtype", default=None, choices=["fp8", "bf16"], help="linear and expert weights (default fp8)")
     g.add_argument("--kv-dtype", default=None, choices=["fp8", "bf16"], help="MLA latent KV cache (default bf16)")
+    g.add_argument("--mla-form", default=None, choices=["absorbed", "expanded"],
+                   help="absorbed (SGLang decode, default) or expanded (transformers: per-head K/V cache)")
 
 
 def deployment_given(args) -> dict:

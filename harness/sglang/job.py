@@ -24,6 +24,7 @@ from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed
+from harness.scenario_sol import sol_settings_for
 from harness.sglang.node_analysis import analysis_options, combine
 from harness.sglang.plan import build_plan
 from harness.sglang.profile import collect_traces, start_profile
@@ -146,11 +147,14 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> s
                 parts = ray.get(refs, timeout=prof.timeout_s)
             except DeploymentError as exc:
                 raise RunFailed(str(_unwrap(exc))) from None
-            result = combine(parts, options, accept_length=manifest["accept_length"])
+            sol, no_sol_reason = sol_settings_for(scenario)  # SOL columns where the scenario says enough
+            result = combine(parts, options, accept_length=manifest["accept_length"], sol=sol)
             from analysis.api import write_outputs
             files = write_outputs(result, run_dir / "analysis")
             manifest["analysis_outputs"] = {k: str(v) for k, v in files.items()}
             table = Path(files["d4.md"]).read_text(encoding="utf-8")
+            if sol is None:
+                table += f"\nNo SOL columns: {no_sol_reason}.\n"
             if result.problems:
                 table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
         ray.get([dep.actors[rank].remove_files.remote(paths) for rank, paths in traces.items()], timeout=60)
