@@ -226,7 +226,11 @@ def _readable_mangled(text: str, wrappers: frozenset[str]) -> str:
         length = int(match.group(1))
         ident = rest[match.end():match.end() + length]
         if length >= 8 and re.fullmatch(r"[A-Za-z_]\w*", ident):
-            return ident
+            if ident in wrappers:  # nested wrapper (device_kernel<enable_3x_kernel_for_sm9x<Gemm>>)
+                pos = match.end() + length
+                continue
+            # CUTLASS 3 grouped GEMMs (MoE experts) differ from plain ones only by their problem shape
+            return f"{ident} (grouped)" if "GroupProblemShape" in rest else ident
         pos = match.end()
     return base
 

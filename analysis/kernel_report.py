@@ -89,12 +89,14 @@ def _sol_blocks(inputs: ReportInputs) -> list[Block]:
     if inputs.sol_rows is None or inputs.deployment is None or inputs.hardware is None:
         blocks.append(Para("Not computed: needs D4 rows and the deployment: --hardware, --batch-per-rank, --kv-len "
                            "(and --tp/--dp/--ep, --mtp-draft-tokens as deployed), or an analysis that saved them "
-                           "(a DeepSeek-V3 scenario run, `analyze --hardware ...`). The SOL model covers DeepSeek-V3 shapes."))
+                           "(a scenario run with SOL, `analyze --hardware ...`). The SOL model covers DeepSeek-V3 shapes "
+                           "(analysis/models/deepseek-v3*.yaml)."))
         return blocks
     d, hw = inputs.deployment, inputs.hardware
     blocks.append(Para(
         f"Hardware {hw.name}; batch {d.batch_per_rank} per rank, KV length {d.kv_len}, tp {d.tp}, dp {d.dp}, "
-        f"ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, weights {d.weight_dtype}, KV {d.kv_dtype}. "
+        f"ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, weights {d.weight_dtype}, KV {d.kv_dtype}, "
+        f"MLA {d.mla_form}. "
         "SOL = max(FLOPs / compute peak, HBM bytes / HBM bandwidth, network bytes / link bandwidth); "
         "% of SOL = 100 x SOL / measured (100% = at the hardware limit). Formulas: docs/sol.md."))
     rows = [[r.group, r.module, r.kernel, _f(r.value_us, 2), r.term or "", _f(r.sol_us, 2),

@@ -7,6 +7,7 @@ column per metric), a row of units, then one row per profiled kernel launch. ncu
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import re
 import statistics
@@ -94,12 +95,16 @@ def _scaled(value: float | None, unit: str, quantity: str) -> float | None:
 
 
 def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[NcuKernel]:
-    """Parse an export; raise NcuCsvError naming the file and what is missing."""
+    """Parse an export (.csv, or .csv.gz); raise NcuCsvError naming the file and what is missing."""
     config = config or load_metric_config()
     path = Path(path)
     try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError as exc:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rt", errors="replace") as handle:
+                lines = handle.read().splitlines()
+        else:
+            lines = path.read_text(errors="replace").splitlines()
+    except (OSError, EOFError) as exc:
         raise NcuCsvError(str(path), f"cannot read: {exc}") from exc
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') or line.startswith("ID,")), None)
     if start is None:

@@ -83,3 +83,14 @@ def _preset_mismatch(config: dict, shapes: ModelShapes) -> str:
         if field in fields and getattr(shapes, field) != value:
             diffs.append(f"{key} {value} != {getattr(shapes, field)}")
     return ", ".join(diffs)
+
+
+def hardware_for_device(device_name: str | None) -> str | None:
+    """The built-in peaks file a GPU's reported name points to ("NVIDIA H200" -> "h200"), else None."""
+    import re
+
+    if not device_name:
+        return None
+    words = set(re.findall(r"[a-z]+\d+", device_name.lower()))
+    matches = [name for name in list_hardware() if name in words]
+    return matches[0] if len(matches) == 1 else None

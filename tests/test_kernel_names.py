@@ -98,3 +98,17 @@ def test_seed_style_signatures():
 def test_unmangle_prefix():
     assert unmangle_prefix("_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16E") == "sgl_hip::activation::act_and_mul_kernel"
     assert unmangle_prefix("plain_name") == "plain_name"
+
+
+def test_mangled_cutlass3_grouped_gemm_reads_as_grouped_gemmuniversal():
+    """The experts' GEMM of the H200 demo_gpu trace: CUPTI left it mangled (two nested wrappers)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    trace = Path(__file__).parent / "data" / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"
+    names = {e["name"] for e in json.load(gzip.open(trace))["traceEvents"]
+             if e.get("cat") == "kernel" and "GroupProblemShape" in e["name"]}
+    assert names and all(n.startswith("_ZN7cutlass13device_kernel") for n in names)
+    assert {readable_name(n) for n in names} == {"GemmUniversal (grouped)"}
+    assert {kernel_family(n) for n in names} == {"CUTLASS"}

@@ -171,9 +171,18 @@ def test_real_h100_export_parses_and_classifies():
 
 
 def test_real_h200_export_parses_and_classifies():
-    """The same workload under ncu on an H200 (docs/gpu-runs.md)."""
+    """`moe-harness ncu --scenario demo_gpu --top 20` on an H200 (docs/gpu-runs.md): 400 launches named by
+    mangled symbol, demangled on reading into the text torch traces carry."""
     from analysis.sol import load_hardware
 
-    kernels = classify(read_ncu_csv(Path(__file__).parent / "data" / "ncu_h200_demo_gpu_raw.csv"), load_hardware("h200"))
-    assert class_counts(kernels) == {"compute-bound": 0, "memory-bound": 38, "balanced": 2, "unknown": 0}
-    assert all(k.name.startswith("nvjet_sm90_tst_192x192") for k in kernels if k.classification == "balanced")
+    kernels = classify(read_ncu_csv(Path(__file__).parent / "data" / "ncu_h200_demo_gpu_raw.csv.gz"), load_hardware("h200"))
+    assert len(kernels) == 400
+    assert all(k.symbol.startswith(("_Z", "nvjet_", "cudnn_")) for k in kernels)
+    assert sum(k.name.startswith("void ") for k in kernels) > 300  # demangled (`_Z...` -> `void ...(...)`)
+    assert class_counts(kernels) == {"compute-bound": 4, "memory-bound": 57, "balanced": 339, "unknown": 0}
+    # compute-bound: the 256x160-tile cuBLAS GEMM above the ridge point (206 FLOP/B for bf16 on the H200)
+    assert {k.name for k in kernels if k.classification == "compute-bound"} == {"nvjet_sm90_tst_256x160_64x4_1x2_h_bz_coopA_TNT"}
+    # the experts' grouped GEMM (which the earlier name filter never selected) is memory bound
+    grouped = [k for k in kernels if "GroupProblemShape" in k.symbol]
+    assert len(grouped) == 10 and all(k.classification == "memory-bound" for k in grouped)
+    assert all(k.values["dram_throughput_pct"] > 50 for k in grouped)

@@ -157,3 +157,36 @@ def test_report_takes_the_sol_settings_an_analysis_saved(tmp_path, capsys):
     # A command-line option overrides the saved one.
     assert _report([str(adir), "--kv-len", "1024", "--out", str(tmp_path / "r2")]) == 0
     assert "KV length 1024, tp 1, dp 16" in (tmp_path / "r2" / "kernel_report.md").read_text()
+
+
+H200_TRACE = DATA / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"
+H200_NCU = DATA / "ncu_h200_demo_gpu_raw.csv.gz"
+SOL_VS_NCU = "## Speed of light: the model next to Nsight Compute"
+
+
+def test_h200_report_puts_the_models_sol_next_to_what_ncu_measured(tmp_path, capsys):
+    """The H200 demo_gpu trace and the ncu export of the same workload (docs/gpu-runs.md), with the
+    SOL settings the demo_gpu scenario gives (batch 32, KV 133, bf16, expanded MLA) on h200 peaks."""
+    out = tmp_path / "rep"
+    rc = _report([str(H200_TRACE), "--signature", "embedded-hf-deepseek-v3-cuda", "--ncu", str(H200_NCU),
+                  "--hardware", "h200", "--model", "deepseek-v3-wide4", "--batch-per-rank", "32", "--kv-len", "133",
+                  "--weight-dtype", "bf16", "--mla-form", "expanded", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    md = (out / "kernel_report.md").read_text()
+    assert SOL_VS_NCU.removeprefix("## ") in (out / "kernel_report.html").read_text()
+    table = _table(_section(md, SOL_VS_NCU).split("### Profiled kernels per row")[0])
+    header, rows = table[0], {(r[0], r[1], r[2][:5]): dict(zip(table[0], r)) for r in table[1:]}
+    assert header[:3] == ["Group", "Module", "Kernel"] and "ncu MB" in header
+    # Weight-streaming rows: ncu's DRAM bytes per layer agree with the model's HBM bytes within 5%, and the
+    # DRAM throughput ncu measured is the model's % of SOL within 5 points (both are against 4.8 TB/s).
+    for key in (("moe", "experts", "exper"), ("mlp", "mlp", "mlp"), ("attention", "self_attn", "cudnn")):
+        row = rows[key]
+        assert row["Bound"] == "memory" and _num(row["Profiled %"]) >= 95, row
+        assert _num(row["ncu MB"]) == pytest.approx(_num(row["Model MB"]), rel=0.05), row
+        assert abs(_num(row["ncu DRAM %"]) - _num(row["Model % of SOL"])) <= 5, row
+    # The rest of attention moves about twice the model's bytes: transformers' DynamicCache copies the
+    # whole K/V cache every step (torch.cat), which the model counts as overhead, not SOL.
+    rest = rows[("attention", "self_attn", "self_")]
+    assert _num(rest["ncu MB"]) > 1.8 * _num(rest["Model MB"])
+    kernels = _table(_section(md, SOL_VS_NCU).split("### Profiled kernels per row")[1])[1:]
+    assert any(r[0] == "moe/experts" and r[1] == "GemmUniversal (grouped)" for r in kernels)

@@ -1,6 +1,7 @@
 """SOL columns for the embedded engine on the REAL H100 demo_gpu trace (tests/data, docs/gpu-runs.md):
 the settings come from the demo_gpu scenario, whole-module rows get composite terms, and the experts
 row's SOL is checked against a sum worked out by hand from the wide-gpu preset's shapes."""
+import json
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,25 @@ def test_settings_and_columns_round_trip_through_analysis_json(analysed, tmp_pat
     assert [(r.sol_us, r.sol_pct, r.bound, r.sol_term) for r in saved.rows] == \
         [(r.sol_us, r.sol_pct, r.bound, r.sol_term) for r in result.d4.rows]
     assert "MLA expanded" in (tmp_path / "d4.md").read_text()
+
+
+def test_sol_peaks_follow_the_gpu_the_engine_reports():
+    from harness.scenario_sol import hardware_for_device
+
+    assert hardware_for_device("NVIDIA H200") == "h200"
+    assert hardware_for_device("NVIDIA H100 80GB HBM3") == "h100"
+    assert hardware_for_device("NVIDIA H20") is None  # no peaks file: keep the scenario's
+    assert hardware_for_device("cpu") is None and hardware_for_device(None) is None
+
+
+def test_a_demo_gpu_run_on_an_h200_gets_h200_peaks(tmp_path):
+    """run.analyse on the real H200 trace: the scenario says H100, the engine reported an H200."""
+    from harness.run import analyse
+    from harness.scenario import load_scenario
+
+    trace = Path(__file__).parent / "data" / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"
+    table, files = analyse([trace], load_scenario("demo_gpu")[0], "h200-check", tmp_path / "analysis",
+                           device_name="NVIDIA H200")
+    assert "SOL peaks: h200 (the engine ran on NVIDIA H200; the scenario says h100)" in table
+    saved = json.loads(Path(files["analysis.json"]).read_text())["d4"]["sol"]
+    assert saved["hardware"] == "h200" and saved["deployment"]["mla_form"] == "expanded"
