@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness.sglang.plan import (NODE0_PLACEHOLDER, DeploymentSpec, PlanError, SpeculativeSpec, build_plan,
                                  expected_rank_labels)

@@ -29,7 +29,7 @@ def test_q_b_projection_flops_and_bytes(batch):
     n = 128 * (128 + 64)  # heads x (nope + rope) = 24576 outputs
     k = 1536  # q_lora_rank
     assert n == 24576
-    assert c.flops == 2 * batch * 24576 * 1536
+    assert c.flops == 2 * batch * n * k
     weight = 24576 * 1536 * 1 + (24576 // 128) * (1536 // 128) * 4  # fp8 + 192x12 block scales
     act_in = batch * 1536 * 1 + batch * (1536 // 128) * 4  # fp8 activations + 12 scales per token
     out = batch * 24576 * 2  # bf16 output
