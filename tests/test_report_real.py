@@ -15,7 +15,8 @@ H100_TRACE = DATA / "embedded-h100-demo_gpu-TP-0-DECODE.trace.json.gz"
 H100_NCU = DATA / "ncu_h100_demo_gpu_raw.csv"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ("## Top kernels by total time", "## Speed of light per D4 row", "## What-if: where optimisation pays",
-            "## Nsight Compute: classification, histograms, roofline", "## Appendix: readable names and full signatures")
+            "## Nsight Compute: classification, histograms, roofline", "## Appendix: readable names and full signatures",
+            "## Speed of light: the model next to Nsight Compute")
 REAL_TRACES = [
     "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz",
     "nvidia/sglang_ds-r1-distill-llama-8b_b300/1782843274.7730265-TP-0-DECODE.trace.json.gz",
