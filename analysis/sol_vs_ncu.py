@@ -19,9 +19,7 @@ import msgspec
 
 from analysis.ncu import NcuKernel
 from analysis.sol import D4Sol
-from analysis.tables import KernelRow
-
-SECTION_LAYER = "layer"
+from analysis.tables import SECTION_LAYER, KernelRow
 
 
 class KernelCheck(msgspec.Struct, frozen=True):
@@ -126,7 +124,7 @@ def row_checks(sol_rows: list[D4Sol], kernel_rows: list[KernelRow], ncu: list[Nc
         out.append(RowCheck(
             group=s.group, module=s.module, kernel=s.kernel, term=s.term, bound=s.bound or "",
             measured_us=s.value_us, sol_us=s.sol_us, model_sol_pct=s.sol_pct,
-            model_hbm_bytes=getattr(s, "hbm_bytes", None), model_flops=getattr(s, "flops", None),
+            model_hbm_bytes=s.hbm_bytes, model_flops=s.flops,
             profiled_pct=100.0 * covered_busy / row_busy if row_busy else 0.0,
             ncu_sol_pct=weighted_sol / weight if weight else None,
             ncu_dram_pct=weighted_dram / weight if weight else None,

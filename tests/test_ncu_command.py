@@ -49,7 +49,7 @@ def test_any_command_after_double_dash_is_the_workload(capsys):
 
 def test_top_kernels_from_a_scan_and_the_name_filter(tmp_path):
     scan = write_synthetic_ncu_csv(tmp_path / "synthetic_scan.csv")
-    top = ncu.top_kernel_names(scan, 2)
+    top = ncu.top_kernel_names(ncu.scan_launches(scan), 2)
     assert [n for n, _, _ in top] == [KERNELS[1][0], KERNELS[2][0]]  # 400 us and 150 us lead
     assert top[0][1] == 400.0 and top[0][2] == 1
     pattern = re.compile(ncu.kernel_name_filter([n for n, _, _ in top])[len("regex:"):])

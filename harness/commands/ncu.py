@@ -127,11 +127,11 @@ def scan_launches(scan_csv: Path) -> list[tuple[str, float]]:
     return [(k.symbol, k.values.get("duration_us", 0.0)) for k in read_ncu_csv(scan_csv)]
 
 
-def top_kernel_names(scan_csv: Path, top: int) -> list[tuple[str, float, int]]:
-    """(name, total us, launches) of the kernels with the most total time in a scan export."""
+def top_kernel_names(launches: list[tuple[str, float]], top: int) -> list[tuple[str, float, int]]:
+    """(name, total us, launches) of the kernels with the most total time among a scan's launches."""
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
-    for name, dur_us in scan_launches(scan_csv):
+    for name, dur_us in launches:
         total[name] += dur_us
         count[name] += 1
     ranked = sorted(total, key=lambda n: -total[n])[:top]
@@ -202,28 +202,28 @@ def run(args: argparse.Namespace) -> int:
     def save_manifest() -> None:  # after each pass, so a failure keeps what was learnt
         manifest_path.write_text(json.dumps(manifest, indent=2))
 
-    print(f"moe-harness ncu: scan pass ({args.scan_launches} launches, durations only) ...", file=sys.stderr)
-    rc = _run(scan, args.timeout_s, out / "scan.log")
-    manifest["scan_exit_code"] = rc
-    save_manifest()
-    if rc != 0 or not scan_csv.exists():
-        print(f"moe-harness ncu: scan pass failed (exit {rc}); see {out / 'scan.log'}", file=sys.stderr)
+    def run_pass(label: str, cmd: list[str], csv_path: Path, what: str) -> bool:
+        print(f"moe-harness ncu: {label} pass ({what}) ...", file=sys.stderr)
+        rc = _run(cmd, args.timeout_s, out / f"{label}.log")
+        manifest[f"{label}_exit_code"] = rc
+        save_manifest()
+        if rc != 0 or not csv_path.exists():
+            print(f"moe-harness ncu: {label} pass failed (exit {rc}); see {out / f'{label}.log'}", file=sys.stderr)
+            return False
+        return True
+
+    if not run_pass("scan", scan, scan_csv, f"{args.scan_launches} launches, durations only"):
         return 1
-    order = [name for name, _ in scan_launches(scan_csv)]
-    top = top_kernel_names(scan_csv, args.top)
+    launches = scan_launches(scan_csv)
+    top = top_kernel_names(launches, args.top)
     names = [n for n, _, _ in top]
-    launch_count, planned = detail_launch_count(order, names, args.instances, args.max_detail_launches)
+    launch_count, planned = detail_launch_count([name for name, _ in launches], names, args.instances,
+                                                args.max_detail_launches)
     manifest["top_kernels"] = [{"name": n, "total_us": t, "launches": c, "planned_detail_launches": planned[n]}
                                for n, t, c in top]
     detail = detail_command(args.ncu_bin, workload, detail_csv, names, launch_count, args.nvtx_range)
     manifest["detail_command"] = detail
-    save_manifest()
-    print(f"moe-harness ncu: detail pass ({len(names)} kernels, {launch_count} launches) ...", file=sys.stderr)
-    rc = _run(detail, args.timeout_s, out / "detail.log")
-    manifest["detail_exit_code"] = rc
-    save_manifest()
-    if rc != 0 or not detail_csv.exists():
-        print(f"moe-harness ncu: detail pass failed (exit {rc}); see {out / 'detail.log'}", file=sys.stderr)
+    if not run_pass("detail", detail, detail_csv, f"{len(names)} kernels, {launch_count} launches"):
         return 1
     got = coverage(detail_csv, names)
     manifest["detail_launches_per_kernel"] = got
