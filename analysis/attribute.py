@@ -11,9 +11,20 @@ from analysis.module_attribution import (
     slots_from_capture,
     slots_from_module_ranges,
 )
+from analysis.module_roles import (
+    ModuleRoleNamer,
+    RangeForest,
+    annotated_rows,
+    apply_annotations,
+    launch_points,
+    roles_from_ranges,
+    slots_from_roles,
+    standard_map,
+)
 from analysis.overlap import exposed_durations, wall_span_us
 from analysis.signature import Signature
 from analysis.steps import GRAPH_LAUNCHERS, DEFAULT_GAP_US, Step, segment_steps
+from analysis.structure import cut_structural
 from analysis.tables import SECTION_LAYER, KernelRow, StepRow
 from analysis.trace_model import RankTrace
 
@@ -36,8 +47,51 @@ def _expected_units(stage: str, model: ModelSpec | None, per: int) -> int | None
     return layers * per if layers else None
 
 
-def _kernel_cut(step: Step, sig: Signature) -> LayerCut:
-    return cut_generic(step.kernels, sig) if sig.generic else cut_by_template(step.kernels, sig)
+def _kernel_cut(step: Step, sig: Signature) -> tuple[LayerCut, str]:
+    """From the kernels alone: the signature's template, or (generic) the structure of the layers."""
+    if not sig.generic:
+        return cut_by_template(step.kernels, sig), "signature"
+    cut = cut_structural(step.kernels)
+    if cut is not None:
+        return cut, "structure"
+    return cut_generic(step.kernels, sig), "generic"
+
+
+class _RangeSource:
+    """The rank's own ranges, built once: module ranges (standard roles or the signature's map),
+    and `group.module` annotations."""
+
+    def __init__(self, trace: RankTrace, sig: Signature):
+        self.trace = trace
+        self.sig = sig
+        self.launches = trace.launch_by_correlation()
+        self.legacy = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
+        self.namer = None
+        if sig.module_ranges is None and trace.module_ranges:
+            forest = RangeForest(trace.module_ranges, trace.function_ranges, standard_map())
+            self.namer = ModuleRoleNamer(forest)
+
+    def __bool__(self) -> bool:
+        return self.legacy is not None or self.namer is not None
+
+    def cut(self, step: Step) -> LayerCut | None:
+        if self.legacy is not None:
+            slots = slots_from_module_ranges(step.kernels, self.launches, self.sig.module_ranges, self.legacy)
+            if slots is None:
+                return None
+            return LayerCut(slots, len({s.unit for s in slots if s.section == SECTION_LAYER}))
+        points = launch_points(step.kernels, self.launches)
+        layers, roles = roles_from_ranges(step.kernels, points, self.namer)
+        slots, moe_layers = slots_from_roles(step.kernels, layers, roles)
+        if slots is None:
+            return None
+        found = len({s.unit for s in slots if s.section == SECTION_LAYER})
+        return LayerCut(slots, found, f"{found} layers by module ranges ({moe_layers} MoE, {found - moe_layers} dense)",
+                        moe_layers=moe_layers)
+
+    def annotations(self, step: Step):
+        points = launch_points(step.kernels, self.launches)
+        return annotated_rows(step.kernels, points, self.trace.cpu_annotations, self.trace.gpu_annotations)
 
 
 def attribute_rank(
@@ -48,33 +102,34 @@ def attribute_rank(
     capture: CaptureMap | None = None,
 ) -> tuple[list[KernelRow], list[StepRow]]:
     per = 2 if options.tbo else 1
-    module_index = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
-    launches = trace.launch_by_correlation() if module_index is not None else {}
+    ranges = _RangeSource(trace, sig)
+    use_ranges = options.attribution in ("auto", "modules") and bool(ranges)
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
-    for step in segment_steps(trace, options.step_gap_us):
-        cut = _kernel_cut(step, sig)
-        slots = cut.slots
-        units_found = cut.units_found
-        how = "signature" if not sig.generic else "generic"
-        if options.attribution in ("auto", "modules") and module_index is not None:
-            module_slots = slots_from_module_ranges(step.kernels, launches, sig.module_ranges, module_index)
-            if module_slots is not None:
+    for step in segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template"):
+        cut, how = None, ""
+        if use_ranges:
+            cut = ranges.cut(step)
+            how = "module_range" if cut is not None else ""
+            if cut is not None and sig.module_ranges is not None and not sig.generic:
                 # Where the template agrees on group and module, keep its (shorter) kernel label.
-                for named, by_template in zip(module_slots, slots):
+                template = cut_by_template(step.kernels, sig)
+                for named, by_template in zip(cut.slots, template.slots):
                     if (named.group, named.module) == (by_template.group, by_template.module):
                         named.kernel = by_template.kernel
-                slots = module_slots
-                units_found = len({s.unit for s in slots if s.section == SECTION_LAYER})
-                how = "module_range"
-        if how != "module_range" and options.attribution == "auto" and capture is not None and sig.module_ranges:
+        if cut is None and options.attribution == "auto" and capture is not None:
             replayed = [k for k in step.kernels if k.launcher in GRAPH_LAUNCHERS]
             if replayed:
                 capture_slots, _matched = slots_from_capture(step.kernels, capture)
                 if capture_slots is not None:
-                    slots = capture_slots
-                    units_found = len({s.unit for s in slots if s.section == SECTION_LAYER})
+                    cut = LayerCut(capture_slots, len({s.unit for s in capture_slots if s.section == SECTION_LAYER}))
                     how = "capture"
+        if cut is None:
+            cut, how = _kernel_cut(step, sig)
+        if options.attribution != "template":
+            apply_annotations(cut.slots, ranges.annotations(step))
+        slots = cut.slots
+        units_found = cut.units_found
         if options.attribution == "modules" and how != "module_range":
             how = f"{how} (no module ranges)"
         stage = step.stage
@@ -138,6 +193,7 @@ def attribute_rank(
                 segmented_by=step.segmented_by,
                 batch_size=step.batch_size,
                 note=note,
+                moe_layers_found=cut.moe_layers,
             )
         )
     return kernel_rows, step_rows

@@ -62,6 +62,7 @@ class LayerCut:
     slots: list[Slot]
     units_found: int
     detail: str = ""
+    moe_layers: int | None = None  # layers with experts, where the cut can tell
 
 
 def _assign_region(

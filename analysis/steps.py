@@ -1,11 +1,18 @@
 """Cut a rank's kernels into forward steps.
 
 Order of preference (the first that finds steps wins):
-1. GPU-side step annotations (`step[DECODE bs=16]`, SGLang's `gpu_user_annotation`);
-2. CPU-side step annotations (`step[...]`, `ProfilerStep#N`), kernels mapped to them through the
+1. nn.Module ranges (eager traces): one step per call of the outermost module whose calls repeat
+   (the model's forward), kernels mapped to it through their launch call; the step annotation
+   around a call, if any, gives its stage;
+2. GPU-side step annotations (`step[DECODE bs=16]`, SGLang's `gpu_user_annotation`);
+3. CPU-side step annotations (`step[...]`, `ProfilerStep#N`), kernels mapped to them through the
    correlation id of their launch call (for CPU-only traces, by the operator's own start);
-3. one CUDA-graph replay per step: kernels sharing the correlation id of one `cudaGraphLaunch`;
-4. a gap rule: a new step starts when every stream has been idle for more than `gap_us`.
+4. one CUDA-graph replay per step: kernels sharing the correlation id of one `cudaGraphLaunch`;
+5. a gap rule: a new step starts when every stream has been idle for more than `gap_us`; pieces
+   that hold fewer attention cores than the others are joined with their neighbours (an eager
+   step stalls on the host, e.g. for a cuDNN plan or a data-dependent expert loop, and the gap
+   alone would cut it in two).
+`Step.segmented_by` names the rule: module_range, gpu_annotation, cpu_annotation, graph_launch, gap.
 """
 from __future__ import annotations
 
@@ -93,7 +100,39 @@ def _step_windows(ranges: list[Range]) -> list[Range]:
     return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: r.start_us)
 
 
-def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US) -> list[Step]:
+def _model_calls(trace: RankTrace) -> list[Range]:
+    """Calls of the outermost module whose calls repeat (the model's forward), or []."""
+    from analysis.module_roles import standard_map
+
+    if not trace.module_ranges:
+        return []
+    roots: list[Range] = []
+    end_by_tid: dict[int, float] = {}
+    for r in trace.module_ranges:  # sorted by (start, -duration): a root starts after every earlier root ends
+        if r.start_us > end_by_tid.get(r.tid, float("-inf")):
+            roots.append(r)
+            end_by_tid[r.tid] = r.end_us
+        else:
+            end_by_tid[r.tid] = max(end_by_tid[r.tid], r.end_us)
+    by_class: dict[str, list[Range]] = {}
+    for r in roots:
+        by_class.setdefault(_module_class(r.name), []).append(r)
+    model = standard_map().model
+
+    def rank(item: tuple[str, list[Range]]):
+        cls, calls = item
+        return (bool(model.search(cls)), len(calls), sum(c.dur_us for c in calls))
+
+    _cls, calls = max(by_class.items(), key=rank)
+    return sorted(calls, key=lambda r: r.start_us)
+
+
+def _module_class(name: str) -> str:
+    head, sep, tail = name.rpartition("_")
+    return head if sep and tail.isdigit() else name
+
+
+def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules: bool = True) -> list[Step]:
     kernels = trace.kernels
     default_stage = stage_of(trace.rank.stage) if trace.rank.stage else "unknown"
 
@@ -113,6 +152,33 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US) -> list[Step
             )
         return steps
 
+    launch_ts = {launch.correlation: launch.start_us for launch in trace.launches}
+
+    def cpu_point(kernel: Kernel) -> float | None:
+        if kernel.launcher == "cpu":
+            return kernel.start_us
+        return launch_ts.get(kernel.correlation)
+
+    calls = _model_calls(trace) if use_modules else []
+    if calls:
+        starts = [c.start_us for c in calls]
+        buckets: list[list[Kernel]] = [[] for _ in calls]
+        for kernel in kernels:
+            point = cpu_point(kernel)
+            if point is None:
+                continue
+            # a kernel belongs to the call it was launched in, or (sampling, input prep) to the
+            # call before it; anything launched before the first call, to the first
+            buckets[max(0, bisect.bisect_right(starts, point) - 1)].append(kernel)
+        annotations = _step_windows(trace.cpu_annotations) or _step_windows(trace.gpu_annotations)
+        labels = []
+        for call in calls:
+            around = next((w for w in annotations if w.start_us <= call.start_us <= w.end_us), None)
+            labels.append(around.name if around is not None else "")
+        kept = [(b, label) for b, label in zip(buckets, labels) if b]
+        if kept:
+            return make([b for b, _ in kept], "module_range", [label for _, label in kept])
+
     gpu_windows = _step_windows(trace.gpu_annotations)
     if gpu_windows:
         buckets = _by_windows(kernels, gpu_windows, lambda k: k.start_us)
@@ -122,13 +188,6 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US) -> list[Step
 
     cpu_windows = _step_windows(trace.cpu_annotations)
     if cpu_windows:
-        launch_ts = {launch.correlation: launch.start_us for launch in trace.launches}
-
-        def cpu_point(kernel: Kernel) -> float | None:
-            if kernel.launcher == "cpu":
-                return kernel.start_us
-            return launch_ts.get(kernel.correlation)
-
         buckets = _by_windows(kernels, cpu_windows, cpu_point)
         kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
         if kept:
@@ -149,4 +208,39 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US) -> list[Step
             groups.append([])
         groups[-1].append(kernel)
         frontier = max(frontier, kernel.end_us)
-    return make(groups, "gap")
+    return make(_join_short_pieces(groups), "gap")
+
+
+def _join_short_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
+    """Join gap-cut pieces until each holds as many attention cores as the fullest piece.
+
+    Why: a step is one pass over every layer, so every step has the same number of attention
+    cores; an idle gap inside a step (the host stalled) leaves two pieces whose counts add up to
+    that number. Pieces without any core (sampling after the model, a stray copy) join the
+    neighbour they are closer to in time.
+    """
+    if len(groups) < 2:
+        return groups
+    from analysis.structure import count_attention_cores
+
+    counts = [count_attention_cores(g) for g in groups]
+    full = max(counts)
+    if full == 0:
+        return groups
+    merged: list[list[Kernel]] = []
+    merged_counts: list[int] = []
+    for i, (group, count) in enumerate(zip(groups, counts)):
+        if count == 0 and merged:
+            gap_before = group[0].start_us - max(k.end_us for k in merged[-1])
+            nxt = groups[i + 1] if i + 1 < len(groups) else None
+            gap_after = nxt[0].start_us - max(k.end_us for k in group) if nxt is not None else float("inf")
+            if gap_before <= gap_after or counts[i + 1] == full:
+                merged[-1] = merged[-1] + group
+                continue
+        if merged and merged_counts[-1] < full and merged_counts[-1] + count <= full:
+            merged[-1] = merged[-1] + group
+            merged_counts[-1] += count
+        else:
+            merged.append(list(group))
+            merged_counts.append(count)
+    return merged

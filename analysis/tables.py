@@ -17,6 +17,7 @@ SOURCE_MODULE_RANGE = "module_range"
 SOURCE_CAPTURE = "capture"
 SOURCE_SIGNATURE = "signature"
 SOURCE_GENERIC = "generic"
+SOURCE_STRUCTURE = "structure"  # role in the layer, from the kernel's position (no signature needed)
 SOURCE_UNATTRIBUTED = "unattributed"
 
 UNATTRIBUTED = "unattributed"
@@ -40,7 +41,7 @@ class KernelRow(msgspec.Struct, gc=False):
     start_us: float
     busy_us: float  # the kernel's duration
     exposed_us: float  # the part of its duration not covered by kernels on other streams
-    source: str  # module_range | capture | signature | generic | unattributed
+    source: str  # module_range | capture | signature | structure | generic | unattributed
 
 
 class StepRow(msgspec.Struct):
@@ -60,9 +61,10 @@ class StepRow(msgspec.Struct):
     layers_found: int
     layers_expected: int | None
     status: str  # ok | layer_count_mismatch | no_layers
-    segmented_by: str  # gpu_annotation | cpu_annotation | graph_launch | gap
+    segmented_by: str  # module_range | gpu_annotation | cpu_annotation | graph_launch | gap
     batch_size: int | None = None
     note: str = ""
+    moe_layers_found: int | None = None  # of layers_found, those with experts (None: the attribution cannot tell)
 
 
 class RankProblem(msgspec.Struct):

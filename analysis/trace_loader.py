@@ -33,6 +33,7 @@ INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by
 import msgspec
 
 from analysis.errors import TraceLoadError
+from analysis.module_roles import function_pattern
 from analysis.rank_id import rank_id_for
 from analysis.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
@@ -46,6 +47,7 @@ _BOUNDARY_TRIES = 8
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 _MODULE_PREFIX = "nn.Module: "
+_CAPTURE_CALLS = frozenset({"cudaStreamBeginCapture", "cudaStreamEndCapture", "hipStreamBeginCapture", "hipStreamEndCapture"})
 
 
 # Fields in the order the PyTorch profiler writes them (msgspec checks the next field first).
@@ -90,6 +92,10 @@ class _Collector:
 
     def __init__(self) -> None:
         self.kernels: list[Kernel] = []
+        self.function_ranges: list[Range] = []
+        self.capture_calls: list[Range] = []  # cudaStreamBegin/EndCapture calls
+        self._function_hits: dict[str, bool] = {}
+        self._function_pattern = function_pattern()
         self.gpu_annotations: list[Range] = []
         self.cpu_annotations: list[Range] = []
         self.module_ranges: list[Range] = []
@@ -110,12 +116,20 @@ class _Collector:
             cat = ev.cat
             if cat == "python_function":
                 name = ev.name
-                if name.startswith(prefix) and ev.ph == "X" and ev.ts.__class__ is float:
+                if ev.ph != "X" or ev.ts.__class__ is not float:
+                    continue
+                if name.startswith(prefix):
                     tid = ev.tid
                     short = name[prefix_len:]
                     module_ranges.append(
                         Range(intern(short, short), ev.ts, float(ev.dur or 0.0), tid if tid.__class__ is int else -1)
                     )
+                else:
+                    hit = self._function_hits.get(name)
+                    if hit is None:
+                        hit = self._function_hits[name] = self._function_pattern.search(name) is not None
+                    if hit:
+                        self.function_ranges.append(self._range(ev))
                 continue
             if ev.ph != "X" or cat is None or ev.ts.__class__ is not float:
                 continue
@@ -141,7 +155,9 @@ class _Collector:
                 )
             elif cat in _LAUNCH_CATS:
                 args = ev.args
-                if args is not None and args.correlation is not None and _is_launch(ev.name):
+                if ev.name in _CAPTURE_CALLS:
+                    self.capture_calls.append(Range(ev.name, ev.ts, float(ev.dur or 0.0), ev.tid if ev.tid.__class__ is int else -1))
+                elif args is not None and args.correlation is not None and _is_launch(ev.name):
                     name = ev.name
                     kernel_name = args.kernel
                     self.launches.append(
@@ -393,7 +409,8 @@ def load_trace(
         )
     kernels = collector.kernels
     kernels.sort(key=lambda k: (k.start_us, k.stream))
-    for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges):
+    for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges,
+                   collector.function_ranges):
         ranges.sort(key=lambda r: (r.start_us, -r.dur_us))
     collector.launches.sort(key=lambda launch: launch.start_us)
     return RankTrace(
@@ -406,7 +423,22 @@ def load_trace(
         module_ranges=collector.module_ranges,
         launches=collector.launches,
         json_bytes=total,
+        function_ranges=collector.function_ranges,
+        capture_windows=_capture_windows(collector.capture_calls),
     )
+
+
+def _capture_windows(calls: list[Range]) -> list[Range]:
+    """Begin/end-capture call pairs on each thread as windows (a graph-capture trace has one per graph)."""
+    windows: list[Range] = []
+    open_at: dict[int, float] = {}
+    for call in sorted(calls, key=lambda c: c.start_us):
+        if "Begin" in call.name:
+            open_at[call.tid] = call.start_us
+        elif call.tid in open_at:
+            start = open_at.pop(call.tid)
+            windows.append(Range("capture", start, call.end_us - start, call.tid))
+    return windows
 
 
 def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
@@ -415,7 +447,9 @@ def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
     Operators nest (aten::linear > aten::mm > aten::resolve_conj); counting whole durations would
     count time twice, and keeping only the innermost would lose the matmul's own work to its tiny
     children. So each operator keeps its self time (its duration less its direct children's),
-    placed at its start, one stream per thread.
+    placed at its start, one stream per thread. Each also records its outermost operator (`root`)
+    and that operator's index as its correlation id, so the operators of one top-level call can
+    be told apart and classified together (aten::mm inside aten::linear is a linear layer).
     """
     by_thread: dict[int, list[Range]] = {}
     for op in cpu_ops:
@@ -424,16 +458,20 @@ def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
     for tid, ops in by_thread.items():
         ops.sort(key=lambda r: (r.start_us, -r.dur_us))
         self_us = [op.dur_us for op in ops]
+        roots = list(range(len(ops)))
         stack: list[int] = []
         for i, op in enumerate(ops):
             while stack and ops[stack[-1]].end_us <= op.start_us:
                 stack.pop()
             if stack:
                 self_us[stack[-1]] -= op.dur_us
+                roots[i] = roots[stack[0]]
             stack.append(i)
-        for op, own in zip(ops, self_us):
+        base = len(result)
+        for i, (op, own) in enumerate(zip(ops, self_us)):
             if own > 0:
-                result.append(Kernel(op.name, tid, op.start_us, own, -1, "cpu", "cpu_op"))
+                root = ops[roots[i]]
+                result.append(Kernel(op.name, tid, op.start_us, own, base + roots[i], "cpu", "cpu_op", root.name))
     return result
 
 

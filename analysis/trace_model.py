@@ -27,7 +27,8 @@ class Kernel(msgspec.Struct, gc=False):
     dur_us: float
     correlation: int
     launcher: str  # runtime/driver call that launched it: cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, ...
-    kind: str = "kernel"  # kernel | memcpy | memset
+    kind: str = "kernel"  # kernel | memcpy | memset | cpu_op
+    root: str = ""  # CPU operators only: the outermost operator around this one (aten::linear for aten::mm)
 
     @property
     def end_us(self) -> float:
@@ -69,6 +70,8 @@ class RankTrace(msgspec.Struct):
     module_ranges: list[Range]  # python_function events named "nn.Module: ..."
     launches: list[Launch]  # cudaLaunchKernel / cuLaunchKernelEx / cudaGraphLaunch / hip* ...
     json_bytes: int = 0  # uncompressed JSON size, for throughput figures
+    function_ranges: list[Range] = []  # python functions that name a role (module_map.yaml `functions`)
+    capture_windows: list[Range] = []  # cudaStreamBeginCapture .. cudaStreamEndCapture, per thread (capture traces)
 
     def launch_by_correlation(self) -> dict[int, Launch]:
         return {launch.correlation: launch for launch in self.launches}

@@ -1,0 +1,57 @@
+"""The role vocabulary (roles.yaml): which D4 row each role of a kernel in a layer is shown as."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from analysis.errors import AnalysisError
+
+ROLES_FILE = Path(__file__).parent / "roles.yaml"
+MOE_GROUPS = frozenset({"gate", "moe", "combine/share overlap"})
+
+
+@dataclass(frozen=True)
+class Row:
+    group: str
+    module: str
+
+
+@dataclass(frozen=True)
+class _Role:
+    row: Row
+    dense: Row
+
+
+@functools.lru_cache(maxsize=1)
+def _roles() -> dict[str, _Role]:
+    try:
+        raw = yaml.safe_load(ROLES_FILE.read_text())["roles"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise AnalysisError(f"roles {ROLES_FILE}: cannot read: {exc}") from exc
+    out = {}
+    for name, spec in raw.items():
+        row = Row(spec["group"], spec["module"])
+        dense = spec.get("dense") or {}
+        out[name] = _Role(row, Row(dense.get("group", row.group), dense.get("module", row.module)))
+    return out
+
+
+def role_names() -> frozenset[str]:
+    return frozenset(_roles())
+
+
+def row_of(role: str, moe_layer: bool = True) -> Row:
+    """The D4 row of a role; `moe_layer` False picks the dense-layer row where one is given."""
+    try:
+        spec = _roles()[role]
+    except KeyError:
+        raise AnalysisError(f"unknown role {role!r}: not in {ROLES_FILE}") from None
+    return spec.row if moe_layer else spec.dense
+
+
+def is_moe_role(role: str) -> bool:
+    """Roles only a MoE layer has (what makes a layer a MoE layer)."""
+    return row_of(role).group in MOE_GROUPS and role != "post_attention_layernorm"
