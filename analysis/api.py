@@ -40,6 +40,8 @@ class AnalysisOptions:
     step_gap_us: float = DEFAULT_GAP_US
     attribution: str = "auto"
     sol: SolSettings | None = None  # hardware + deployment: adds SOL columns to the D4 table
+    layers: int | None = None  # expected decoder layers per step; overrides the model file's count
+    strict: bool = False  # True: steps whose layer count differs from the expected one stay out of the table
 
 
 
@@ -102,8 +104,10 @@ def analyze(
     files = expand_paths(paths)
     if not files:
         raise AnalysisError("no trace files given")
+    if options.layers is not None and options.layers < 1:
+        raise AnalysisError(f"layers must be a positive number of decoder layers, not {options.layers}")
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
-                               attribution=options.attribution)
+                               attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), os.cpu_count() or 1)
     kernel_rows: list[KernelRow] = []
@@ -140,7 +144,7 @@ def analyze(
         raise AnalysisError(f"no rank could be analysed: {details}")
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
-                      model=spec.name if spec else None)
+                      model=spec.name if spec else None, strict=options.strict)
     if options.sol is not None:
         from analysis.d4_sol import with_sol
 

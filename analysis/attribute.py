@@ -38,13 +38,32 @@ class RankOptions:
     step_gap_us: float = DEFAULT_GAP_US
     attribution: str = "auto"  # auto: module ranges > capture > template/generic
     notes: list[str] = field(default_factory=list)
+    layers: int | None = None  # expected decoder layers per step (--layers); overrides the model's
 
 
-def _expected_units(stage: str, model: ModelSpec | None, per: int) -> int | None:
-    if model is None:
-        return None
-    layers = model.mtp_layers if stage in ("draft", "draft_extend") else model.num_layers
-    return layers * per if layers else None
+def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
+    if stage in ("draft", "draft_extend"):
+        count = model.mtp_layers if model is not None else None
+    else:
+        count = layers if layers is not None else (model.num_layers if model is not None else None)
+    return count * per if count else None
+
+
+def _layer_check(units_found: int, expected: int | None, moe_found: int | None, stage: str,
+                 model: ModelSpec | None, options: RankOptions, per: int) -> tuple[str, str]:
+    """Status and note of a step's layer count against the model (dense and MoE where both are known)."""
+    if units_found == 0:
+        return "no_layers", ""
+    if expected is not None and units_found != expected:
+        return "layer_count_mismatch", f"found {units_found // per} layers, expected {expected // per}"
+    if (model is not None and model.first_k_dense_replace and moe_found is not None and options.layers is None
+            and stage not in ("draft", "draft_extend") and per == 1):
+        dense_expected = model.first_k_dense_replace
+        moe_expected = model.num_layers - dense_expected
+        if moe_found != moe_expected:
+            return ("layer_count_mismatch", f"found {units_found - moe_found} dense + {moe_found} MoE layers, "
+                    f"model expects {dense_expected} + {moe_expected}")
+    return "ok", ""
 
 
 def _kernel_cut(step: Step, sig: Signature) -> tuple[LayerCut, str]:
@@ -135,13 +154,8 @@ def attribute_rank(
         stage = step.stage
         if model is not None and model.mtp_layers and stage == "decode" and units_found == model.mtp_layers * per:
             stage = "draft"
-        expected = _expected_units(stage, model, per)
-        if units_found == 0:
-            status = "no_layers"
-        elif expected is not None and units_found != expected:
-            status = "layer_count_mismatch"
-        else:
-            status = "ok"
+        expected = _expected_units(stage, model, per, options.layers)
+        status, mismatch = _layer_check(units_found, expected, cut.moe_layers, stage, model, options, per)
         exposed = exposed_durations(step.kernels)
         rank = trace.rank.label
         layer_kernels = []
@@ -172,8 +186,8 @@ def attribute_rank(
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"
-        if status == "layer_count_mismatch":
-            note += f"; found {units_found} layer units, model expects {expected}"
+        if mismatch:
+            note += f"; {mismatch}"
         step_rows.append(
             StepRow(
                 run=options.run,

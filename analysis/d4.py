@@ -55,6 +55,8 @@ class D4Column(msgspec.Struct):
     per_token_ms: float | None = None
     steps_used: int = 0
     steps_skipped: int = 0
+    steps_mismatched: int = 0  # used steps whose layer count differs from the expected one (not --strict)
+    layer_counts: str = ""  # what was found against what was expected, for the notes
     ranks: list[str] = []
     rank_step_ms: dict[str, float] = {}
     rank_spread_pct: float = 0.0
@@ -116,10 +118,13 @@ def build_column(
     row_order: list[tuple[str, str, str]] | None = None,
     signature: str = "",
     model: str | None = None,
+    strict: bool = False,
 ) -> D4Column:
     stage = main_stage(step_rows)
-    used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status == "ok"}
-    skipped = sum(1 for s in step_rows if s.stage == stage and s.status != "ok")
+    usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
+    used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
+    skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)
+    mismatched = [s for s in step_rows if s.stage == stage and s.status == "layer_count_mismatch"]
     # (rank, step) -> key -> [busy, exposed, layers set]
     per_step: dict[tuple[str, int], dict[tuple[str, str, str], list]] = defaultdict(dict)
     outside: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -196,9 +201,25 @@ def build_column(
         pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
         accept_length=accept_length, per_token_ms=per_token,
         steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
+        steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, model=model,
     )
+
+
+def _layer_counts(step_rows: list[StepRow], stage: str, mismatched: list[StepRow]) -> str:
+    """'found 4 layers (1 dense + 3 MoE), expected 61' style summary for the table's notes."""
+    steps = [s for s in step_rows if s.stage == stage]
+    if not steps:
+        return ""
+    found = sorted({s.layers_found for s in steps})
+    moe = sorted({s.moe_layers_found for s in steps if s.moe_layers_found is not None})
+    text = "found " + "/".join(str(n) for n in found) + " layers"
+    if len(found) == 1 and len(moe) == 1:
+        text += f" ({found[0] - moe[0]} dense + {moe[0]} MoE)"
+    if mismatched:
+        text += "; " + "; ".join(sorted({s.note.split("; ")[-1] for s in mismatched}))
+    return text
 
 
 def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: list[D4Row]) -> float:
@@ -327,11 +348,16 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
     for c in columns:
         note = (
             f"{c.name}: stage {c.stage}, {c.stat} over {c.steps_used} steps"
-            f" ({c.steps_skipped} skipped for a layer-count mismatch), ranks {len(c.ranks)} ({c.rank_policy})"
+            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)} ({c.rank_policy})"
         )
+        if c.layer_counts:
+            note += f"; {c.layer_counts}"
         if c.straggler is not None:
             note += f", rank spread {c.rank_spread_pct:.1f}% (slowest {c.straggler})"
         notes.append(note)
+        if c.steps_mismatched:
+            notes.append(f"{c.name}: LAYER COUNT MISMATCH in {c.steps_mismatched} of {c.steps_used} steps "
+                         f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"

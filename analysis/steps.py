@@ -208,7 +208,27 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             groups.append([])
         groups[-1].append(kernel)
         frontier = max(frontier, kernel.end_us)
-    return make(_join_short_pieces(groups), "gap")
+    return make(_refine_gap_pieces(groups), "gap")
+
+
+def _refine_gap_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
+    """Steps from gap-cut pieces, checked against the layer structure.
+
+    Pieces that each hold the same number of attention cores are steps. Otherwise the gaps lied
+    (no idle gap between steps, or a host stall inside one): the kernels are cut again where the
+    layer structure says one step ends and the next begins, and failing that, short pieces are
+    joined with their neighbours.
+    """
+    from analysis.structure import count_attention_cores, split_at_step_borders
+
+    counts = [count_attention_cores(g) for g in groups]
+    if counts and min(counts) == max(counts) and counts[0] > 0 and len(groups) > 1:
+        return groups
+    everything = sorted((k for g in groups for k in g), key=lambda k: k.start_us)
+    steps = split_at_step_borders(everything)
+    if len(steps) > 1:
+        return steps
+    return _join_short_pieces(groups)
 
 
 def _join_short_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:

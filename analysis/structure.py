@@ -119,46 +119,53 @@ def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[in
     the embedding, before other layers the previous layer's MLP or experts, so the shared tail
     stops at the layer border), extended over norms that differ only in the first layer (a plain
     RMSNorm there, a fused residual-add RMSNorm elsewhere). Never past a unit of the expert path
-    or a collective, which end the previous layer.
+    or a collective, which end the previous layer. Copies compare by kind and CPU shape operators
+    not at all: layers that alternate sliding and full attention update their KV caches with
+    different copies and views, but compute the same.
     """
     regions = []
     previous_end = -1
     for lo, _hi in clusters:
         regions.append((previous_end + 1, lo))
         previous_end = _hi
-    caps = []
+    # per region, the comparable units from the core backwards, up to the first that ends a layer
+    walks: list[list[int]] = []
     for start, end in regions:
-        cap = 0
-        while end - cap - 1 >= start and units[end - cap - 1].kind not in _NOT_PRE:
-            cap += 1
-        caps.append(cap)
+        walk = []
+        for j in range(end - 1, start - 1, -1):
+            kind = units[j].kind
+            if kind in _NOT_PRE:
+                break
+            if kind != "view":
+                walk.append(j)
+        walks.append(walk)
     if len(regions) < 2:
-        return [_role_pre_length(units, regions[0], caps[0])] if regions else []
+        return [_role_pre_length(units, regions[0], walks[0])] if regions else []
+
+    def key(j: int):
+        return ("memory",) if units[j].kind == "memory" else units[j].names
+
     shared = 0
-    while all(shared < cap for cap in caps):
-        names = {units[end - shared - 1].names for _start, end in regions}
-        if len(names) != 1:
-            break
+    while all(shared < len(walk) for walk in walks) and len({key(walk[shared]) for walk in walks}) == 1:
         shared += 1
     while True:
-        room = [(start, end) for start, end in regions if end - shared - 1 >= start]
-        if not room or any(units[end - shared - 1].kind != "norm" for _s, end in room):
+        room = [walk for walk in walks if shared < len(walk)]
+        if not room or len(room) < len(walks) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
             break
         shared += 1
     if shared == 0:
-        return [_role_pre_length(units, region, cap) for region, cap in zip(regions, caps)]
-    return [min(shared, end - start) for start, end in regions]
+        return [_role_pre_length(units, region, walk) for region, walk in zip(regions, walks)]
+    return [end - walk[min(shared, len(walk)) - 1] for (_start, end), walk in zip(regions, walks)]
 
 
-def _role_pre_length(units: list[_Unit], region: tuple[int, int], cap: int) -> int:
-    """One layer (or no shared tail): the pre part starts at the first norm of the stretch before
-    the core that no expert, collective or layer-ending unit follows."""
-    start, end = region
-    first = end - cap
-    for j in range(first, end):
-        if units[j].kind == "norm":
-            return end - j
-    return cap
+def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int]) -> int:
+    """One layer (or no shared tail): the pre part starts at the earliest norm before the core
+    that no expert, collective or other layer-ending unit precedes."""
+    _start, end = region
+    norms = [j for j in walk if units[j].kind == "norm"]
+    if norms:
+        return end - norms[-1]
+    return end - walk[-1] if walk else 0
 
 
 def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[str, ...], ...]) -> int:
@@ -350,6 +357,13 @@ class _LayerNamer:
             gemms_after = [k for k in range(experts_from, end) if units[k].kind in GEMM_LIKE]
             routed_end = gemms_after[-1] if gemms_after else experts_from - 1
         shared = self._shared_span(start, route_from) or self._shared_span(routed_end + 1, end)
+        # after the routed experts (and the shared ones, if they run last): GEMMs and scores there
+        # gate the shared expert's output; what follows the last of them is the residual add
+        tail_gemms = [k for k in range(routed_end + 1, end) if units[k].kind in GEMM_LIKE | {"softmax"}
+                      and not (shared and shared[0] <= k <= shared[1])]
+        first_tail_gemm = tail_gemms[0] if tail_gemms else end
+        last_tail_gemm = max(tail_gemms, default=routed_end)
+
         for k in range(start, end):
             kind = units[k].kind
             if kind == "allreduce":
@@ -366,8 +380,12 @@ class _LayerNamer:
                 roles[k] = "experts" if before_topk else "topk"
             elif k <= routed_end:
                 roles[k] = None  # named below, in order
-            elif shared and k > shared[1]:
+            elif shared and shared[0] > routed_end and k > shared[1]:
                 roles[k] = "residual_add" if kind in MINOR else "experts"
+            elif tail_gemms and k > last_tail_gemm:
+                roles[k] = "residual_add" if kind in MINOR else "experts"
+            elif kind in GEMM_LIKE or kind == "softmax" or k > first_tail_gemm:
+                roles[k] = "shared_experts"  # a gate on the shared expert's output (Qwen2-MoE)
             else:
                 roles[k] = "combine" if kind in ("moe_finalize", "combine", "a2a") else "experts"
         self._routed(experts_from, routed_end + 1, roles)
@@ -511,3 +529,71 @@ def count_attention_cores(kernels: list[Kernel]) -> int:
     main = main_stream(kernels)
     main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
     return len(_attention_clusters(_units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])))
+
+
+def split_at_step_borders(kernels: list[Kernel]) -> list[list[Kernel]]:
+    """Cut a stretch that holds several steps (no step markers, no idle gap between them) into steps.
+
+    Why it can be found: the stretches between consecutive attention cores repeat with the layer
+    pattern of the model (dense then MoE, or all alike), except the one that crosses from one step
+    to the next, which holds the final norm, the LM head and the next step's embedding: one more
+    norm than any stretch inside a step. So the sequence of stretch shapes is periodic, with the
+    layer count as period; the stretch with the most norms in each period is the border, and the
+    step is cut at the longest pause of the main stream inside it (the host between two forwards).
+    """
+    if not kernels:
+        return []
+    main = main_stream(kernels)
+    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    units = _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+    clusters = _attention_clusters(units)
+    if len(clusters) < 3:
+        return [kernels]
+    shapes = [_stretch_shape(units, a_hi + 1, b_lo) for (_a_lo, a_hi), (b_lo, _b_hi) in zip(clusters, clusters[1:])]
+    period = next((p for p in range(2, len(shapes) + 1)
+                   if all(shapes[i] == shapes[i + p] for i in range(len(shapes) - p))), None)
+    if period is None or period > len(shapes):
+        return [kernels]
+    norm_runs = [shape[0] for shape in shapes[:period]]
+    border = max(range(period), key=lambda i: norm_runs[i])
+    if norm_runs.count(norm_runs[border]) != 1:
+        return [kernels]
+    cuts = []
+    for r in range(border, len(shapes), period):
+        (_lo, hi), next_lo = clusters[r], clusters[r + 1][0]
+        runs = _norm_runs(units, hi + 1, next_lo)
+        if len(runs) < 3:
+            continue
+        # the border stretch: post-attention norm, experts or MLP, final norm, LM head, sampling,
+        # the next step's embedding, then the first layer's input norm (the third norm)
+        final_end, next_start = runs[1][1], runs[2][0]
+        lm_head = next((j for j in range(final_end + 1, next_start) if units[j].kind in GEMM_LIKE), final_end)
+        first, last = units[lm_head].hi + 1, units[next_start].lo
+        cut = max(range(first, last + 1),
+                  key=lambda p: kernels[main_idx[p]].start_us - kernels[main_idx[p - 1]].end_us, default=last)
+        cuts.append(kernels[main_idx[cut]].start_us)
+    if not cuts:
+        return [kernels]
+    pieces: list[list[Kernel]] = [[] for _ in range(len(cuts) + 1)]
+    for k in kernels:
+        pieces[bisect.bisect_right(cuts, k.start_us)].append(k)
+    return [p for p in pieces if p]
+
+
+def _norm_runs(units: list[_Unit], start: int, end: int) -> list[tuple[int, int]]:
+    """(first, last) unit of each separate norm in [start, end): norm units with only small kernels between."""
+    runs: list[tuple[int, int]] = []
+    for j in range(start, end):
+        kind = units[j].kind
+        if kind == "norm":
+            if runs and all(units[m].kind in MINOR for m in range(runs[-1][1] + 1, j)):
+                runs[-1] = (runs[-1][0], j)
+            else:
+                runs.append((j, j))
+    return runs
+
+
+def _stretch_shape(units: list[_Unit], start: int, end: int) -> tuple[int, frozenset[str]]:
+    """What a stretch between two attention cores holds: its separate norms and its kinds of kernels."""
+    return len(_norm_runs(units, start, end)), frozenset(
+        units[j].kind for j in range(start, end) if units[j].kind not in MINOR)

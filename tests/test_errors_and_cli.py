@@ -37,12 +37,27 @@ def test_no_kernel_events(tmp_path):
         load_trace(str(bad))
 
 
-def test_anchor_count_mismatch_is_reported_not_averaged():
+def test_layer_count_mismatch_is_flagged_and_the_table_still_shows_what_was_found():
+    from analysis.api import AnalysisOptions
+    from analysis.d4 import render_markdown
+
     result = analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3")
     step = result.step_rows[0]
     assert step.status == "layer_count_mismatch" and "48" in step.note and "61" in step.note
-    assert result.d4.steps_used == 0 and result.d4.steps_skipped == 1
+    assert result.d4.steps_used == 1 and result.d4.steps_mismatched == 1 and result.d4.rows
     assert any("layer_count_mismatch" in p.message for p in result.problems)
+    table = render_markdown([result.d4])
+    assert "LAYER COUNT MISMATCH in 1 of 1 steps" in table and "expected 61" in table
+    # --layers says the same without a model file; the right count clears the flag
+    assert analyze([real_trace(QWEN)], options=AnalysisOptions(layers=61)).step_rows[0].status == "layer_count_mismatch"
+    assert analyze([real_trace(QWEN)], options=AnalysisOptions(layers=48)).step_rows[0].status == "ok"
+
+
+def test_strict_leaves_mismatched_steps_out():
+    from analysis.api import AnalysisOptions
+
+    result = analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3", options=AnalysisOptions(strict=True))
+    assert result.d4.steps_used == 0 and result.d4.steps_skipped == 1 and not result.d4.rows
 
 
 def test_bad_rank_does_not_stop_the_others(tmp_path):
@@ -80,7 +95,7 @@ def test_cli_analyze_and_compare_both_languages(tmp_path, capsys):
     assert main(["compare", f"left={out}", f"right={out}"]) == 0
     english = capsys.readouterr().out
     assert "| group | module | kernel | left | right |" in english and "all 48 layers (ms)" in english
-    lines = [l for l in english.splitlines() if l.startswith("| attention | attention |")]
+    lines = [l for l in english.splitlines() if l.startswith("| attention | attn_core |")]
     assert lines and lines[0].split("|")[4].strip() == lines[0].split("|")[5].strip()
     assert (tmp_path / "c" / "compare.csv").read_text(encoding="utf-8").startswith("层级,模块,Kernel")
 

@@ -13,6 +13,11 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--signature", default="generic",
                    help="built-in signature name or a YAML file (default: generic; see --list-signatures)")
     p.add_argument("--model", default=None, help="built-in model name (e.g. deepseek-v3) or a YAML file; checks layer counts")
+    p.add_argument("--layers", type=int, default=None,
+                   help="decoder layers the model has (checks each step's layer count; overrides --model's)")
+    p.add_argument("--strict", action="store_true",
+                   help="leave steps whose layer count differs from the expected one out of the table "
+                        "(default: keep them and flag the mismatch in the notes and problems.csv)")
     p.add_argument("--rank-policy", default="mean", help="combine ranks by mean, max, or rank:LABEL (default: mean)")
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
@@ -46,7 +51,7 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
     return AnalysisOptions(run=run_name, rank_policy=args.rank_policy, stat=args.stat, labels=labels,
                            capture_traces=args.capture_trace, accept_length=args.accept_length, tbo=args.tbo,
                            jobs=args.jobs, step_gap_us=args.step_gap_us, attribution=args.attribution,
-                           sol=sol_settings_from(args, model=args.model))
+                           sol=sol_settings_from(args, model=args.model), layers=args.layers, strict=args.strict)
 
 
 def run(args) -> int:
