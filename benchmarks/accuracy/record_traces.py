@@ -286,10 +286,6 @@ def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: 
             model = model_class(case.family)(config).eval()
     finally:
         torch.set_default_dtype(previous_dtype)
-    if case.family == "deepseek_v3":  # random init leaves the router bias at zero; spread the choice
-        for layer in model.model.layers:
-            if hasattr(layer.mlp, "gate"):
-                layer.mlp.gate.weight.data.normal_(0.0, 0.02)
     build_s = time.perf_counter() - started
     counts = layer_counts(case, model)
     generator = torch.Generator().manual_seed(case.seed)
@@ -451,6 +447,16 @@ CORPUS: dict[str, list[TraceCase]] = {
 }
 
 
+def _release_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _add_case_args(parser: argparse.ArgumentParser) -> None:
     defaults = TraceCase(name="")
     parser.add_argument("--name", required=True, help="trace name (the file is NAME-TP-0-DECODE.trace.json.gz)")
@@ -504,6 +510,7 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # one broken family must not lose the others' traces
             failures.append(case.name)
             print(f"FAILED {case.name}: {type(exc).__name__}: {exc}", flush=True)
+            _release_memory()
             continue
         print(f"{meta['file']}: {meta['layers_total']} layers ({meta['layers_dense']} dense), "
               f"{meta['steps']} steps, step ms {meta['step_ms']}, {meta['raw_json_bytes']} raw -> "
