@@ -17,7 +17,8 @@ One trace:
 
 A named corpus (the cases the bundled fixtures were recorded with), slimmed into OUT:
 
-    python benchmarks/accuracy/record_traces.py corpus cpu --out-dir tests/data/accuracy
+    python benchmarks/accuracy/record_traces.py corpus cpu --out-dir tests/data/accuracy/cpu
+    python benchmarks/accuracy/record_traces.py corpus gpu --out-dir tests/data/accuracy/h200  # one H200
 
 Each trace gets a `<name>.meta.json` beside it (versions, device, shapes, arguments, layer counts),
 from which `write_suite.py` builds the manifest. Needs only torch and transformers.
