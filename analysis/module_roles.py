@@ -44,6 +44,8 @@ class ModuleMap:
     experts: re.Pattern[str]
     router: re.Pattern[str]
     shared: re.Pattern[str]
+    dispatch: re.Pattern[str]
+    combine: re.Pattern[str]
     functions: tuple[tuple[re.Pattern[str], str], ...]
     core_functions: re.Pattern[str] | None = None  # functions that are the attention computation
 
@@ -52,7 +54,8 @@ class ModuleMap:
 def standard_map() -> ModuleMap:
     try:
         raw = yaml.safe_load(MAP_FILE.read_text())
-        keys = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router", "shared")
+        keys = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router", "shared",
+                "dispatch", "combine")
         patterns = {k: re.compile(raw[k]) for k in keys}
         functions = tuple((re.compile(f["match"]), f["role"]) for f in raw.get("functions") or [])
         core = [f["match"] for f in raw.get("functions") or [] if f.get("core")]
@@ -390,6 +393,10 @@ def _moe_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str | None:
         if cls == "router_gemm":
             return "router"
         return None
+    if spec.dispatch.search(child_cls):
+        return "dispatch"
+    if spec.combine.search(child_cls):
+        return "combine"
     if spec.router.search(child_cls) or (spec.linear.search(child_cls) and _before_experts(namer, child)):
         return "router" if cls in GEMM_LIKE else "topk"
     if spec.shared.search(child_cls) or spec.linear.search(child_cls):

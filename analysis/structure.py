@@ -231,12 +231,20 @@ class _LayerNamer:
             roles[j] = role
         inner_roles = iter(["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"]
                            if unfused_mla else ["qk_norm"] * len(inner))
+        has_rotary = any(units[j].kind == "rotary" for j in range(lo, end))
         for (a, b), extent in zip(gaps, extents):
             norm_role = (next(inner_roles) if b != end else "qk_norm") if extent is not None else None
             default = "attn_core" if b == end else "self_attn"
+            rest = [j for j in range(a + 1, b) if extent is None or not extent[0] <= j <= extent[1]]
+            # no rotary kernel on this stack: the rotary embedding is written out (mul, add, cat):
+            # the stretch of arithmetic kernels among the projections or right before the core
+            arithmetic = [j for j in rest if units[j].kind == "elementwise"] if not has_rotary else []
+            rotary = (arithmetic[0], arithmetic[-1]) if len(arithmetic) >= 2 else None
             for j in range(a + 1, b):
                 if extent is not None and extent[0] <= j <= extent[1]:
                     roles[j] = norm_role
+                elif rotary is not None and rotary[0] <= j <= rotary[1]:
+                    roles[j] = "rotary_emb"
                 else:
                     roles[j] = self._tail_role(units[j].kind, default)
         return absorbed

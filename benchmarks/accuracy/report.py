@@ -1,0 +1,84 @@
+"""Write the accuracy table of docs/accuracy.md: every suite trace, without its ranges, against them.
+
+Usage: python benchmarks/accuracy/report.py [--real DIR] > table.md
+Prints markdown: per trace, steps and layers found against the truth, each D4 group's share of
+step busy time (truth -> found, in %), the largest gap, and the largest module-level gap; then
+learned signatures applied to traces they were not learned from.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
+from analysis.agreement import GROUPS, compare_with_ranges  # noqa: E402
+from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
+
+SHORT = {"combine/share overlap": "shared", "communication": "comm"}
+# (signature, the trace it was learned from, traces it was not learned from)
+LEARNED = [
+    ("embedded-hf-deepseek-v3-cuda", "embedded-h100-demo_gpu",
+     ["embedded-h200-demo_gpu", "dsv3wide-h200-l4d1-e64k8-bs8-grouped-sdpa", "dsv3wide-h200-l4d1-e64k8-bs32-loop-sdpa"]),
+    ("embedded-hf-deepseek-v3-cpu", "embedded-cpu-demo",
+     ["dsv3-cpu-l4d1-e32k4-bs4-grouped-sdpa", "dsv3-cpu-l6d2-e64k6-bs4-loop-sdpa"]),
+]
+
+
+def _layers(layers, moe) -> str:
+    if len(set(layers)) != 1 or len(set(moe)) != 1:
+        return "/".join(str(n) for n in layers)
+    if moe[0] is None:
+        return f"{layers[0]}"
+    return f"{layers[0] - moe[0]}+{moe[0]}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", default=str(ROOT.parent / "shared" / "traces" / "real"),
+                        help="folder of the public traces (default: ../shared/traces/real)")
+    args = parser.parse_args()
+    cases = corpus_cases() + bundled_cases()
+    real = Path(args.real)
+    cases += [c for c in public_cases(real) if c.path.exists()]
+    head = ["trace", "hardware", "steps", "layers (dense+MoE)", *(SHORT.get(g, g) for g in GROUPS), "worst group",
+            "worst module"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    results = {}
+    for case in cases:
+        r = compare_with_ranges(str(case.path), str(case.truth) if case.truth else None)
+        results[case.name] = r
+        worst_g, gap = r.worst_group
+        module_gaps = r.module_gaps_pp()
+        worst_m = max(module_gaps, key=lambda k: abs(module_gaps[k]))
+        truth_steps = case.steps
+        cells = [case.name + (" (graph)" if case.truth else ""), case.hardware,
+                 f"{truth_steps} / {r.found.steps}",
+                 f"{case.layers - case.moe_layers}+{case.moe_layers} / {_layers(r.found.layers, r.found.moe_layers)}"]
+        for g in GROUPS:
+            t, f = r.truth.groups.get(g, 0.0), r.found.groups.get(g, 0.0)
+            cells.append("-" if t == 0 and f == 0 else f"{t:.1f} → {f:.1f}")
+        cells.append(f"{SHORT.get(worst_g, worst_g)} {gap:+.2f}")
+        cells.append(f"{worst_m[1]} {module_gaps[worst_m]:+.2f}")
+        print("| " + " | ".join(cells) + " |")
+    print()
+    print("| learned signature | learned from | applied to | steps | layers | worst group gap (pp) |")
+    print("|---|---|---|---|---|---|")
+    paths = {c.name: c for c in cases}
+    for sig, source, targets in LEARNED:
+        for target in [source, *targets]:
+            case = paths.get(target)
+            if case is None:
+                continue
+            r = compare_with_ranges(str(case.path), signature=sig)
+            g, gap = r.worst_group
+            where = "(itself)" if target == source else target
+            print(f"| {sig} | {source} | {where} | {case.steps} / {r.found.steps} | "
+                  f"{case.layers} / {'/'.join(str(n) for n in r.found.layers)} | {SHORT.get(g, g)} {gap:+.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

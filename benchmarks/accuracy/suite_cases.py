@@ -1,0 +1,67 @@
+"""The accuracy suite's cases: every eager trace with nn.Module ranges the project can judge against.
+
+Three sources: the corpus recorded for the suite (tests/data/accuracy/suite.yaml; CUDA-graph
+replays there name their eager twin as truth), the embedded engine's own bundled traces
+(tests/data), and the public eager traces beside the checkout (../shared/traces/real).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+CORPUS = ROOT / "tests" / "data" / "accuracy"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: Path
+    truth: Path | None  # None: the trace's own ranges
+    steps: int
+    layers: int
+    moe_layers: int
+    model: str
+    hardware: str
+    origin: str  # corpus | bundled | public
+
+
+def corpus_cases() -> list[Case]:
+    suite = yaml.safe_load((CORPUS / "suite.yaml").read_text())["traces"]
+    by_file = {e["file"]: e for e in suite}
+    cases = []
+    for e in suite:
+        truth = e.get("ground_truth")
+        path = CORPUS / e["file"]
+        name = Path(e["file"]).name.split("-TP-")[0] + ("" if e.get("world_size", 1) == 1 else f"-r{e['rank']}")
+        truth_path = CORPUS / by_file[truth]["file"] if truth else None
+        cases.append(Case(name, path, truth_path, e["steps"], e["layers"]["total"], e["layers"]["moe"],
+                          e["family"], e["recorded"]["hardware"], "corpus"))
+    return cases
+
+
+BUNDLED = [
+    # the embedded engine's demo traces (tests/data/README.md)
+    ("embedded-cpu-demo", "embedded-cpu-demo-TP-0-DECODE.trace.json.gz", 3, 4, 3, "deepseek_v3", "CPU"),
+    ("embedded-h100-demo_gpu", "embedded-h100-demo_gpu-TP-0-DECODE.trace.json.gz", 5, 4, 3, "deepseek_v3", "H100"),
+    ("embedded-h200-demo_gpu", "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz", 5, 4, 3, "deepseek_v3", "H200"),
+]
+
+PUBLIC = [
+    # relative to shared/traces/real (see its SOURCES.md); eager, with nn.Module ranges
+    ("vllm-gpt-oss-120b-b200-eager", "nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", 1, 36, 36, "gpt_oss", "B200"),
+    ("sglang-qwen3-8b-mi300x-extend", "amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz",
+     1, 36, 0, "qwen3", "MI300X"),
+]
+
+
+def bundled_cases() -> list[Case]:
+    return [Case(name, ROOT / "tests" / "data" / f, None, steps, layers, moe, model, hw, "bundled")
+            for name, f, steps, layers, moe, model, hw in BUNDLED]
+
+
+def public_cases(real_dir: Path) -> list[Case]:
+    return [Case(name, real_dir / rel, None, steps, layers, moe, model, hw, "public")
+            for name, rel, steps, layers, moe, model, hw in PUBLIC]
