@@ -101,12 +101,13 @@ def _layer_kind_of(block: Block, orders: list[list[Block]]) -> str:
 
 def learn_signature(trace: RankTrace, base: Signature, name: str, description: str,
                     steps: set[int] | None = None) -> dict:
-    """A signature (as a YAML-ready dict) learned from `trace`'s module ranges under `base`'s map.
+    """A signature (as a YAML-ready dict) learned from `trace`'s module ranges under `base`'s map
+    (the standard role map, module_map.yaml, when `base` has none: the rows of the seed table).
 
     `steps` limits learning to those step indices (to check the result on the others).
     """
-    if base.module_ranges is None or not trace.module_ranges:
-        raise ValueError("learning needs module ranges in the trace and a `module_ranges` map in the base signature")
+    if not trace.module_ranges:
+        raise ValueError("learning needs nn.Module ranges in the trace (record it with with_stack=True)")
     rows, _steps = attribute_rank(trace, base, None, RankOptions(attribution="modules"))
     if steps is not None:
         rows = [r for r in rows if r.step in steps]
@@ -176,10 +177,12 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
             block.append({"group": group, "module": module, "kernel": module, "optional": True,
                           "in_layers": kind, "match": _exact(last)})
         entries += block
-    return {"name": name, "description": description, "layer": entries,
-            "pre": _outside_entries(outside["pre"], best, "embedding / input prep"),
-            "post": _outside_entries(outside["post"], best, "lm_head / sampling"),
-            "module_ranges": base.module_ranges.model_dump(exclude_none=True)}
+    learned = {"name": name, "description": description, "layer": entries,
+               "pre": _outside_entries(outside["pre"], best, "embedding / input prep"),
+               "post": _outside_entries(outside["post"], best, "lm_head / sampling")}
+    if base.module_ranges is not None:  # else traces with ranges use the standard map (module_map.yaml)
+        learned["module_ranges"] = base.module_ranges.model_dump(exclude_none=True)
+    return learned
 
 
 def _agreed(counts: Counter, instances: int) -> str | None:

@@ -130,7 +130,11 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
 
 
 def short_label(kernel_name: str, limit: int = 48) -> str:
-    """A readable prefix of a kernel name for the D4 kernel column."""
+    """A readable prefix of a kernel name for the D4 kernel column (mangled names read as their kernel)."""
+    if kernel_name.startswith("_Z"):
+        from analysis.kernel_names import readable_name
+
+        return readable_name(kernel_name)[:limit]
     name = kernel_name
     if name.startswith("void "):
         name = name[5:]

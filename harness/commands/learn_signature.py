@@ -9,10 +9,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "learn-signature",
         help="learn a kernel template from a trace that has nn.Module ranges",
-        description="Attribute TRACE by its nn.Module ranges (under BASE's module_ranges map) and write a "
+        description="Attribute TRACE by its nn.Module ranges (under BASE's module_ranges map, or the standard one) and write a "
                     "signature whose template names the same kernels without ranges (CUDA-graph traces).")
     p.add_argument("trace", help="a trace with nn.Module ranges (eager or CPU)")
-    p.add_argument("--base", required=True, help="signature (name or file) whose module_ranges map names modules")
+    p.add_argument("--base", default="generic",
+                   help="signature (name or file) whose module_ranges map names modules "
+                        "(default: generic, i.e. the standard map of module roles to the seed table's rows)")
     p.add_argument("--name", required=True, help="name of the learned signature")
     p.add_argument("--description", default=None)
     p.add_argument("--steps", default=None, help="learn from these step indices only, e.g. 0,1")
