@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -11,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
+from analysis.capture import Capture, capture_files, load_capture
 from analysis.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.model_spec import ModelSpec, load_model_spec
@@ -76,12 +78,23 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
     """Load and attribute one rank (runs in a worker process when several ranks are given)."""
     sig = load_signature(sig_ref)
     model = load_model_spec(model_ref) if model_ref else None
-    capture = None
-    if capture_refs and sig.module_ranges is not None:
+    rank = rank_id_for(path, label, index)
+    capture, captures = None, None
+    if capture_refs and sig.module_ranges is not None:  # the signature's own map, names aligned
         capture = build_capture_map(load_trace(capture_refs[min(index, len(capture_refs) - 1)]), sig.module_ranges)
-    trace = load_trace(path, rank=rank_id_for(path, label, index))
-    kernel_rows, step_rows = attribute_rank(trace, sig, model, rank_options, capture)
-    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label
+    elif capture_refs:
+        captures = _captures_for_rank([load_capture(f) for f in capture_files(capture_refs)], rank, index)
+    trace = load_trace(path, rank=rank)
+    options = dataclasses.replace(rank_options, notes=[])
+    kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
+    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes
+
+
+def _captures_for_rank(captures: list[Capture], rank, index: int) -> list[Capture]:
+    """The captures of this rank (by the rank in their file names), or all of them when they do not say."""
+    number = rank.tp if rank.tp is not None else index
+    own = [c for c in captures if c.rank == number]
+    return own if own or any(c.rank is not None for c in captures) else captures
 
 
 def analyze(
@@ -130,10 +143,11 @@ def analyze(
     for i in sorted(results):
         ok, value = results[i]
         if ok:
-            k_rows, s_rows, nbytes, _label = value
+            k_rows, s_rows, nbytes, label, notes = value
             kernel_rows.extend(k_rows)
             step_rows.extend(s_rows)
             total_bytes += nbytes
+            problems.extend(RankProblem(path=files[i], rank=label, message=note) for note in notes)
         else:
             problems.append(RankProblem(path=files[i], rank=rank_id_for(files[i], labels.get(files[i]), i).label, message=value))
     for s in step_rows:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.capture import Capture, map_capture
 from analysis.layers import LayerCut, cut_by_template, cut_generic
 from analysis.model_spec import ModelSpec
 from analysis.module_attribution import (
@@ -119,8 +120,13 @@ def attribute_rank(
     model: ModelSpec | None,
     options: RankOptions,
     capture: CaptureMap | None = None,
+    captures: list[Capture] | None = None,
 ) -> tuple[list[KernelRow], list[StepRow]]:
+    """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
+    traces named by the standard roles. What a capture could not do is added to options.notes."""
     per = 2 if options.tbo else 1
+    capture_reasons: dict[str, int] = {}
+    replay_steps = 0
     ranges = _RangeSource(trace, sig)
     use_ranges = options.attribution in ("auto", "modules") and bool(ranges)
     kernel_rows: list[KernelRow] = []
@@ -136,13 +142,24 @@ def attribute_rank(
                 for named, by_template in zip(cut.slots, template.slots):
                     if (named.group, named.module) == (by_template.group, by_template.module):
                         named.kernel = by_template.kernel
+        replayed = [i for i, k in enumerate(step.kernels) if k.launcher in GRAPH_LAUNCHERS]
+        replay_steps += bool(replayed)
         if cut is None and options.attribution == "auto" and capture is not None:
-            replayed = [k for k in step.kernels if k.launcher in GRAPH_LAUNCHERS]
             if replayed:
                 capture_slots, _matched = slots_from_capture(step.kernels, capture)
                 if capture_slots is not None:
                     cut = LayerCut(capture_slots, len({s.unit for s in capture_slots if s.section == SECTION_LAYER}))
                     how = "capture"
+        capture_note = ""
+        if cut is None and options.attribution != "template" and captures is not None and replayed:
+            match = map_capture(step.kernels, replayed, captures, step.batch_size)
+            if match.slots is not None:
+                found = len({s.unit for s in match.slots if s.section == SECTION_LAYER})
+                cut = LayerCut(match.slots, found, match.note, moe_layers=match.moe_layers)
+                how = "capture"
+            else:
+                capture_reasons[match.note] = capture_reasons.get(match.note, 0) + 1
+                capture_note = f"capture trace not used: {match.note}"
         if cut is None:
             cut, how = _kernel_cut(step, sig)
         if options.attribution != "template":
@@ -186,6 +203,8 @@ def attribute_rank(
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"
+        if capture_note:
+            note += f"; {capture_note}"
         if mismatch:
             note += f"; {mismatch}"
         step_rows.append(
@@ -210,4 +229,9 @@ def attribute_rank(
                 moe_layers_found=cut.moe_layers,
             )
         )
+    for reason, count in capture_reasons.items():
+        options.notes.append(f"capture trace not used for {count} of {len(step_rows)} steps: {reason}")
+    if captures is not None and not replay_steps:
+        options.notes.append("capture trace given, but no step replays a CUDA graph (an eager trace names its "
+                             "kernels by its own ranges): not used")
     return kernel_rows, step_rows

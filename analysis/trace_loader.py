@@ -382,8 +382,12 @@ def load_trace(
     path: str,
     rank: RankId | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    require_kernels: bool = True,
 ) -> RankTrace:
-    """Read one rank's trace file. Raises TraceLoadError naming the file and the problem."""
+    """Read one rank's trace file. Raises TraceLoadError naming the file and the problem.
+
+    `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
+    are launched into the graph, not run)."""
     path = str(path)
     if not os.path.exists(path):
         raise TraceLoadError(path, "no such file")
@@ -399,9 +403,9 @@ def load_trace(
     launch_names = {launch.correlation: launch.name for launch in collector.launches}
     for kernel in collector.kernels:
         kernel.launcher = launch_names.get(kernel.correlation, "unknown")
-    if not collector.kernels:  # CPU-only trace: operators' self time, launcher "cpu"
+    if not collector.kernels and require_kernels:  # CPU-only trace: operators' self time, launcher "cpu"
         collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
-    if not collector.kernels:
+    if not collector.kernels and require_kernels:
         raise TraceLoadError(
             path,
             f"no kernel events among {collector.events_seen} events "

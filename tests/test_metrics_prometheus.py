@@ -248,7 +248,7 @@ def test_demo_run_pushes_its_d4_to_a_real_pushgateway(prom_stack, tmp_path):
     assert manifest["metrics"]["pushed"] is True and (run_dir / "metrics.prom").stat().st_size > 0
     assert "metrics.prom" in {f["path"] for f in manifest["files"]}
     expected = _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir)
-    assert {("attention", "self_attn"), ("moe", "experts"), ("gate", "gate")} <= set(expected)
+    assert {("attention", "attn_core"), ("moe", "up_gate_gemm"), ("gate", "router")} <= set(expected)
     (status,) = prom_servers.wait_for_series(
         prom_stack["prometheus"], f'moe_harness_run_status{{run_id="{run_dir.name}", status="ok"}}', 1)
     assert float(status["value"][1]) == 1.0

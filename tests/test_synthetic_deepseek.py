@@ -55,7 +55,9 @@ def test_two_batch_overlap_doubles_anchors(tmp_path):
     expected = write_rank_trace(path, sig, steps=2, tbo=True)
     without = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3")
     assert all(s.status == "layer_count_mismatch" for s in without.step_rows), "122 anchors must not pass as 61 layers"
-    assert without.d4.steps_used == 0
+    assert without.d4.steps_mismatched == 2  # flagged in the table's notes; --strict leaves them out
+    strict = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3", options=AnalysisOptions(strict=True))
+    assert strict.d4.steps_used == 0
     result = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3", options=AnalysisOptions(tbo=True))
     assert [s.layers_found for s in result.step_rows] == [61, 61]
     assert {r.micro_batch for r in result.kernel_rows if r.section == "layer"} == {0, 1}

@@ -22,8 +22,10 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
     p.add_argument("--accept-length", type=float, default=None, help="MTP mean accept length, for time per accepted token")
-    p.add_argument("--capture-trace", action="append", default=[], metavar="FILE",
-                   help="CUDA-graph capture trace with module ranges, mapped onto replayed kernels (repeatable, one per rank)")
+    p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
+                   help="CUDA-graph capture trace(s) with module ranges (SGLang graph_capture_profile/, vLLM "
+                        "capture_traces/, a file or a folder; repeatable): each replayed kernel is named by the "
+                        "module that launched it during capture; one that cannot be used is reported, never skipped")
     p.add_argument("--attribution", default="auto", choices=["auto", "template", "modules"],
                    help="auto: module ranges, then capture trace, then the signature template (default)")
     p.add_argument("--step-gap-us", type=float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
