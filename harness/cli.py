@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "harness.commands.report",
     "harness.commands.ncu",
     "harness.commands.learn_signature",
+    "harness.commands.calibrate",
 ]
 
 

@@ -1,0 +1,47 @@
+"""`moe-harness calibrate`: how well a signature (and the structural attribution) names a stack's kernels."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="check a signature against a trace with module information; say which attribution to use",
+        description="Compare SIGNATURE and the structural attribution with a calibration truth: an eager trace "
+                    "with nn.Module ranges (--truth), or a decode trace named through its CUDA-graph capture "
+                    "traces (--decode with --capture-trace). Prints per-group agreement and the attribution "
+                    "to analyse this stack with.")
+    p.add_argument("--signature", default="generic", help="the stack's signature (name or YAML file; default generic)")
+    p.add_argument("--truth", default=None, help="an eager trace recorded with stacks (nn.Module ranges)")
+    p.add_argument("--decode", default=None, help="a CUDA-graph decode trace (with --capture-trace)")
+    p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
+                   help="capture traces of the decode trace's graphs (repeatable)")
+    p.add_argument("--out", default=None, help="directory for calibration.md and calibration.json")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from analysis.calibration import calibrate, render_markdown
+    from analysis.errors import AnalysisError
+
+    if (args.truth is None) == (not args.capture_trace):
+        print("moe-harness calibrate: give either --truth TRACE or --decode TRACE with --capture-trace", file=sys.stderr)
+        return 2
+    try:
+        cal = calibrate(args.signature, truth_trace=args.truth, decode_trace=args.decode,
+                        capture_refs=args.capture_trace or None)
+    except AnalysisError as exc:
+        print(f"moe-harness calibrate: {exc}", file=sys.stderr)
+        return 1
+    text = render_markdown(cal)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "calibration.md").write_text(text)
+        (out / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
+        print(f"wrote {out / 'calibration.md'} and calibration.json", file=sys.stderr)
+    return 0
