@@ -101,7 +101,7 @@ def _step_windows(ranges: list[Range]) -> list[Range]:
 
 
 def _model_calls(trace: RankTrace) -> list[Range]:
-    """Calls of the outermost module whose calls repeat (the model's forward), or []."""
+    """Calls of the outermost module whose calls repeat and hold decoder layers (the model's forward), or []."""
     from analysis.module_roles import standard_map
 
     if not trace.module_ranges:
@@ -123,8 +123,12 @@ def _model_calls(trace: RankTrace) -> list[Range]:
         cls, calls = item
         return (bool(model.search(cls)), len(calls), sum(c.dur_us for c in calls))
 
-    _cls, calls = max(by_class.items(), key=rank)
-    return sorted(calls, key=lambda r: r.start_us)
+    # the model's forward holds the decoder layers; a sampler or a rotary module called on its own does not
+    layers = [r for r in trace.module_ranges if standard_map().layer.search(_module_class(r.name))]
+    for _cls, calls in sorted(by_class.items(), key=rank, reverse=True):
+        if any(c.tid == lay.tid and c.start_us <= lay.start_us <= c.end_us for c in calls for lay in layers[:50]):
+            return sorted(calls, key=lambda r: r.start_us)
+    return []
 
 
 def _module_class(name: str) -> str:
