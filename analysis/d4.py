@@ -57,6 +57,7 @@ class D4Column(msgspec.Struct):
     steps_skipped: int = 0
     steps_mismatched: int = 0  # used steps whose layer count differs from the expected one (not --strict)
     layer_counts: str = ""  # what was found against what was expected, for the notes
+    sources: dict[str, float] = {}  # share of the used steps' busy time by what named the kernels (%)
     ranks: list[str] = []
     rank_step_ms: dict[str, float] = {}
     rank_spread_pct: float = 0.0
@@ -130,10 +131,12 @@ def build_column(
     outside: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     mtp_kernels: dict[tuple[str, int], float] = defaultdict(float)
     order: dict[tuple[str, str, str], None] = dict.fromkeys(row_order or [])
+    by_source: dict[str, float] = defaultdict(float)
     for row in kernel_rows:
         key_step = (row.rank, row.step)
         if key_step not in used:
             continue
+        by_source[row.source] += row.busy_us
         if row.section == SECTION_LAYER:
             key = (row.group, row.module, row.kernel)
             order.setdefault(key, None)
@@ -202,6 +205,7 @@ def build_column(
         accept_length=accept_length, per_token_ms=per_token,
         steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
         steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
+        sources={k: 100 * v / total for k, v in by_source.items()} if (total := sum(by_source.values())) else {},
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, model=model,
     )
@@ -352,6 +356,9 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         )
         if c.layer_counts:
             note += f"; {c.layer_counts}"
+        if c.sources:
+            note += "; kernels named by " + ", ".join(
+                f"{source} {pct:.0f}%" for source, pct in sorted(c.sources.items(), key=lambda kv: -kv[1]))
         if c.straggler is not None:
             note += f", rank spread {c.rank_spread_pct:.1f}% (slowest {c.straggler})"
         notes.append(note)

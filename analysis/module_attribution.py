@@ -129,6 +129,12 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
     return slots
 
 
+def kernel_label(kernel: Kernel) -> str:
+    """The D4 kernel column for a kernel: its short name; a CPU operator's is its top-level call's
+    (aten::linear for the aten::t and aten::mm inside it), so a CPU table has one row per call."""
+    return short_label(kernel.root or kernel.name)
+
+
 def short_label(kernel_name: str, limit: int = 48) -> str:
     """A readable prefix of a kernel name for the D4 kernel column (mangled names read as their kernel)."""
     if kernel_name.startswith("_Z"):

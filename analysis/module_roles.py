@@ -22,7 +22,7 @@ import yaml
 
 from analysis.errors import AnalysisError
 from analysis.kernel_classes import GEMM_LIKE, kernel_class
-from analysis.module_attribution import module_class, short_label
+from analysis.module_attribution import kernel_label, module_class
 from analysis.roles import is_moe_role, row_of
 from analysis.tables import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_MODULE_RANGE
 from analysis.trace_model import Kernel, Launch, Range
@@ -511,7 +511,7 @@ def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str |
     first_layer_start = min(k.start_us for k, lay in zip(kernels, layers) if lay >= 0)
     slots = []
     for k, layer, role in zip(kernels, layers, roles):
-        label = short_label(k.name)
+        label = kernel_label(k)
         if layer >= 0:
             r = row_of(role or "layer_other", layer in moe_calls)
             slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source))

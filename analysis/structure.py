@@ -28,7 +28,7 @@ from analysis.kernel_classes import (
     kernel_class,
 )
 from analysis.layers import LayerCut, Slot, main_stream
-from analysis.module_attribution import short_label
+from analysis.module_attribution import kernel_label
 from analysis.roles import row_of
 from analysis.tables import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
 from analysis.trace_model import Kernel
@@ -471,7 +471,7 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
         row = row_of(role or "experts", moe)
         for p in range(unit.lo, unit.hi + 1):
             i = main_idx[p]
-            slots[i] = Slot(section, layer, row.group, row.module, short_label(kernels[i].name), SOURCE_STRUCTURE)
+            slots[i] = Slot(section, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
@@ -508,7 +508,7 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
         if pos < 0 or k.start_us >= last_end:
             section, role = (SECTION_PRE, "embedding") if pos < 0 else (SECTION_POST, "lm_head")
             row = row_of(_outside_role(kernel_class(k), role))
-            slots[i] = Slot(section, -1, row.group, row.module, short_label(k.name), SOURCE_STRUCTURE)
+            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE)
         else:
             by_layer_stream.setdefault((layers[pos], k.stream), []).append(i)
     for (layer, _stream), members in by_layer_stream.items():
@@ -527,7 +527,7 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
             else:
                 role = "layer_other"
             row = row_of(role, moe)
-            slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, short_label(kernels[i].name), SOURCE_STRUCTURE)
+            slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
 
 
 def count_attention_cores(kernels: list[Kernel]) -> int:
