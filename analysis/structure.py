@@ -16,6 +16,7 @@ each role is shown as, from roles.yaml.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from dataclasses import dataclass
 
 from analysis.kernel_classes import (
@@ -190,6 +191,24 @@ def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[str
                 j -= 1
             return j
     return n
+
+
+def _final_norm_start(units: list[_Unit], clusters: list[tuple[int, int]], starts: list[int],
+                      norm_pieces: set[tuple[str, ...]]) -> int | None:
+    """Where the final norm begins: the first norm after the last core beyond the norms every layer
+    has after its core (the post-attention norm; more on models with pre/post-MLP norms). None when
+    there are too few layers to tell; len(units) when the trace ends with the last layer."""
+    if len(clusters) < 2:
+        return None
+    per_layer = Counter(len(_norm_runs(units, hi + 1, nxt)) for (_lo, hi), nxt in zip(clusters, starts[1:]))
+    usual = per_layer.most_common(1)[0][0]
+    runs = _norm_runs(units, clusters[-1][1] + 1, len(units))
+    if len(runs) <= usual:
+        return len(units)
+    start = runs[usual][0]
+    while start - 1 > clusters[-1][1] and units[start - 1].kind in MINOR and units[start - 1].names in norm_pieces:
+        start -= 1
+    return start
 
 
 def _next_not_minor(units: list[_Unit], start: int, stop: int) -> int | None:
@@ -451,9 +470,12 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     first_gemm = [next((j for j in range(s, lo) if units[j].kind in GEMM_LIKE), lo) for s, (lo, _hi) in zip(starts, clusters)]
     input_norms = [tuple(u.names for u in units[s:g]) for s, g in zip(starts, first_gemm)]
     reference = input_norms[1] if len(input_norms) > 1 else input_norms[0]
-    post_start = _post_start(units, clusters[-1][1] + 1, reference)
+    norm_pieces = {names for norm in input_norms for names in norm}
+    post_start = _final_norm_start(units, clusters, starts, norm_pieces)
+    if post_start is None:
+        post_start = _post_start(units, clusters[-1][1] + 1, reference)
     ends = [*(s - 1 for s in starts[1:]), post_start - 1]
-    namer = _LayerNamer(units, {names for norm in input_norms for names in norm})
+    namer = _LayerNamer(units, norm_pieces)
     unit_slot: list[tuple[str, int, str, bool] | None] = [None] * len(units)
     moe_layers = 0
     for layer, ((core_lo, core_hi), lo, hi) in enumerate(zip(clusters, starts, ends)):
