@@ -299,7 +299,7 @@ class _LayerNamer:
     def _tail_role(kind: str, default: str) -> str:
         if kind == "rotary":
             return "rotary_emb"
-        if kind in ("kv_write", "attn_core", "attn_aux"):
+        if kind in ("kv_write", "attn_core", "attn_aux", "indexer"):
             return "attn_core"
         if kind == "allreduce":
             return "all_reduce"
@@ -498,7 +498,9 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
             layer_moe[placed[1]] = placed[3]
-    _place_side_streams(kernels, main, slots, layer_moe)
+    # where each layer's attention ends on the main stream (its core's last kernel)
+    attention_end = {layer: kernels[main_idx[units[hi].hi]].end_us for layer, (_lo, hi) in enumerate(clusters)}
+    _place_side_streams(kernels, main, slots, layer_moe, attention_end)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
     return LayerCut([s for s in slots if s is not None], len(clusters), detail, moe_layers=moe_layers)
 
@@ -508,9 +510,11 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | None], layer_moe: dict[int, bool]) -> None:
-    """Other streams' kernels join the layer whose main-stream span holds their start. In a MoE
-    layer, a side stream that runs GEMMs carries the shared experts (SGLang overlaps them with
+def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | None], layer_moe: dict[int, bool],
+                        attention_end: dict[int, float]) -> None:
+    """Other streams' kernels join the layer whose main-stream span holds their start. While the
+    layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
+    it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
     the combine); collectives keep their own role; the rest is `other`."""
     first: dict[int, float] = {}
     last_end = float("-inf")
@@ -536,9 +540,12 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
     for (layer, _stream), members in by_layer_stream.items():
         moe = layer_moe.get(layer, False)
         kinds = [kernel_class(kernels[i]) for i in members]
-        runs_gemm = any(kind in GEMM_LIKE for kind in kinds)
+        ffn = [kind for i, kind in zip(members, kinds) if kernels[i].start_us >= attention_end.get(layer, float("inf"))]
+        runs_gemm = any(kind in GEMM_LIKE for kind in ffn)
         for i, kind in zip(members, kinds):
-            if kind == "allreduce":
+            if kernels[i].start_us < attention_end.get(layer, float("-inf")) and kind not in COMMUNICATION:
+                role = "q_a_kv_a_layernorm" if kind == "norm" else _LayerNamer._tail_role(kind, "self_attn")
+            elif kind == "allreduce":
                 role = "all_reduce"
             elif kind in ("dispatch", "combine"):
                 role = kind
