@@ -24,6 +24,7 @@ from analysis.errors import AnalysisError
 from analysis.kernel_classes import GEMM_LIKE, kernel_class
 from analysis.module_attribution import kernel_label, module_class
 from analysis.roles import is_moe_role, row_of
+from analysis.structure import routed_roles
 from analysis.tables import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_MODULE_RANGE
 from analysis.trace_model import Kernel, Launch, Range
 
@@ -425,35 +426,26 @@ def _mlp_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str:
 
 
 def _name_routed(members: list[int], kernels: list[Kernel], classes: list[str], roles: list[str | None]) -> None:
-    """Routed-expert kernels of one experts call: GEMM calls alternate up/gate and down (a per-expert
-    loop repeats the pair); dispatch before the first, combine after the last. A GEMM call is a
-    GEMM kernel with its split-K reduction, or on the CPU every operator of one aten call."""
-    call_of: dict[int, int] = {}
-    calls = 0
+    """Routed-expert kernels of one experts call, named like the structural attribution names
+    them (structure.routed_roles). A GEMM call is a GEMM kernel with its split-K reduction, or on
+    the CPU every operator of one aten call."""
+    calls: list[int | None] = []
+    count = 0
     previous = None
     for i in members:
         cls = classes[i]
         same_cpu_call = (previous is not None and kernels[i].launcher == "cpu"
                          and kernels[i].correlation == kernels[previous].correlation)
-        if cls in GEMM_LIKE and not (same_cpu_call and previous in call_of):
-            calls += 1
-            call_of[i] = calls
-        elif (cls == "gemm_aux" or same_cpu_call) and previous in call_of:
-            call_of[i] = call_of[previous]
-        previous = i
-    gemms = sorted(call_of)
-    for i in members:
-        cls = classes[i]
-        if i in call_of:
-            roles[i] = "up_gate_gemm" if call_of[i] % 2 == 1 else "down_gemm"
-        elif cls == "act":
-            roles[i] = "expert_act"
-        elif cls in ("dispatch", "a2a") and (not gemms or i < gemms[0]):
-            roles[i] = "dispatch"
-        elif cls in ("combine", "a2a", "moe_finalize") and (not gemms or i > gemms[-1]):
-            roles[i] = "combine"
+        if cls in GEMM_LIKE and not (same_cpu_call and calls and calls[-1] is not None):
+            count += 1
+            calls.append(count)
+        elif (cls == "gemm_aux" or same_cpu_call) and calls and calls[-1] is not None:
+            calls.append(calls[-1])
         else:
-            roles[i] = "experts"
+            calls.append(None)
+        previous = i
+    for i, role in zip(members, routed_roles([classes[i] for i in members], calls)):
+        roles[i] = role
 
 
 def annotated_rows(kernels: list[Kernel], points: list[tuple[int, float] | None],

@@ -438,20 +438,31 @@ class _LayerNamer:
     def _routed(self, start: int, end: int, roles: dict[int, str]) -> None:
         units = self.units
         gemms = [k for k in range(start, end) if units[k].kind in GEMM_LIKE]
-        for k in range(start, end):
-            kind = units[k].kind
-            if gemms and k in gemms:
-                roles[k] = "up_gate_gemm" if gemms.index(k) % 2 == 0 else "down_gemm"
-            elif kind == "act":
-                roles[k] = "expert_act"
-            elif kind in ("dispatch", "a2a") and (not gemms or k < gemms[0]):
-                roles[k] = "dispatch"
-            elif kind in ("combine", "a2a", "moe_finalize") and (not gemms or k > gemms[-1]):
-                roles[k] = "combine"
-            elif kind == "allreduce":
-                roles[k] = "all_reduce"
-            else:
-                roles[k] = "experts"
+        calls = [gemms.index(k) + 1 if k in gemms else None for k in range(start, end)]
+        for k, role in zip(range(start, end), routed_roles([units[k].kind for k in range(start, end)], calls)):
+            roles[k] = role
+
+
+def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
+    """Roles of a routed-experts stretch, in order: GEMM calls (numbered from 1) alternate up/gate and
+    down (a per-expert loop repeats the pair), dispatch before the first, combine after the last."""
+    numbered = [i for i, call in enumerate(gemm_calls) if call is not None]
+    first, last = (numbered[0], numbered[-1]) if numbered else (None, None)
+    roles = []
+    for i, (kind, call) in enumerate(zip(kinds, gemm_calls)):
+        if call is not None:
+            roles.append("up_gate_gemm" if call % 2 == 1 else "down_gemm")
+        elif kind == "act":
+            roles.append("expert_act")
+        elif kind in ("dispatch", "a2a") and (first is None or i < first):
+            roles.append("dispatch")
+        elif kind in ("combine", "a2a", "moe_finalize") and (last is None or i > last):
+            roles.append("combine")
+        elif kind == "allreduce":
+            roles.append("all_reduce")
+        else:
+            roles.append("experts")
+    return roles
 
 
 def cut_structural(kernels: list[Kernel]) -> LayerCut | None:

@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from analysis.agreement import shares
 from analysis.api import AnalysisOptions, analyze
 from analysis.capture import capture_files, load_capture
 from conftest import real_trace
@@ -23,11 +24,7 @@ CAPTURE = CAPTURE_DIR + "/bs_32_rank0.json.gz"
 
 
 def _shares(result):
-    busy = sum(s.busy_us for s in result.step_rows)
-    out = Counter()
-    for r in result.kernel_rows:
-        out[r.group if r.section == "layer" else "outside"] += 100 * r.busy_us / busy
-    return out
+    return Counter(shares(result.kernel_rows, result.step_rows).groups)
 
 
 def _rewrite(src: str, dst, keep):

@@ -115,7 +115,7 @@ def test_structure_without_the_signature_finds_the_same_layers_and_groups(signam
     """SYNTHETIC fixtures (kernel names from the signature's examples): the structural attribution
     never reads the signature, so these are a check of it on DeepEP / DeepGEMM / FlashMLA-shaped
     kernel sequences, not of the signature: 3 dense + 58 MoE layers, groups within 3 points."""
-    from collections import Counter
+    from analysis.agreement import shares
 
     path = tmp_path / "run-TP-0-DECODE.trace.json.gz"
     write_rank_trace(path, load_signature(signame), steps=1)
@@ -124,12 +124,6 @@ def test_structure_without_the_signature_finds_the_same_layers_and_groups(signam
     step = by_structure.step_rows[0]
     assert (step.layers_found, step.moe_layers_found, step.status) == (61, 58, "ok"), step.note
 
-    def shares(result):
-        busy = sum(s.busy_us for s in result.step_rows)
-        out = Counter()
-        for r in result.kernel_rows:
-            out[r.group if r.section == "layer" else "outside"] += 100 * r.busy_us / busy
-        return out
-
-    a, b = shares(by_signature), shares(by_structure)
-    assert all(abs(a[g] - b[g]) <= 3.0 for g in set(a) | set(b)), (a, b)
+    a = shares(by_signature.kernel_rows, by_signature.step_rows).groups
+    b = shares(by_structure.kernel_rows, by_structure.step_rows).groups
+    assert all(abs(a.get(g, 0) - b.get(g, 0)) <= 3.0 for g in set(a) | set(b)), (a, b)
