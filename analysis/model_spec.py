@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -12,12 +13,15 @@ MODEL_DIR = Path(__file__).parent / "models"
 
 
 class ModelSpec(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    """A key the analysis does not know is an error naming it, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     num_layers: int
-    first_k_dense_replace: int = 0
+    first_k_dense_replace: int = 0  # dense layers first; the rest have experts (checked per step)
     mtp_layers: int = 0
+    shapes: dict[str, Any] | None = None  # read by the SOL model (analysis/model_shapes.py)
 
 
 def builtin_models() -> list[str]:
