@@ -73,3 +73,53 @@ def test_the_seed_rows_appear_for_an_eager_deepseek_trace():
     # with ranges, the rotary embedding is named by its python function
     rows = {(r.group, r.module) for r in analyze([str(path)]).d4.rows}
     assert ("attention", "rotary_emb") in rows
+
+
+# The attribute names a module's role must carry (the last part of its qualified name), per role.
+ATTRIBUTE_OF_ROLE = {
+    "input_layernorm": {"input_layernorm"}, "post_attention_layernorm": {"post_attention_layernorm"},
+    "q_a_proj": {"q_a_proj"}, "q_a_layernorm": {"q_a_layernorm"}, "q_b_proj": {"q_b_proj"},
+    "kv_a_proj": {"kv_a_proj_with_mqa"}, "kv_a_layernorm": {"kv_a_layernorm"}, "kv_b_proj": {"kv_b_proj"},
+    "qkv_proj": {"q_proj", "k_proj", "v_proj", "qkv_proj"}, "qk_norm": {"q_norm", "k_norm"},
+    "o_proj": {"o_proj"}, "router": {"gate", "router"}, "gate_up_proj": {"gate_proj", "up_proj"},
+    "down_proj": {"down_proj"},
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.truth is None and c.origin == "corpus"],
+                         ids=[c.name for c in CASES if c.truth is None and c.origin == "corpus"])
+def test_the_standard_map_names_modules_as_their_attributes(case):
+    """The ground truth itself: the profiler names calls by class (Linear_3), the standard map names
+    them by position (the 4th linear before the attention core is kv_b_proj). Each corpus trace's
+    meta file recorded the real attribute names (model.layers.0.self_attn.kv_b_proj): every kernel
+    launched by a module the map gives one of these roles must come from a module of that name."""
+    import json
+
+    from analysis.module_roles import ModuleRoleNamer, RangeForest, launch_points, roles_from_ranges, standard_map
+    from analysis.steps import segment_steps
+    from analysis.trace_loader import load_trace
+
+    meta = json.loads(case.path.with_name(case.path.name.split("-TP-")[0] + (
+        f"-r{case.name.rsplit('-r', 1)[1]}" if "ep" in case.name.split("-")[0] else "") + ".meta.json").read_text())
+    names = meta["module_names"]
+    trace = load_trace(str(case.path))
+    forest = RangeForest(trace.module_ranges, trace.function_ranges, standard_map())
+    namer = ModuleRoleNamer(forest)
+    launches = trace.launch_by_correlation()
+    checked = 0
+    for step in segment_steps(trace):
+        points = launch_points(step.kernels, launches)
+        _layers, roles = roles_from_ranges(step.kernels, points, namer)
+        for point, role in zip(points, roles):
+            if role not in ATTRIBUTE_OF_ROLE or point is None:
+                continue
+            node = forest.innermost(*point)
+            modules = [n for n in forest.path(node) if forest.nodes[n].function_role is None]
+            qualified = next((names[forest.nodes[n].rng.name] for n in modules
+                              if names.get(forest.nodes[n].rng.name, "").rsplit(".", 1)[-1]
+                              in set().union(*ATTRIBUTE_OF_ROLE.values())), None)
+            if qualified is None:
+                continue  # launched by the role's module itself (a direct op), not a named child
+            assert qualified.rsplit(".", 1)[-1] in ATTRIBUTE_OF_ROLE[role], (role, qualified)
+            checked += 1
+    assert checked > 0
