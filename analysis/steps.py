@@ -4,9 +4,11 @@ Order of preference (the first that finds steps wins):
 1. nn.Module ranges (eager traces): one step per call of the outermost module whose calls repeat
    (the model's forward), kernels mapped to it through their launch call; the step annotation
    around a call, if any, gives its stage;
-2. GPU-side step annotations (`step[DECODE bs=16]`, SGLang's `gpu_user_annotation`);
-3. CPU-side step annotations (`step[...]`, `ProfilerStep#N`), kernels mapped to them through the
-   correlation id of their launch call (for CPU-only traces, by the operator's own start);
+2. CPU-side step annotations (`step[...]`, `ProfilerStep#N`), kernels mapped to them through the
+   correlation id of their launch call (for CPU-only traces, by the operator's own start), when
+   they place nearly every kernel: exact, a CUDA-graph replay's kernels included;
+3. GPU-side step annotations (`step[DECODE bs=16]`, SGLang's `gpu_user_annotation`), kernels by
+   start time; same-named windows that overlap (one per stream the step used) are one step;
 4. one CUDA-graph replay per step: kernels sharing the correlation id of one `cudaGraphLaunch`;
 5. a gap rule: a new step starts when every stream has been idle for more than `gap_us`; pieces
    that hold fewer attention cores than the others are joined with their neighbours (an eager
@@ -96,6 +98,19 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], key) -> list[list[K
     return buckets
 
 
+def _merged(windows: list[Range]) -> list[Range]:
+    """One window per step: SGLang records a step's GPU annotation on each stream it uses (the main
+    and the alternate stream), so same-named windows that overlap are one step."""
+    out: list[Range] = []
+    for w in windows:
+        if out and out[-1].name == w.name and w.start_us <= out[-1].end_us:
+            end = max(out[-1].end_us, w.end_us)
+            out[-1] = Range(w.name, out[-1].start_us, end - out[-1].start_us, out[-1].tid)
+        else:
+            out.append(w)
+    return out
+
+
 def _step_windows(ranges: list[Range]) -> list[Range]:
     return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: r.start_us)
 
@@ -183,14 +198,24 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         if kept:
             return make([b for b, _ in kept], "module_range", [label for _, label in kept])
 
-    gpu_windows = _step_windows(trace.gpu_annotations)
+    # CPU step annotations place kernels exactly (through their launch call, a graph replay's too);
+    # GPU ones only by time, and a replay can outrun its window. So the CPU ones win wherever they
+    # place nearly every kernel.
+    cpu_windows = _step_windows(trace.cpu_annotations)
+    if cpu_windows:
+        buckets = _by_windows(kernels, cpu_windows, cpu_point)
+        kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
+        placed = sum(len(b) for b, _ in kept)
+        if kept and placed >= 0.9 * len(kernels):
+            return make([b for b, _ in kept], "cpu_annotation", [n for _, n in kept])
+
+    gpu_windows = _merged(_step_windows(trace.gpu_annotations))
     if gpu_windows:
         buckets = _by_windows(kernels, gpu_windows, lambda k: k.start_us)
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]
         if kept:
             return make([b for b, _ in kept], "gpu_annotation", [n for _, n in kept])
 
-    cpu_windows = _step_windows(trace.cpu_annotations)
     if cpu_windows:
         buckets = _by_windows(kernels, cpu_windows, cpu_point)
         kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
