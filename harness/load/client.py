@@ -30,9 +30,14 @@ class RequestRecord:
 
 async def _one_request(session, url, api, input_len, output_len, rid, t0) -> RequestRecord:
     prompt = "hello " * input_len
+    sampling = {"max_new_tokens": output_len, "ignore_eos": True, "temperature": 0.0}
     if api == "generate":
-        payload = {"text": prompt, "stream": True,
-                   "sampling_params": {"max_new_tokens": output_len, "ignore_eos": True, "temperature": 0.0}}
+        payload = {"text": prompt, "stream": True, "sampling_params": sampling}
+        path = "/generate"
+    elif api == "generate_ids":
+        # A server started with --skip-tokenizer-init takes token ids only (no tokenizer at hand).
+        payload = {"input_ids": [(rid * 7919 + i) % 1000 + 100 for i in range(input_len)], "stream": True,
+                   "sampling_params": sampling}
         path = "/generate"
     else:
         payload = {"prompt": prompt, "max_tokens": output_len, "stream": True, "ignore_eos": True, "temperature": 0.0}
@@ -54,7 +59,7 @@ async def _one_request(session, url, api, input_len, output_len, rid, t0) -> Req
                     continue
                 data = json.loads(body)
                 now = time.perf_counter()
-                if api == "generate":
+                if api in ("generate", "generate_ids"):
                     new_total = int(data["meta_info"]["completion_tokens"])
                     new = new_total - tokens
                 else:

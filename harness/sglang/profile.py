@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import TYPE_CHECKING
 
-import ray
-
-from harness.sglang.server_actor import Deployment
+if TYPE_CHECKING:  # Ray only where traces are collected through actors: start_profile runs without it
+    from harness.sglang.server_actor import Deployment
 
 
 def start_profile(url: str, output_dir: str, num_steps: int, prefix: str, activities=("CPU", "GPU"),
@@ -22,9 +22,10 @@ def start_profile(url: str, output_dir: str, num_steps: int, prefix: str, activi
         return resp.read().decode()
 
 
-def collect_traces(dep: Deployment, trace_dir: str, prefix: str, timeout_s: float,
+def collect_traces(dep: "Deployment", trace_dir: str, prefix: str, timeout_s: float,
                    stage: str | None = None) -> dict[int, list[str]]:
     """{node_rank: trace paths on that node}; the first node missing a rank raises DeploymentError."""
+    import ray
     labels = dep.plan.expected_rank_files()
     refs = {rank: dep.actors[rank].wait_for_traces.remote(trace_dir, labels[rank], prefix, timeout_s, stage)
             for rank in labels}

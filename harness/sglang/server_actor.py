@@ -17,6 +17,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from harness.sglang.plan import LaunchPlan, NodeLaunch
 from harness.sglang.process import ServerProcess, ServerStartError
+from harness.sglang.trace_files import TraceWaitError, wait_for_traces
 
 
 class DeploymentError(RuntimeError):
@@ -78,33 +79,11 @@ class SGLangNodeActor:
         when new requests are prefilled while the profiler runs. A file counts once its size is
         non-zero and unchanged over one poll: the profiler writes the final name progressively.
         """
-        deadline = time.monotonic() + timeout_s
-        found: dict[str, str] = {}
-        last_size: dict[str, int] = {}
-        while time.monotonic() < deadline:
-            for path in Path(trace_dir).glob(f"{prefix}-*.trace.json.gz"):
-                for label in rank_labels:
-                    if stage is not None:
-                        match = path.name.endswith(f"-{label}-{stage}.trace.json.gz")
-                    else:
-                        match = f"-{label}-" in path.name or path.name.endswith(f"-{label}.trace.json.gz")
-                    if not match:
-                        continue
-                    try:
-                        size = path.stat().st_size
-                    except FileNotFoundError:
-                        continue
-                    if size > 0 and last_size.get(str(path)) == size:
-                        found[label] = str(path)
-                    last_size[str(path)] = size
-            if len(found) == len(rank_labels):
-                return [found[l] for l in rank_labels]
-            if self.exit_code() is not None:
-                break
-            time.sleep(0.2)
-        missing = [l for l in rank_labels if l not in found]
-        raise DeploymentError(f"node {self.node_rank}: no trace for rank(s) {', '.join(missing)} in {trace_dir} "
-                              f"after {timeout_s:.0f} s (prefix {prefix!r})")
+        try:
+            return wait_for_traces(trace_dir, rank_labels, prefix, timeout_s, stage,
+                                   alive=lambda: self.exit_code() is None)
+        except TraceWaitError as exc:
+            raise DeploymentError(f"node {self.node_rank}: {exc}") from None
 
     def analyze_traces(self, paths: list[str], options: dict) -> dict:
         """Analyse this node's ranks where the traces are; only the row tables travel back.

@@ -1,0 +1,188 @@
+"""One real SGLang server on one machine, through the harness's own SGLang path, without Ray.
+
+plan (harness.sglang.plan) -> ServerProcess (process group, log, /health_generate) -> the harness's
+streaming load (token ids: the model directory has no tokenizer) until /metrics shows the running
+batch -> POST /start_profile (profile_by_stage, num_steps decode steps) -> the DECODE trace of every
+rank (harness.sglang.trace_files) -> stop. Also keeps what the fake server should imitate: the
+responses of /metrics, /get_server_info, /server_info, /v1/loads and /start_profile, and the names
+of every file the profiler wrote.
+
+    python3 drive.py --model-dir model --out OUT [--decode-attn flashmla] [--mtp] [--tp 2 --ep 2 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import sys
+import time
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+from harness.load.background import BackgroundLoad
+from harness.load.summary import summarize
+from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
+from harness.sglang.process import ServerProcess, ServerStartError
+from harness.sglang.profile import start_profile
+from harness.sglang.trace_files import TraceWaitError, wait_for_traces
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--label", default="sglang-real")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--a2a", default=None, help="--moe-a2a-backend (deepep, ...); none: no all-to-all")
+    p.add_argument("--prefill-attn", default="triton")
+    p.add_argument("--decode-attn", default="flashmla")
+    p.add_argument("--mtp", action="store_true", help="EAGLE with the model's own NextN layer")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=2048)
+    p.add_argument("--num-steps", type=int, default=5)
+    p.add_argument("--no-cuda-graph", action="store_true")
+    p.add_argument("--capture-trace", action="store_true",
+                   help="0.5.17: --enable-profile-cuda-graph with SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE=1 (the env "
+                        "alone writes nothing) -> graph_capture_profile/cuda_graph_capture-<runner>-TP-<t>.json.gz")
+    p.add_argument("--moe-runner", default=None, help="--moe-runner-backend (deep_gemm, triton, ...)")
+    p.add_argument("--ready-timeout-s", type=float, default=420)
+    p.add_argument("--profile-timeout-s", type=float, default=120)
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--extra", default="", help="more launch_server flags, space-separated")
+    p.add_argument("--launcher", default=None, help="replaces `python3 -m sglang.launch_server` (tests: the fake server)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    return p.parse_args(argv)
+
+
+def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
+    extra = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
+             "--prefill-attention-backend", a.prefill_attn, "--decode-attention-backend", a.decode_attn,
+             "--disable-radix-cache", "--log-level", "info"]
+    if a.no_cuda_graph:
+        extra.append("--disable-cuda-graph")
+    extra += a.extra.split()
+    env = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+           "NVSHMEM_DISABLE_NVLS": "1"}
+    if a.capture_trace:
+        env["SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE"] = "1"
+        extra.append("--enable-profile-cuda-graph")
+    spec = SpeculativeSpec("EAGLE", num_steps=1, eagle_topk=1, num_draft_tokens=2) if a.mtp else None
+    return DeploymentSpec(model_path=str(Path(a.model_dir).resolve()), gpus_per_node=a.tp, tp=a.tp, ep=a.ep, moe_a2a_backend=a.a2a,
+                          deepep_mode="low_latency" if a.a2a == "deepep" else None, deepgemm=True, moe_runner_backend=a.moe_runner,
+                          load_format="dummy", cuda_graph_max_bs=None if a.no_cuda_graph else a.batch,
+                          max_running_requests=a.batch, context_length=4096, mem_fraction_static=0.8,
+                          speculative=spec, trust_remote_code=False, host="127.0.0.1", port=a.port,
+                          extra_args=tuple(extra), env=env,
+                          **({"launcher": tuple(shlex.split(a.launcher))} if a.launcher else {}))
+
+
+def http(url: str, body: dict | None = None, timeout_s: float = 30) -> tuple[int, str]:
+    """(status, text) of one GET (or POST with a JSON body); errors as status -1 with the reason."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                 method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+    except Exception as exc:  # noqa: BLE001 - recorded as a fact, never fatal
+        return -1, f"{type(exc).__name__}: {exc}"
+
+
+def keep_facts(url: str, facts: Path, tag: str) -> None:
+    """What SGLang answers on the endpoints the harness (and its fake server) use."""
+    for name, path in (("metrics", "/metrics"), ("get_server_info", "/get_server_info"),
+                       ("server_info", "/server_info"), ("v1_loads", "/v1/loads"), ("model_info", "/get_model_info"),
+                       ("health", "/health")):
+        code, text = http(url + path)
+        (facts / f"{tag}-{name}.txt").write_text(f"HTTP {code}\n{text}")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # a time-out's SIGTERM still stops the server group
+
+
+def main(argv=None) -> int:
+    a = parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    out = Path(a.out).resolve()
+    trace_dir, facts = out / "traces", out / "facts"
+    for d in (trace_dir, facts):
+        d.mkdir(parents=True, exist_ok=True)
+    plan = build_plan(deployment(a, str(trace_dir)), profile_dir=str(trace_dir))
+    (out / "plan.sh").write_text(plan.render())
+    print(plan.render(), flush=True)
+    if a.dry_run:
+        return 0
+    node = plan.nodes[0]
+    url = f"http://127.0.0.1:{a.port}"
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    server = ServerProcess(list(node.argv), node.env, str(out / "server.log"), tail_lines=80)
+    server.start()
+    load = None
+    status = {"ok": False, "phase": "start"}
+    try:
+        try:
+            server.wait_ready(url + "/health_generate", a.ready_timeout_s, poll_s=1.0)
+        except ServerStartError as exc:
+            raise RuntimeError(f"{exc}\n--- log tail ---\n{server.log_tail()}") from None
+        timings["ready_s"] = time.monotonic() - t0
+        print(f"ready after {timings['ready_s']:.0f} s", flush=True)
+        keep_facts(url, facts, "idle")
+        status["phase"] = "load"
+        load = BackgroundLoad(url, a.batch, a.input_len, a.output_len, str(out / "requests.jsonl"),
+                              ramp_s=1.0, api="generate_ids")
+        deadline, seen = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            if load.first_failure():
+                raise RuntimeError(load.first_failure())
+            if server.exit_code() is not None:
+                raise RuntimeError(f"server exited ({server.exit_code()}) under load\n{server.log_tail()}")
+            seen = load.running_batch()
+            if seen is not None and seen >= a.batch:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"running batch {seen} never reached {a.batch}")
+        timings["batch_s"] = time.monotonic() - t0
+        time.sleep(2.0)  # a few decode steps past the last prefill
+        keep_facts(url, facts, "loaded")
+        status["phase"] = "profile"
+        prefix = a.label
+        answer = start_profile(url, str(trace_dir), a.num_steps, prefix, profile_by_stage=True)
+        (facts / "start_profile-response.txt").write_text(answer)
+        labels = expected_rank_labels(plan.spec)[0]
+        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage="DECODE",
+                                alive=lambda: server.exit_code() is None)
+        timings["traces_s"] = time.monotonic() - t0
+        print("traces:", paths, flush=True)
+        status["phase"] = "finish"
+        load.stop()
+        time.sleep(1.0)
+        status.update(ok=True, traces=[Path(p).name for p in paths])
+        return 0
+    except (RuntimeError, TraceWaitError, KeyboardInterrupt) as exc:
+        status["error"] = str(exc)[-4000:]
+        print(f"FAILED in {status['phase']}: {exc}", flush=True)
+        return 1
+    finally:
+        server.stop(grace_s=10)
+        if load is not None:
+            load.stop()
+            load.thread.join(timeout=5)
+            records = [asdict(r) for r in load.records]
+            (out / "load-summary.json").write_text(json.dumps(summarize(records, num_gpus=a.tp), indent=1))
+        status["timings_s"] = timings
+        status["files"] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        (out / "status.json").write_text(json.dumps(status, indent=1))
+        print(json.dumps({k: v for k, v in status.items() if k != "files"}, indent=1)[-3000:], flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
