@@ -26,6 +26,7 @@ from analysis.trace_model import Kernel, Range, RankTrace
 
 STEP_ANNOTATION = re.compile(
     r"^step\[(?P<mode>[A-Za-z_]+)(?P<rest>[^\]]*)\]"  # SGLang
+    r"|^(?P<spec>draft|draft_extend)$"  # SGLang's speculative (MTP / EAGLE) draft passes
     r"|^execute_context_(?P<ctx>\d+)\(.*\)_generation_(?P<gen>\d+)\("  # vLLM step names (as recorded by TraceLens)
     r"|^ProfilerStep#\d+"  # torch.profiler schedule steps
 )
@@ -96,6 +97,16 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], key) -> list[list[K
         if i >= 0 and windows[i].start_us <= point <= windows[i].end_us:
             buckets[i].append(kernel)
     return buckets
+
+
+def _place_the_rest(kernels: list[Kernel], steps: list[list[Kernel]]) -> None:
+    """Kernels launched outside every step window (another scheduler thread's copies) join the
+    step they ran during on the GPU, or the one before them: never dropped."""
+    placed = {id(k) for step in steps for k in step}
+    starts = [min(k.start_us for k in step) for step in steps]
+    for kernel in kernels:
+        if id(kernel) not in placed:
+            steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
 
 
 def _merged(windows: list[Range]) -> list[Range]:
@@ -207,20 +218,26 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
         placed = sum(len(b) for b, _ in kept)
         if kept and placed >= 0.9 * len(kernels):
-            return make([b for b, _ in kept], "cpu_annotation", [n for _, n in kept])
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "cpu_annotation", [n for _, n in kept])
 
     gpu_windows = _merged(_step_windows(trace.gpu_annotations))
     if gpu_windows:
         buckets = _by_windows(kernels, gpu_windows, lambda k: k.start_us)
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]
         if kept:
-            return make([b for b, _ in kept], "gpu_annotation", [n for _, n in kept])
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "gpu_annotation", [n for _, n in kept])
 
     if cpu_windows:
         buckets = _by_windows(kernels, cpu_windows, cpu_point)
         kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
         if kept:
-            return make([b for b, _ in kept], "cpu_annotation", [n for _, n in kept])
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "cpu_annotation", [n for _, n in kept])
 
     graph: dict[int, list[Kernel]] = {}
     for kernel in kernels:

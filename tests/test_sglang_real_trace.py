@@ -2,7 +2,8 @@
 docs/gpu-runs.md): a DeepSeek-V3-architecture model whose layer counts come from the run's own
 config.json. Checks the layer count (dense + MoE), that every kernel is attributed or in
 `unattributed`, and the signatures' kernel names against what the real kernels are called.
-Known analysis faults on these traces are pinned as strict xfails, so fixing one shows up here."""
+The analysis faults these traces first showed (steps cut one replay late, MLA projections in the
+previous layer, verify steps split in two, draft kernels dropped) are fixed and tested here."""
 from __future__ import annotations
 
 import gzip
@@ -49,7 +50,7 @@ def test_layer_count_and_every_kernel_accounted(path):
     result = _analyze(path, "sglang-sm90-tp-fp8")
     assert len(result.kernel_rows) == _gpu_activity(path)  # nothing dropped
     ok = [s for s in result.step_rows if s.status == "ok"]
-    assert len(ok) >= PROFILED_STEPS - 2  # see test_every_profiled_step_is_whole
+    assert len(ok) == PROFILED_STEPS
     for step in ok:
         assert step.layers_found == LAYERS
         rows = [r for r in result.kernel_rows if r.step == step.step]
@@ -131,26 +132,37 @@ def test_capture_trace_without_module_ranges_is_reported_not_used():
     assert all(r.source != "capture" for r in result.kernel_rows)
 
 
-@pytest.mark.xfail(strict=True, reason="analysis/steps.py takes the eager Sampler module (run after each CUDA-graph "
-                   "replay) as the model's forward, so steps are cut one replay late: step 0 holds two replays "
-                   "and the last step none")
 def test_every_profiled_step_is_whole():
+    """The eager Sampler module is no model forward, and CPU step annotations place each graph
+    replay's kernels through their cudaGraphLaunch: five steps of four layers, nothing dropped."""
     result = _analyze(FUSED, "sglang-sm90-tp-fp8")
     assert [s.layers_found for s in result.step_rows] == [LAYERS] * PROFILED_STEPS
+    assert {s.segmented_by for s in result.step_rows} == {"cpu_annotation"}
 
 
-@pytest.mark.xfail(strict=True, reason="structural attribution cuts layers right after the attention core: the "
-                   "MLA projections before it (q_a/kv_a, q_b, w_kc) land in the previous layer, and layer 0's "
-                   "become an extra dense layer (5 found: 2 dense + 3 MoE)")
-def test_structural_attribution_counts_the_layers():
-    result = _analyze(FUSED, "generic")
-    middle = [s for s in result.step_rows if 0 < s.step < PROFILED_STEPS - 1]
-    assert middle and all((s.layers_found, s.moe_layers_found) == (LAYERS, MOE) for s in middle)
+@pytest.mark.parametrize("path", [FUSED, DEEPGEMM, MTP], ids=["fused-moe", "deepgemm-moe", "mtp"])
+def test_structural_attribution_without_a_signature(path):
+    """No signature: layers by attention cores (FlashMLA; Triton extend attention in MTP verify),
+    dense + MoE as the config says, and the seed's rows."""
+    result = analyze([str(path)], options=AnalysisOptions(layers=LAYERS))
+    main = [s for s in result.step_rows if s.stage in ("decode", "target_verify")]
+    assert len(main) == PROFILED_STEPS
+    assert all((s.layers_found, s.moe_layers_found, s.status) == (LAYERS, MOE, "ok") for s in main)
+    rows = {(r.group, r.module) for r in result.d4.rows}
+    assert {("attention", "q_a_kv_a"), ("attention", "q_proj_b"), ("attention", "w_kc bmm"),
+            ("attention", "attn_core"), ("attention", "o_proj"), ("gate", "router"), ("gate", "topk"),
+            ("moe", "up_gate_gemm"), ("moe", "down_gemm"), ("mlp", "gate_up_proj"), ("mlp", "down_proj")} <= rows
+    assert len(result.kernel_rows) == _gpu_activity(path)
 
 
-@pytest.mark.xfail(strict=True, reason="SGLang records step[TARGET_VERIFY ...] as a GPU annotation on both the main "
-                   "and the alternate stream; the analysis takes each as a step, so every verify step splits in two")
 def test_mtp_verify_steps_hold_every_layer():
+    """SGLang writes step[TARGET_VERIFY ...] on the main and the alternate stream (one step), and its
+    draft passes as `draft` / `draft_extend` ranges: verify steps hold every layer, the draft extend
+    runs the model's one MTP layer, and every kernel belongs to a step."""
     result = _analyze(MTP, "sglang-sm90-tp-fp8")
     verify = [s for s in result.step_rows if s.stage == "target_verify"]
     assert len(verify) == PROFILED_STEPS and all(s.layers_found == LAYERS for s in verify)
+    extend = [s for s in result.step_rows if s.stage == "draft_extend"]
+    assert len(extend) == PROFILED_STEPS
+    assert len(result.kernel_rows) == _gpu_activity(MTP)
+    assert any(r.group == "mtp" and r.module == "draft extend" for r in result.d4.mtp_rows)
