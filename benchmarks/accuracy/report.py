@@ -3,7 +3,9 @@
 Usage: python benchmarks/accuracy/report.py [--real DIR] > table.md
 Prints markdown: per trace, steps and layers found against the truth, each D4 group's share of
 step busy time (truth -> found, in %), the largest gap, and the largest module-level gap; then
-learned signatures applied to traces they were not learned from.
+learned signatures applied to traces they were not learned from; then the real SGLang traces
+(tests/data/sglang-real), which have no ranges: the structure against the signature written from
+their kernel names.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from analysis.agreement import GROUPS, compare_with_ranges  # noqa: E402
+from analysis.agreement import GROUPS, compare_with_ranges, shares  # noqa: E402
+from analysis.api import AnalysisOptions, analyze  # noqa: E402
 from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
 
 SHORT = {"combine/share overlap": "shared", "communication": "comm"}
@@ -77,6 +80,18 @@ def main() -> int:
             where = "(itself)" if target == source else target
             print(f"| {sig} | {source} | {where} | {case.steps} / {r.found.steps} | "
                   f"{case.layers} / {'/'.join(str(n) for n in r.found.layers)} | {SHORT.get(g, g)} {gap:+.2f} |")
+    print()
+    print("| real SGLang 0.5.17 trace (no ranges) | steps | layers (dense+MoE), structure | worst group gap against sglang-sm90-tp-fp8 (pp) |")
+    print("|---|---|---|---|")
+    for path in sorted((ROOT / "tests" / "data" / "sglang-real").glob("*.trace.json.gz")):
+        found = analyze([str(path)], options=AnalysisOptions(layers=4))
+        named = analyze([str(path)], signature="sglang-sm90-tp-fp8", options=AnalysisOptions(layers=4))
+        a, b = (shares(r.kernel_rows, r.step_rows).groups for r in (named, found))
+        group = max(set(a) | set(b), key=lambda g: abs(a.get(g, 0) - b.get(g, 0)))
+        main = [s for s in found.step_rows if s.stage in ("decode", "target_verify")]
+        layers = sorted({(s.layers_found - (s.moe_layers_found or 0), s.moe_layers_found) for s in main})
+        print(f"| {path.name.split('-TP-')[0]} | {len(main)} | {', '.join(f'{d}+{m}' for d, m in layers)} | "
+              f"{SHORT.get(group, group)} {b.get(group, 0) - a.get(group, 0):+.2f} |")
     return 0
 
 
