@@ -75,15 +75,19 @@ def _accept_length(url: str) -> float | None:
     return asyncio.run(spec_accept_length(url))
 
 
-def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> str:
-    """Runs every phase; returns the D4 table (markdown). Raises RunFailed / DeploymentError on failure."""
+def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sglang_version: str | None = None) -> str:
+    """Runs every phase; returns the D4 table (markdown). Raises RunFailed / DeploymentError on failure.
+
+    sglang_version: the release the plan is spelled for (versions.yaml; None: the default)."""
     engine, w, prof = scenario.engine, scenario.workload, scenario.profile
     node_dir = node_dir_for(run_dir.name)
     trace_dir = f"{node_dir}/traces"
     manifest["node_dir"] = node_dir
     with progress.phase("plan"):
-        spec = deployment_spec(engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"))
-        plan = build_plan(spec, profile_dir=trace_dir)
+        spec = deployment_spec(engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"),
+                               profile=prof.model_dump(mode="json"))
+        plan = build_plan(spec, profile_dir=trace_dir, version=sglang_version)
+        manifest["sglang_version"] = plan.sglang.version
         manifest["plan"] = plan.to_manifest()  # secrets masked
         write_atomic(run_dir / "plan.sh", plan.render())
     dep: Deployment | None = None
