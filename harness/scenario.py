@@ -280,6 +280,13 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
         if "EXTEND" in p.stages:
             problems.append("profile.stages: the SGLang run collects and analyses DECODE traces only")
+        per_step = e.speculative.num_draft_tokens if e.speculative else 1
+        if w.output_len <= (p.num_steps + 2) * per_step:
+            problems.append(
+                f"workload.output_len ({w.output_len}) must exceed (profile.num_steps + 2) x tokens per decode step "
+                f"({(p.num_steps + 2) * per_step}): new requests pause while the profile runs, and the running "
+                "ones must last until the profiler stops"
+            )
     return problems
 
 
