@@ -252,3 +252,25 @@ def test_an_error_chunk_fails_the_run_with_the_servers_message(cluster, env, tmp
                      r"KV cache pool is full \(fault injected\)", manifest["error"]["message"]), manifest["error"]
     records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
     assert any("KV cache pool is full" in (r["error"] or "") for r in records)
+
+
+@pytest.mark.parametrize("profiler", ["v2", "v1"])
+def test_a_prefill_heavy_load_still_gives_the_decode_trace(cluster, env, tmp_path, profiler):
+    """Chunked prefill of 8-token prompts at 1 token per batch, 12-token outputs: prefill batches outnumber
+    decode ones. Started mid-decode under that load, SGLang's classic by-stage profiler restarts its capture
+    at the next prefill and writes it as -EXTEND, never -DECODE (what the harness did before: no trace,
+    run failed). The decode-only window gets the DECODE trace with either profiler."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_PREFILL_CHUNK="1", profile={"sglang_profiler": profiler},
+                               cluster={"nodes": 1, "gpus_per_node": 1},
+                               engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
+                                       "deepep_mode": None, "speculative": None})
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["output_len"] = 12
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scenario = parse_scenario(path.read_text(), str(path))
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    names = [p.name for p in (run_dir / "traces").iterdir()]
+    assert len(names) == 1 and names[0].endswith("-TP-0-DECODE.trace.json.gz")
+    assert not list((tmp_path / "nodes").rglob("*EXTEND*")), "a prefill was captured"

@@ -131,7 +131,8 @@ class Req:
     max_new: int
     prompt_tokens: int
     spec: bool
-    phase: str = "waiting"             # waiting -> running -> done
+    phase: str = "waiting"             # waiting (prefill) -> running (decode) -> done
+    prompt_left: int = 1               # prompt tokens still to prefill
     generated: int = 0
     verify_ct: int = 0
     out: queue.Queue = field(default_factory=queue.Queue)
@@ -164,9 +165,8 @@ class ClassicProfiler:
         return self._start(None)
 
     def _start(self, stage):
-        if self.recording:  # torch refuses a second profiler; the first keeps recording
-            print(f"RuntimeError: profiler already running (start for {stage} refused)", flush=True)
-            return False, "profiler already running"
+        if self.recording:  # torch starts the second profiler and drops the first capture (torch 2.13)
+            print(f"profiler_stop: the capture running since its start is dropped for a new one ({stage})", flush=True)
         self.recording = self.in_progress = True
         print(f"Profiling starts{f' for {stage}' if stage else ''}.", flush=True)
         return True, "Succeeded"
@@ -256,6 +256,7 @@ class State:
         self.fail = fail if (only is None or int(only) == args.node_rank) else ""
         self.step_s = float(os.environ.get("FAKE_SGLANG_STEP_MS", "20")) / 1000.0
         self.accept = int(os.environ.get("FAKE_SGLANG_ACCEPT", "3"))
+        self.prefill_chunk = int(os.environ.get("FAKE_SGLANG_PREFILL_CHUNK", "0"))  # 0: whole prompts at once
         profiler_cls = ProfilerV2 if os.environ.get("SGLANG_PROFILE_V2") == "1" else ClassicProfiler
         self.profiler = profiler_cls(self.emit_traces)
 
@@ -285,10 +286,16 @@ def scheduler_loop(state):
             cap = state.args.max_running_requests or 10**9
             waiting = [r for r in state.reqs.values() if r.phase == "waiting"][: max(0, cap - state.running())]
             if waiting:
-                stage = "prefill"
+                # Prefill first, as SGLang's scheduler does; with a chunk budget a long prompt takes
+                # several prefill batches (chunked prefill), shared in arrival order.
+                stage, budget = "prefill", state.prefill_chunk or sum(r.prompt_left for r in waiting)
                 for r in waiting:
-                    r.phase, r.generated = "running", 1
-                    r.out.put((1, r.generated, 0))
+                    take = min(budget, r.prompt_left)
+                    r.prompt_left -= take
+                    budget -= take
+                    if r.prompt_left == 0:
+                        r.phase, r.generated = "running", 1
+                        r.out.put((1, r.generated, 0))
             elif state.running():
                 stage = "decode"
                 for r in [r for r in state.reqs.values() if r.phase == "running"]:
@@ -443,7 +450,8 @@ def make_handler(state):
             with state.lock:
                 state.started_requests += 1
                 n = state.started_requests
-                req = Req(f"req-{n}", n % args.dp_groups, max_new, prompt_tokens, spec)
+                req = Req(f"req-{n}", n % args.dp_groups, max_new, prompt_tokens, spec,
+                          prompt_left=max(1, prompt_tokens))
                 if state.fail.startswith("error_chunk:") and n == int(state.fail.split(":")[1]):
                     req.error_after = 2
                 state.reqs[req.rid] = req
