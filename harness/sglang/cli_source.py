@@ -130,12 +130,12 @@ def _add_argument_specs(tree: ast.Module, constants) -> list[FlagSpec]:
         kw = _keywords(node)
         action = _const(kw.get("action")) or (_name_of(kw["action"]).rsplit(".", 1)[-1] if "action" in kw else None)
         nargs = _const(kw.get("nargs"))
-        explicit_nargs = "nargs" in kw
-        takes_value = not (action in NO_VALUE_ACTIONS or action == "BooleanOptionalAction"
-                           or (action or "").startswith("DeprecatedStoreConst") and not explicit_nargs
-                           or (action == "DeprecatedAction" and not explicit_nargs) or nargs == 0)
-        if action == "DeprecatedStoreConstAction" and explicit_nargs and nargs is None:
-            takes_value = True
+        if action in NO_VALUE_ACTIONS or action == "BooleanOptionalAction":
+            takes_value = False
+        elif action in ("DeprecatedStoreConstAction", "DeprecatedAction"):  # nargs=0 unless the call says
+            takes_value = "nargs" in kw and nargs != 0
+        else:
+            takes_value = nargs != 0
         choices = _strings(kw["choices"], constants) if "choices" in kw else None
         deprecated, replacement = _deprecation(action, _help_text(kw.get("help")), _const(kw.get("new_flag")))
         spec = FlagSpec(names, takes_value, nargs in ("+", "*"), choices, nargs in ("?", "*"),

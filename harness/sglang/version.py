@@ -43,10 +43,6 @@ class SGLangVersion:
     wheel_python_version: str
     wheel_platform: str
 
-    @property
-    def is_default(self) -> bool:
-        return self.version == load_table()["default"]
-
 
 @lru_cache(maxsize=1)
 def load_table(path: str | None = None) -> dict[str, Any]:
