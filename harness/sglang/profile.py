@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import ray
 
+from harness.load.client import window_accept_length
 from harness.run_errors import RunFailed
 from harness.sglang.server_actor import Deployment
 
@@ -108,9 +109,8 @@ def profile_decode(dep: Deployment, load, trace_dir: str, prefix: str, num_steps
     plan = dep.plan
     endpoints, profile = plan.sglang.endpoints, plan.sglang.profile
     outcome = ProfileOutcome()
-    # Both profilers stop at the step after the last profiled one; a verify step yields up to
-    # num_draft_tokens tokens with speculative decoding.
-    # Half an output on top leaves room for the HTTP round trips between the pause and the first step.
+    # Both profilers stop at the step after the last profiled one, and a verify step yields up to
+    # num_draft_tokens tokens; half an output leaves room for the round trips before the first step.
     tokens_per_step = plan.spec.speculative.num_draft_tokens if plan.spec.speculative else 1
     drain_prefills(dep, load, timeout_s,
                    tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2))
@@ -119,12 +119,16 @@ def profile_decode(dep: Deployment, load, trace_dir: str, prefix: str, num_steps
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
                               with_stack, record_shapes)
     try:
-        status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
-        if status != 200 and plan.profiler == "v1":
-            # A classic capture left running (by-stage state outlives /stop_profile: a later prefill starts
-            # an EXTEND capture) refuses every start with a bare 500: stop it, then try once more.
-            _post(dep.url + endpoints["stop_profile"], None, 60.0)
+        try:
             status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+            if status != 200 and plan.profiler == "v1":
+                # A classic capture left running (by-stage state outlives /stop_profile: a later prefill
+                # starts an EXTEND capture) refuses every start with a bare 500: stop it, try once more.
+                _post(dep.url + endpoints["stop_profile"], None, 60.0)
+                status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+        except OSError as exc:
+            dep.check_alive()  # a dead node explains it best
+            raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
         if status != 200:
             dep.check_alive()
             raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
@@ -148,6 +152,5 @@ def profile_decode(dep: Deployment, load, trace_dir: str, prefix: str, num_steps
                 outcome.stop_profile = f"not answered: {exc}"
     outcome.window_s = round(time.monotonic() - started, 3)
     outcome.running_at_end = load.running_batch()
-    from harness.load.client import window_accept_length
     outcome.accept_length = window_accept_length(before, load.spec_snapshot())
     return outcome
