@@ -1,7 +1,10 @@
-# moe-harness on top of the pinned official SGLang image. The tag must equal
-# harness/sglang/pin.yaml's docker_image (tests/test_sglang_flags.py checks it); build with
-#   docker build -t moe-harness:sglang .
-ARG SGLANG_IMAGE=lmsysorg/sglang:v0.5.13.post1
+# moe-harness on top of the official SGLang image of the default supported release. The tag must
+# equal the default row's docker_image in harness/sglang/versions.yaml (tests/test_sglang_flags.py
+# checks it). Build with
+#   docker build -t REGISTRY/moe-harness:sglang-v0.5.23 .
+# For another supported release pass its image, and plan/run with the same --sglang-version:
+#   docker build --build-arg SGLANG_IMAGE=lmsysorg/sglang:v0.5.17 -t REGISTRY/moe-harness:sglang-v0.5.17 .
+ARG SGLANG_IMAGE=lmsysorg/sglang:v0.5.23
 FROM ${SGLANG_IMAGE}
 
 # Ray for placement and jobs; the harness itself with its Ray and metrics extras.

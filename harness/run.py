@@ -234,8 +234,10 @@ class MetricsOptions:
 
 
 def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = False,
-        metrics: MetricsOptions | None = None) -> tuple[int, Path]:
-    """Run a scenario; returns (exit status, run directory). Never raises for a failed run."""
+        metrics: MetricsOptions | None = None, sglang_version: str | None = None) -> tuple[int, Path]:
+    """Run a scenario; returns (exit status, run directory). Never raises for a failed run.
+
+    sglang_version: the SGLang release an sglang scenario is planned for (None: versions.yaml's default)."""
     metrics = metrics or MetricsOptions()
     progress = Progress(quiet=quiet)
     started_at = time.time()
@@ -267,7 +269,7 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         else:
             from harness.sglang.job import run_sglang
 
-            table = run_sglang(scenario, run_dir, manifest, progress)
+            table = run_sglang(scenario, run_dir, manifest, progress, sglang_version=sglang_version)
         manifest["status"] = "ok"
         exit_status = 0
         print(table, flush=True)
@@ -423,6 +425,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "~/moe-harness/runs on the driver's node, since the job's working directory is temporary)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
+    from harness.sglang.version import load_table, supported_versions
+
+    parser.add_argument("--sglang-version", default=None, choices=supported_versions(),
+                        help=f"SGLang scenarios: the release installed on the nodes, which the launch flags are "
+                        f"spelled for (default {load_table()['default']}; harness/sglang/versions.yaml)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments
@@ -439,7 +446,8 @@ def main_from_args(args: argparse.Namespace) -> int:
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
     metrics = MetricsOptions(pushgateway=args.pushgateway, push_job=args.push_job,
                              delete_old_groups=args.delete_old_groups, live_port=args.metrics_port)
-    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics)
+    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics,
+                    sglang_version=args.sglang_version)
     return status
 
 

@@ -80,18 +80,22 @@ class SGLangEngine(_Strict):
     kind: Literal["sglang"]
     model_path: str = Field(..., description="Hugging Face id or local path of the served model")
     tp: int = Field(1, ge=1, description="tensor-parallel size (--tp-size)")
-    dp: int = Field(1, ge=1, description="data-parallel size (--dp-size)")
+    pp: int = Field(1, ge=1, description="pipeline-parallel size (--pp-size); tp x pp = every GPU")
+    dp: int = Field(1, ge=1, description="attention data-parallel groups, with dp_attention")
     ep: int = Field(1, ge=1, description="expert-parallel size (--ep-size)")
     extra_args: list[str] = Field(default_factory=list, description="further launch_server arguments, verbatim")
-    dp_attention: bool = Field(False, description="--enable-dp-attention (needs dp > 1)")
+    dp_attention: bool = Field(False, description="DP attention over dp groups (needs dp > 1): --attn-dp-size "
+                               "from SGLang 0.5.23, --dp-size with --enable-dp-attention before")
     moe_a2a_backend: Literal["deepep"] | None = Field(None, description="--moe-a2a-backend")
     deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(None, description="--deepep-mode")
     deepgemm: bool | None = Field(None, description="SGLANG_ENABLE_JIT_DEEPGEMM; None keeps SGLang's default")
     two_batch_overlap: bool = Field(False, description="--enable-two-batch-overlap")
     attention_backend: str | None = Field(None, description="--attention-backend")
     moe_runner_backend: str | None = Field(None, description="--moe-runner-backend")
-    cuda_graph_bs: list[int] = Field(default_factory=list, description="--cuda-graph-bs")
-    cuda_graph_max_bs: int | None = Field(None, ge=1, description="--cuda-graph-max-bs")
+    cuda_graph_bs: list[int] = Field(default_factory=list, description="decode CUDA-graph batch sizes "
+                                     "(--cuda-graph-bs-decode from 0.5.17, --cuda-graph-bs before)")
+    cuda_graph_max_bs: int | None = Field(None, ge=1, description="largest decode CUDA-graph batch size "
+                                          "(--cuda-graph-max-bs-decode from 0.5.17, --cuda-graph-max-bs before)")
     load_format: str | None = Field(None, description="--load-format (dummy: random weights)")
     speculative: SGLangSpeculative | None = Field(None, description="MTP / EAGLE speculative decoding")
     max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
@@ -105,7 +109,8 @@ class SGLangEngine(_Strict):
     ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
     launcher: list[str] | None = Field(
         None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
-        "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver")
+        "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
+        "(both also filled in engine.env values)")
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
@@ -140,6 +145,11 @@ class Workload(_Strict):
 class Profile(_Strict):
     num_steps: int = Field(3, ge=1, description="decode steps recorded by the profiler")
     stages: list[Literal["DECODE", "EXTEND"]] = Field(default_factory=lambda: ["DECODE"])
+    sglang_profiler: Literal["auto", "v2", "v1"] = Field(
+        "auto", description="SGLang: v2 = SGLANG_PROFILE_V2 with decode stages; v1 = the classic by-stage "
+        "profiler, stopped with /stop_profile on every exit; auto = v2 where the release has it")
+    capture_traces: bool = Field(False, description="SGLang: also keep the CUDA-graph capture traces the server "
+                                 "writes while it starts (0.5.23: one per batch size, with module stacks)")
     record_shapes: bool = True
     with_stack: bool = True
     timeout_s: float = Field(300.0, gt=0, description="bound on the profiled steps plus the trace export")
@@ -222,6 +232,8 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append("engine.dtype float16 is not supported with engine.device cpu (use float32 or bfloat16)")
         if "EXTEND" in p.stages:
             problems.append("profile.stages: the embedded engine profiles DECODE only")
+        if p.capture_traces:
+            problems.append("profile.capture_traces: CUDA-graph capture traces are an SGLang feature")
         if w.max_warmup_steps + p.num_steps > w.output_len:
             problems.append(
                 f"workload.output_len ({w.output_len}) is shorter than workload.max_warmup_steps "
@@ -259,14 +271,22 @@ def combination_problems(s: Scenario) -> list[str]:
         total_gpus = s.cluster.nodes * s.cluster.gpus_per_node
         if total_gpus < 1:
             problems.append("engine.kind sglang needs GPUs: cluster.gpus_per_node is 0")
-        elif e.tp > total_gpus:
-            problems.append(f"engine.tp ({e.tp}) exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
+        elif e.tp * e.pp > total_gpus:
+            what = f"engine.tp ({e.tp})" + (f" x engine.pp ({e.pp})" if e.pp > 1 else "")
+            problems.append(f"{what} exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
         if e.tp % e.dp:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):
             problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
         if "EXTEND" in p.stages:
             problems.append("profile.stages: the SGLang run collects and analyses DECODE traces only")
+        per_step = e.speculative.num_draft_tokens if e.speculative else 1
+        if w.output_len <= (p.num_steps + 2) * per_step:
+            problems.append(
+                f"workload.output_len ({w.output_len}) must exceed (profile.num_steps + 2) x tokens per decode step "
+                f"({(p.num_steps + 2) * per_step}): new requests pause while the profile runs, and the running "
+                "ones must last until the profiler stops"
+            )
     return problems
 
 

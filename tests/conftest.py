@@ -18,3 +18,13 @@ def real_trace(rel: str) -> str:
     if not path.exists():
         pytest.skip(f"real trace {rel} not present beside the checkout (../shared/traces/real)")
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def sglang_sources():
+    """Every supported SGLang release's source files, from its wheel (downloaded once, then cached)."""
+    from harness.sglang.version import supported_versions
+    from harness.sglang.wheel_source import sglang_source_dir
+    from harness.sglang.version import load_version
+
+    return {v: sglang_source_dir(load_version(v)) for v in supported_versions()}

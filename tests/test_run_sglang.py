@@ -35,10 +35,14 @@ def _fake_servers() -> list[psutil.Process]:
 
 
 def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_timeout_s: float | None = None,
-              gpu_type: str | None = None, **engine_env: str):
+              gpu_type: str | None = None, engine: dict | None = None, profile: dict | None = None,
+              cluster: dict | None = None, **engine_env: str):
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = _free_port()
+    data["engine"].update(engine or {})
+    data["profile"].update(profile or {})
+    data["cluster"].update(cluster or {})
     if gpu_type is not None:
         data["cluster"]["gpu_type"] = gpu_type
     if profile_timeout_s is not None:
@@ -52,7 +56,7 @@ def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_time
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(sglang_sources):
     with two_node_cluster(gpus_per_node=2) as c:
         yield c
 
@@ -81,15 +85,22 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert len({n["ray_node_id"] for n in manifest["nodes"]}) == 2
     argvs = [n["argv"] for n in manifest["plan"]["nodes"]]
     assert [a[a.index("--node-rank") + 1] for a in argvs] == ["0", "1"]
+    # spelled for the default release (0.5.23), which each node's own parser accepted before the start
+    assert manifest["sglang_version"] == manifest["plan"]["sglang_version"] == "0.5.23"
+    assert "--attn-dp-size" in argvs[0] and "--enable-dp-attention" not in argvs[0]
+    assert {r: (c["sglang_version"], c["problems"]) for r, c in manifest["node_check"].items()} == \
+        {"0": ("0.5.23", []), "1": ("0.5.23", [])}
     for rank in (0, 1):
         log = (run_dir / "logs" / f"sglang-node{rank}.log").read_text()
-        assert log.count(f"fake sglang: node {rank}/2 tp=4 dp=4 ep=4") == 1
+        assert log.count(f"fake sglang 0.5.23: node {rank}/2 tp=4 pp=1 dp=4 ep=4") == 1
     assert manifest["plan"]["nodes"][0]["env"]["HF_TOKEN"] == "***"
-    # load records: every request completed with every token
+    # load records: every request completed with every token (MTP chunks carry 3 tokens each)
     records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
-    assert len(records) >= 8 and all(r["ok"] and r["output_tokens"] == 40 for r in records)
+    assert len(records) >= 8 and all(r["ok"] and r["output_tokens"] == 120 for r in records)
+    # the accept length of the profiled window (3 tokens per verify step), not the server's cumulative one
     summary = json.loads((run_dir / "load" / "summary.json").read_text())
-    assert summary["completed"] == len(records) and summary["accept_length"] == pytest.approx(2.6)
+    assert summary["completed"] == len(records) and summary["accept_length"] == pytest.approx(3.0, abs=0.2)
+    assert manifest["profile"]["profiler"] == "v2" and manifest["profile"]["stop_profile"] is None
     # every rank's DECODE trace, named as SGLang names them, copied back through Ray
     names = sorted(p.name for p in (run_dir / "traces").iterdir())
     assert all(n.startswith(f"{run_dir.name}-") for n in names)  # the prefix sent with /start_profile
@@ -104,7 +115,7 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert why == "" and (sol.hardware, sol.deployment.dp, sol.deployment.batch_per_rank) == ("h800", 4, 2)
     assert "SOL us" in d4 and "deepseek-v3 on h800" in d4
     direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
-                     options=AnalysisOptions(run=run_dir.name, accept_length=2.6, jobs=1, sol=sol))
+                     options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol))
     assert render_markdown([direct.d4]) == d4
     kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
@@ -119,7 +130,7 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     ("die_mid_load:3", "0", "load to a running batch of 8",
      r"node 0: SGLang server exited with status 4(.|\n)*scheduler died"),
     ("no_profile_file", "1", "profile 3 decode steps on every rank",
-     r"node 1: no trace for rank\(s\) TP-2-DP-2-EP-2, TP-3-DP-3-EP-3"),
+     r"node 1: no trace \(decode stage\) for rank\(s\) TP-2-DP-2-EP-2, TP-3-DP-3-EP-3"),
 ])
 def test_a_failing_node_ends_the_run_with_its_message_and_keeps_earlier_files(cluster, env, tmp_path, fail, node,
                                                                                phase, message):
@@ -169,3 +180,97 @@ def test_node_actor_analyses_its_ranks_and_names_itself_when_it_cannot(cluster, 
             ray.get(actor.analyze_traces.remote([str(bad)], options), timeout=60)
     finally:
         ray.kill(actor)
+
+
+def test_a_planted_unknown_flag_is_refused_on_each_node_before_any_server_starts(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, engine={"extra_args": ["--enable-dp-attn"]})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"], manifest["error"]["phase"]) == (1, "failed", "start SGLang on 2 node(s)")
+    message = manifest["error"]["message"]
+    assert message.startswith("SGLang refuses the planned command; no server was started:")
+    for node in (0, 1):
+        assert (f"node {node}: --enable-dp-attn (from engine.extra_args): unknown: SGLang 0.5.23 says: "
+                "not a flag of this SGLang") in message
+    assert not (run_dir / "logs").exists() and not _fake_servers()  # no server ever started
+    assert (run_dir / "plan.sh").exists()
+
+
+def test_an_older_release_is_planned_in_its_own_spelling_and_runs(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.17", engine={"cuda_graph_max_bs": 8})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True, sglang_version="0.5.17")
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    argv = " ".join(manifest["plan"]["nodes"][0]["argv"])
+    assert "--dp-size 4 --enable-dp-attention" in argv and "--cuda-graph-max-bs-decode 8" in argv
+    assert manifest["node_check"]["0"] == {"sglang_version": "0.5.17", "problems": []}
+
+
+def test_classic_profiler_run_gets_decode_traces_and_stops_the_profile(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, profile={"sglang_profiler": "v1"})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert "SGLANG_PROFILE_V2" not in manifest["plan"]["nodes"][0]["env"]
+    assert manifest["profile"]["profiler"] == "v1" and manifest["profile"]["stop_profile"].startswith("HTTP ")
+    names = sorted(p.name for p in (run_dir / "traces").iterdir())
+    assert len(names) == 4 and all(n.endswith("-DECODE.trace.json.gz") for n in names)
+
+
+def test_pipeline_stages_are_profiled_under_their_pp_labels(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, engine={"tp": 2, "pp": 2, "dp": 1, "ep": 1, "dp_attention": False,
+                                                 "moe_a2a_backend": None, "deepep_mode": None, "speculative": None})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    labels = sorted(n[len(run_dir.name) + 1:].split("-", 1)[1] for n in (p.name for p in (run_dir / "traces").iterdir()))
+    assert labels == sorted(f"TP-{t}-PP-{p}-DECODE.trace.json.gz" for p in (0, 1) for t in (0, 1))
+    kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
+    assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{t}-PP{p}" for p in (0, 1) for t in (0, 1)}
+
+
+def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, profile={"capture_traces": True}, engine={"cuda_graph_bs": [1, 4]})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["plan"]["nodes"][0]["env"]["SGLANG_GRAPH_BATCH_CAPTURE"] == "1"
+    assert "--enable-profile-cuda-graph" in manifest["plan"]["nodes"][1]["argv"]
+    assert sorted(manifest["capture_traces"]) == sorted(
+        f"capture_traces/node{t // 2}/DecodeCudaGraphRunner_bs_{bs}_rank{t}.json.gz" for t in range(4) for bs in (1, 4))
+    assert all((run_dir / p).stat().st_size > 0 for p in manifest["capture_traces"])
+
+
+def test_an_error_chunk_fails_the_run_with_the_servers_message(cluster, env, tmp_path):
+    import re
+
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_FAIL="error_chunk:3", FAKE_SGLANG_FAIL_NODE="0")
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["error"]["phase"]) == (1, "load to a running batch of 8")
+    assert re.search(r"request \d+ failed: server error in the stream after 1 token\(s\): The request was aborted: "
+                     r"KV cache pool is full \(fault injected\)", manifest["error"]["message"]), manifest["error"]
+    records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+    assert any("KV cache pool is full" in (r["error"] or "") for r in records)
+
+
+@pytest.mark.parametrize("profiler", ["v2", "v1"])
+def test_a_prefill_heavy_load_still_gives_the_decode_trace(cluster, env, tmp_path, profiler):
+    """Chunked prefill of 8-token prompts at 1 token per batch, 12-token outputs: prefill batches outnumber
+    decode ones. Started mid-decode under that load, SGLang's classic by-stage profiler restarts its capture
+    at the next prefill and writes it as -EXTEND, never -DECODE (what the harness did before: no trace,
+    run failed). The decode-only window gets the DECODE trace with either profiler."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_PREFILL_CHUNK="1", profile={"sglang_profiler": profiler},
+                               cluster={"nodes": 1, "gpus_per_node": 1},
+                               engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
+                                       "deepep_mode": None, "speculative": None})
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["output_len"] = 12
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scenario = parse_scenario(path.read_text(), str(path))
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    names = [p.name for p in (run_dir / "traces").iterdir()]
+    assert len(names) == 1 and names[0].endswith("-TP-0-DECODE.trace.json.gz")
+    assert not list((tmp_path / "nodes").rglob("*EXTEND*")), "a prefill was captured"

@@ -131,3 +131,24 @@ def test_sglang_scenarios_profile_decode_only(tmp_path):
     assert parse_scenario(text, "ok.yaml").profile.stages == ["DECODE"]
     with pytest.raises(ScenarioError, match=r"profile.stages: the SGLang run collects and analyses DECODE traces only"):
         parse_scenario(text.replace("stages: [DECODE]", "stages: [DECODE, EXTEND]"), "bad.yaml")
+
+
+def test_sglang_output_must_outlast_the_profiled_steps() -> None:
+    text = """
+name: sg
+cluster: {nodes: 1, gpus_per_node: 8}
+engine: {kind: sglang, model_path: m, tp: 8, speculative: {num_draft_tokens: 4}}
+workload: {output_len: 20}
+profile: {num_steps: 3}
+"""
+    assert "workload.output_len (20) must exceed (profile.num_steps + 2) x tokens per decode step (20)" in _problems(text)
+
+
+def test_sglang_profile_options_are_checked() -> None:
+    text = """
+name: sg
+cluster: {nodes: 1, gpus_per_node: 8}
+engine: {kind: sglang, model_path: m, tp: 8}
+profile: {sglang_profiler: v3}
+"""
+    assert "profile.sglang_profiler" in _problems(text)

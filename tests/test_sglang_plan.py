@@ -91,3 +91,35 @@ def test_plan_command_prints_b200_mtp(capsys):
     out = capsys.readouterr().out
     assert out.count("sglang.launch_server") == 2
     assert "--speculative-algorithm EAGLE" in out and "--node-rank 1" in out
+
+
+def test_pipeline_stages_are_placed_and_labelled_as_sglang_does():
+    # 2 nodes x 2 GPUs, tp 2 x pp 2: one pipeline stage per node (engine._calculate_rank_ranges).
+    spec = DeploymentSpec(model_path="m", nodes=2, gpus_per_node=2, tp=2, pp=2)
+    plan = build_plan(spec, environ={})
+    assert "--pp-size 2" in " ".join(plan.nodes[0].argv) and plan.nodes[0].flag_keys["--pp-size"] == "engine.pp"
+    assert expected_rank_labels(spec) == {0: ["TP-0-PP-0", "TP-1-PP-0"], 1: ["TP-0-PP-1", "TP-1-PP-1"]}
+    # two stages on one node of 4 GPUs
+    one_node = DeploymentSpec(model_path="m", nodes=1, gpus_per_node=4, tp=2, pp=2)
+    assert expected_rank_labels(one_node) == {0: ["TP-0-PP-0", "TP-1-PP-0", "TP-0-PP-1", "TP-1-PP-1"]}
+    with pytest.raises(PlanError, match=r"tp=2 x pp=3 must equal nodes x gpus_per_node = 4"):
+        build_plan(DeploymentSpec(model_path="m", nodes=2, gpus_per_node=2, tp=2, pp=3), environ={})
+
+
+def test_flags_keep_the_scenario_key_they_came_from():
+    plan = build_plan(_spec(cuda_graph_max_bs=64, extra_args=("--log-level", "debug")), environ={})
+    keys = plan.nodes[1].flag_keys
+    assert keys["--attn-dp-size"] == "engine.dp_attention" and keys["--cuda-graph-max-bs-decode"] == "engine.cuda_graph_max_bs"
+    assert keys["--nnodes"] == keys["--node-rank"] == "cluster.nodes" and keys["--log-level"] == "engine.extra_args"
+
+
+def test_profiler_and_capture_traces_follow_the_release():
+    v2 = build_plan(_spec(capture_traces=True), environ={}, version="0.5.23")
+    env, argv = v2.nodes[0].env, v2.nodes[0].argv
+    assert (v2.profiler, env["SGLANG_PROFILE_V2"], env["SGLANG_GRAPH_BATCH_CAPTURE"]) == ("v2", "1", "1")
+    assert "--enable-profile-cuda-graph" in argv
+    v1 = build_plan(_spec(profiler="v1", capture_traces=True), environ={}, version="0.5.17")
+    assert v1.profiler == "v1" and "SGLANG_PROFILE_V2" not in v1.nodes[0].env
+    assert v1.nodes[0].env["SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE"] == "1"
+    with pytest.raises(PlanError, match=r"profile.capture_traces: SGLang 0.5.13.post1 writes no CUDA-graph capture"):
+        build_plan(_spec(capture_traces=True), environ={}, version="0.5.13.post1")

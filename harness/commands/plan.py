@@ -26,37 +26,62 @@ def load_deployment_spec(name_or_path: str):
     engine = data.get("engine") or {}
     if engine.get("kind") != "sglang":
         raise PlanError(f"{path}: engine.kind is {engine.get('kind')!r}; `plan` is for sglang scenarios")
-    return deployment_spec(engine, data.get("cluster") or {}, where=f"{path}: engine"), path
+    return deployment_spec(engine, data.get("cluster") or {}, where=f"{path}: engine",
+                           profile=data.get("profile") or {}), path
+
+
+def check_plan_offline(plan, where: str) -> list[str]:
+    """Every flag against the release's own declarations, every SGLANG_* variable against its environ.py."""
+    from harness.sglang.wheel_source import environ_names, flag_table
+
+    version = plan.sglang.version
+    table = flag_table(version)
+    declared = environ_names(version)
+    problems = []
+    for node in plan.nodes:
+        here = f"{where} node {node.node_rank}"
+        problems += [f"{here}: {p}" for p in table.problems(node.server_args(plan.launcher_len), node.flag_keys)]
+        unknown = sorted(k for k in node.env if k.startswith("SGLANG_") and k not in declared)
+        problems += [f"{here}: environment variable {k} is not declared by SGLang {version} (srt/environ.py)"
+                     for k in unknown]
+    return problems
 
 
 def run(args) -> int:
+    from harness.sglang.flags import FlagError
     from harness.sglang.plan import PlanError, build_plan
+    from harness.sglang.version import VersionError
     try:
         spec, path = load_deployment_spec(args.scenario)
-        plan = build_plan(spec)
-    except (PlanError, ValueError) as exc:
+        plan = build_plan(spec, version=args.sglang_version)
+    except (PlanError, VersionError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(plan.render())
     if args.check_flags:
-        from harness.sglang.flags import FlagError, pinned_flag_table
-        from harness.sglang.version import load_pin
         try:
-            table = pinned_flag_table()
-            for node in plan.nodes:
-                table.validate(node.server_args(len(spec.launcher)), where=f"{path} node {node.node_rank}")
+            problems = check_plan_offline(plan, str(path))
         except FlagError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(f"# every flag exists in SGLang {load_pin().version}")
+        if problems:
+            print(f"error: not accepted by SGLang {plan.sglang.version}:\n  " + "\n  ".join(problems), file=sys.stderr)
+            return 1
+        print(f"# every flag and SGLANG_* variable exists in SGLang {plan.sglang.version}, none deprecated")
     return 0
 
 
 def register(subparsers) -> None:
+    from harness.sglang.version import load_table, supported_versions
     p = subparsers.add_parser("plan", help="print the per-node SGLang launch commands of a scenario",
                               description="Print each node's SGLang launch command and environment "
-                                          "(secrets masked). Node 0's IP is filled in at launch.")
+                                          "(secrets masked), spelled for one SGLang release. Node 0's IP is "
+                                          "filled in at launch.")
     p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or path")
+    p.add_argument("--sglang-version", default=None, choices=supported_versions(),
+                   help=f"the SGLang release to plan for (default {load_table()['default']}; "
+                        "harness/sglang/versions.yaml)")
     p.add_argument("--check-flags", action="store_true",
-                   help="also check every flag against the pinned SGLang's server_args.py (downloads its wheel once)")
+                   help="also check every flag (unknown or deprecated) and SGLANG_* variable against that "
+                        "release's own source, read from its wheel (downloaded once, cached)")
     p.set_defaults(func=run)

@@ -4,15 +4,15 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from harness.load.client import LoadRun, RequestRecord, running_requests
+from harness.load.client import DEFAULT_LOADS_PATH, LoadRun, RequestRecord, running_requests
 
 
 class BackgroundLoad:
     """Starts LoadRun in its own event loop; stop() lets in-flight requests finish, no new ones start."""
 
     def __init__(self, url: str, concurrency: int, input_len: int, output_len: int, records_path: str,
-                 ramp_s: float = 0.0, api: str = "generate"):
-        self.url = url
+                 ramp_s: float = 0.0, api: str = "generate", loads_path: str = DEFAULT_LOADS_PATH):
+        self.url, self.loads_path, self.output_len = url, loads_path, output_len
         self.load = LoadRun(url, concurrency, input_len, output_len, records_path, api=api, ramp_s=ramp_s)
         self.loop = asyncio.new_event_loop()
         self.error: BaseException | None = None
@@ -40,12 +40,34 @@ class BackgroundLoad:
                 return f"request {rec.request_id} failed: {rec.error}"
         return None
 
-    def stop(self) -> None:
+    def _call(self, fn) -> None:
         if not self.loop.is_closed():
             try:
-                self.loop.call_soon_threadsafe(self.load.stop)
+                self.loop.call_soon_threadsafe(fn)
             except RuntimeError:  # closed in between: the load has already ended
                 pass
+
+    def stop(self) -> None:
+        self._call(self.load.stop)
+
+    def pause(self) -> None:
+        """No new requests from now on; the running ones go on."""
+        self._call(self.load.pause)
+
+    def resume(self) -> None:
+        self._call(self.load.resume)
+
+    def awaiting_first_token(self) -> int:
+        """Requests sent whose first token has not come: while any, the server may still prefill."""
+        return self.load.counters.awaiting_first_token
+
+    def most_tokens_left(self) -> int:
+        """Tokens still to come for the youngest running request: how long the batch can last unfed."""
+        return self.load.counters.most_tokens_left(self.load.output_len)
+
+    def spec_snapshot(self) -> tuple[int, int]:
+        """(speculative tokens, verify steps) summed over every request so far."""
+        return self.load.counters.spec_snapshot()
 
     def stop_and_wait(self, timeout_s: float) -> bool:
         """Stop issuing requests and wait for the in-flight ones; False when they outlast timeout_s."""
@@ -54,12 +76,13 @@ class BackgroundLoad:
         return not self.thread.is_alive()
 
     def running_batch(self, timeout_s: float = 5.0) -> float | None:
-        """The server's running requests now (its /metrics), or None when it does not answer."""
+        """The server's running requests now, every DP rank on every node (/v1/loads), or None when it
+        does not answer."""
         import aiohttp
 
         async def probe() -> float:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-                return await running_requests(session, self.url)
+                return await running_requests(session, self.url, self.loads_path)
 
         try:
             return asyncio.run(probe())

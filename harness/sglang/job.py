@@ -26,8 +26,8 @@ from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed
 from harness.scenario_sol import sol_settings_for
 from harness.sglang.node_analysis import analysis_options, combine
-from harness.sglang.plan import build_plan
-from harness.sglang.profile import collect_traces, start_profile
+from harness.sglang.plan import build_plan, node_ranges
+from harness.sglang.profile import profile_decode
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
 from harness.sglang.spec import deployment_spec
 
@@ -47,7 +47,8 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 def wait_for_running_batch(dep: Deployment, load: BackgroundLoad, target: int, timeout_s: float, progress) -> float:
-    """Until /metrics reports `target` running requests; a dead node or failed request ends it at once."""
+    """Until the server (/v1/loads: every DP rank, every node) reports `target` running requests; a dead
+    node or failed request ends it at once."""
     deadline = time.monotonic() + timeout_s
     seen = None
     while time.monotonic() < deadline:
@@ -68,22 +69,38 @@ def wait_for_running_batch(dep: Deployment, load: BackgroundLoad, target: int, t
                     "engine.max_running_requests and the server logs in logs/")
 
 
-def _accept_length(url: str) -> float | None:
-    import asyncio
+def copy_capture_traces(dep: Deployment, trace_dir: str, run_dir: Path) -> list[str]:
+    """The capture traces each node's servers wrote while starting, into capture_traces/node<N>/."""
+    capture = dep.plan.sglang.capture_trace
+    folder = f"{trace_dir}/{capture.subdir}"
+    kept = []
+    for rank, actor in enumerate(dep.actors):
+        _, tp_ranks = node_ranges(dep.plan.spec, rank)  # this node's own files (a shared disk holds all)
+        paths = sorted({p for tp in tp_ranks
+                        for p in ray.get(actor.list_files.remote(folder, capture.pattern.format(tp=tp)), timeout=60)})
+        if not paths:
+            raise RunFailed(f"profile.capture_traces: node {rank} wrote no CUDA-graph capture trace "
+                            f"({capture.pattern}) in {folder}; see logs/sglang-node{rank}.log")
+        for p in paths:
+            data = ray.get(actor.read_file.remote(p), timeout=300)
+            kept.append(str(write_atomic(run_dir / "capture_traces" / f"node{rank}" / Path(p).name, data)
+                            .relative_to(run_dir)))
+    return kept
 
-    from harness.load.client import spec_accept_length
-    return asyncio.run(spec_accept_length(url))
 
+def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sglang_version: str | None = None) -> str:
+    """Runs every phase; returns the D4 table (markdown). Raises RunFailed / DeploymentError on failure.
 
-def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> str:
-    """Runs every phase; returns the D4 table (markdown). Raises RunFailed / DeploymentError on failure."""
+    sglang_version: the release the plan is spelled for (versions.yaml; None: the default)."""
     engine, w, prof = scenario.engine, scenario.workload, scenario.profile
     node_dir = node_dir_for(run_dir.name)
     trace_dir = f"{node_dir}/traces"
     manifest["node_dir"] = node_dir
     with progress.phase("plan"):
-        spec = deployment_spec(engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"))
-        plan = build_plan(spec, profile_dir=trace_dir)
+        spec = deployment_spec(engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"),
+                               profile=prof.model_dump(mode="json"))
+        plan = build_plan(spec, profile_dir=trace_dir, version=sglang_version)
+        manifest["sglang_version"] = plan.sglang.version
         manifest["plan"] = plan.to_manifest()  # secrets masked
         write_atomic(run_dir / "plan.sh", plan.render())
     dep: Deployment | None = None
@@ -95,26 +112,37 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress) -> s
                              logs_to=run_dir / "logs")
             except DeploymentError as exc:
                 raise RunFailed(str(exc)) from None
+            manifest["node_check"] = {str(r): c for r, c in (dep.node_checks or {}).items()}
             manifest["nodes"] = ray.get([a.where.remote() for a in dep.actors], timeout=60)
             manifest["server_url"] = dep.url
             progress.note(f"node 0 at {dep.url}; " + ", ".join(f"node {n['node_rank']} on {n['ip']}"
                                                                for n in manifest["nodes"]))
+        if spec.capture_traces:
+            with progress.phase("copy CUDA-graph capture traces"):
+                manifest["capture_traces"] = copy_capture_traces(dep, trace_dir, run_dir)
         with progress.phase(f"load to a running batch of {w.batch_size}"):
             load = BackgroundLoad(dep.url, w.batch_size, w.input_len, w.output_len,
-                                  str(run_dir / "load" / "requests.jsonl"), ramp_s=min(10.0, 0.01 * w.batch_size))
+                                  str(run_dir / "load" / "requests.jsonl"), ramp_s=min(10.0, 0.01 * w.batch_size),
+                                  loads_path=plan.sglang.endpoints["loads"])
             manifest["running_batch"] = wait_for_running_batch(dep, load, w.batch_size, prof.timeout_s, progress)
         prefix = scenario.outputs.trace_prefix or run_dir.name
-        stage = "DECODE"
         with progress.phase(f"profile {prof.num_steps} decode steps on every rank"):
-            start_profile(dep.url, trace_dir, prof.num_steps, prefix, with_stack=prof.with_stack,
-                          record_shapes=prof.record_shapes, profile_by_stage=True)
+            progress.note(f"new requests paused; SGLang profiler {plan.profiler}")
             try:
-                traces = collect_traces(dep, trace_dir, prefix, prof.timeout_s, stage=stage)
+                outcome = profile_decode(dep, load, trace_dir, prefix, prof.num_steps, prof.timeout_s,
+                                         with_stack=prof.with_stack, record_shapes=prof.record_shapes)
             except DeploymentError as exc:
                 dep.check_alive()
                 raise RunFailed(str(_unwrap(exc))) from None
+            traces = outcome.traces
+            manifest["profile"] = {"profiler": plan.profiler, "window_s": outcome.window_s,
+                                   "running_at_start": outcome.running_at_start,
+                                   "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
             manifest["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in traces.items()}
-            manifest["accept_length"] = _accept_length(dep.url) if spec.speculative else None
+            manifest["accept_length"] = outcome.accept_length if spec.speculative else None
+            if spec.speculative:
+                progress.note(f"MTP accept length over the profiled window: "
+                              f"{outcome.accept_length if outcome.accept_length is not None else 'not reported'}")
         with progress.phase("finish requests"):
             finished = load.stop_and_wait(prof.timeout_s)
             records = [asdict(r) for r in load.records]

@@ -1,8 +1,9 @@
 """Per-node SGLang launch commands and environments from a plain deployment spec.
 
-The plan is pure data: the same object is printed by `moe-harness plan`, validated against the
-pinned SGLang's flags in CI, and handed to the per-node server actors, which fill in node 0's
-address (known only once Ray has placed the bundles) and start the command.
+The plan is pure data for one SGLang release (versions.yaml): the same object is printed by
+`moe-harness plan`, checked against that release's flags offline, checked by SGLang's own parser on
+every node before launch, and handed to the per-node server actors, which fill in node 0's address
+(known only once Ray has placed the bundles) and start the command.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
 from harness.sglang.secrets import mask_argv, mask_env
+from harness.sglang.version import SGLangVersion, load_version
 
-NODE0_PLACEHOLDER = "{node0_ip}"
 ENV_DEFAULTS_PATH = Path(__file__).with_name("env_defaults.yaml")
 DEFAULT_LAUNCHER = ("python3", "-m", "sglang.launch_server")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +43,8 @@ class DeploymentSpec:
     model_path: str
     nodes: int = 1
     gpus_per_node: int = 8
-    tp: int | None = None                  # default: every GPU of every node
+    tp: int | None = None                  # default: every GPU of every node (over pp)
+    pp: int = 1                            # pipeline stages; tp x pp = every GPU of every node
     dp: int = 1
     ep: int = 1
     dp_attention: bool = False
@@ -64,6 +67,8 @@ class DeploymentSpec:
     port: int = 30000
     dist_init_port: int = 5000
     extra_args: tuple[str, ...] = ()
+    capture_traces: bool = False           # CUDA-graph capture traces at start (profile.capture_traces)
+    profiler: str = "auto"                 # auto | v2 | v1: which SGLang profiler records the decode steps
     env: dict[str, str] = field(default_factory=dict)
     passthrough_env: tuple[str, ...] = ("HF_TOKEN",)
     launcher: tuple[str, ...] = DEFAULT_LAUNCHER
@@ -74,7 +79,7 @@ class DeploymentSpec:
 
     @property
     def tp_size(self) -> int:
-        return self.tp or self.world_size
+        return self.tp or self.world_size // self.pp
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class NodeLaunch:
     node_rank: int
     argv: tuple[str, ...]
     env: dict[str, str]
+    flag_keys: dict[str, str] = field(default_factory=dict)   # --flag -> the scenario key it came from
 
     def with_node0_ip(self, ip: str) -> "NodeLaunch":
         argv = tuple(a.replace(NODE0_PLACEHOLDER, ip) for a in self.argv)
@@ -95,15 +101,22 @@ class NodeLaunch:
 class LaunchPlan:
     spec: DeploymentSpec
     nodes: tuple[NodeLaunch, ...]
+    sglang: SGLangVersion
+    profiler: str                          # v2 or v1, resolved for this release
+
+    @property
+    def launcher_len(self) -> int:
+        return len(self.spec.launcher)
 
     def expected_rank_files(self) -> dict[int, list[str]]:
-        """Per node, the rank part of each trace name SGLang writes (TP-t[-DP-d][-EP-e])."""
+        """Per node, the rank part of each trace name SGLang writes (TP-t[-DP-d][-PP-p][-EP-e])."""
         return expected_rank_labels(self.spec)
 
     def render(self) -> str:
         """Shell-ready text with secrets masked: what `moe-harness plan` prints."""
-        lines = [f"# SGLang plan: {self.spec.nodes} node(s) x {self.spec.gpus_per_node} GPU(s), "
-                 f"tp={self.spec.tp_size} dp={self.spec.dp} ep={self.spec.ep}"]
+        lines = [f"# SGLang {self.sglang.version} plan: {self.spec.nodes} node(s) x {self.spec.gpus_per_node} GPU(s), "
+                 f"tp={self.spec.tp_size} pp={self.spec.pp} dp={self.spec.dp} ep={self.spec.ep}, "
+                 f"profiler {self.profiler}"]
         if self.spec.nodes > 1:
             lines.append(f"# {NODE0_PLACEHOLDER} is node 0's IP, filled in once Ray places the nodes")
         for node in self.nodes:
@@ -115,8 +128,9 @@ class LaunchPlan:
 
     def to_manifest(self) -> dict:
         """JSON-able, secrets masked: what goes into the run directory."""
-        return {"nodes": [{"node_rank": n.node_rank, "argv": mask_argv(list(n.argv)), "env": mask_env(n.env)}
-                          for n in self.nodes]}
+        return {"sglang_version": self.sglang.version, "profiler": self.profiler,
+                "nodes": [{"node_rank": n.node_rank, "argv": mask_argv(list(n.argv)), "env": mask_env(n.env),
+                           "flag_keys": n.flag_keys} for n in self.nodes]}
 
 
 def _command_lines(argv: list[str]) -> list[str]:
@@ -141,11 +155,14 @@ def check_spec(spec: DeploymentSpec) -> None:
     if spec.nodes < 1 or spec.gpus_per_node < 1:
         problems.append("nodes and gpus_per_node must be >= 1")
     tp = spec.tp_size
-    if tp % spec.nodes:
-        problems.append(f"tp={tp} must be a multiple of nodes={spec.nodes} (one TP group spans the nodes)")
-    if tp != spec.world_size:
-        problems.append(f"tp={tp} must equal nodes x gpus_per_node = {spec.world_size}: "
+    if spec.pp < 1:
+        problems.append("pp must be >= 1")
+    elif tp * spec.pp != spec.world_size:
+        problems.append(f"tp={tp} x pp={spec.pp} must equal nodes x gpus_per_node = {spec.world_size}: "
                         "one server spans every GPU of every node")
+    elif spec.nodes % spec.pp and spec.pp % spec.nodes:
+        problems.append(f"pp={spec.pp} and nodes={spec.nodes}: one must divide the other (SGLang places whole "
+                        "pipeline stages, or whole nodes per stage)")
     if tp % spec.dp:
         problems.append(f"dp={spec.dp} must divide tp={tp}")
     if spec.ep > 1 and tp % spec.ep:
@@ -160,59 +177,20 @@ def check_spec(spec: DeploymentSpec) -> None:
         problems.append("two_batch_overlap needs moe_a2a_backend: deepep")
     if spec.speculative and spec.speculative.num_draft_tokens < 1:
         problems.append("speculative.num_draft_tokens must be >= 1")
+    if spec.profiler not in ("auto", "v1", "v2"):
+        problems.append(f"profiler {spec.profiler!r} must be auto, v1 or v2")
     if problems:
         raise PlanError("; ".join(problems))
 
 
-def _server_args(spec: DeploymentSpec, node_rank: int) -> list[str]:
-    a = ["--model-path", spec.model_path, "--host", spec.host, "--port", str(spec.port),
-         "--tp-size", str(spec.tp_size)]
-    if spec.dp > 1:
-        a += ["--dp-size", str(spec.dp)]
-    if spec.ep > 1:
-        a += ["--ep-size", str(spec.ep)]
-    if spec.dp_attention:
-        a.append("--enable-dp-attention")
-    if spec.moe_a2a_backend:
-        a += ["--moe-a2a-backend", spec.moe_a2a_backend]
-    if spec.deepep_mode:
-        a += ["--deepep-mode", spec.deepep_mode]
-    if spec.moe_runner_backend:
-        a += ["--moe-runner-backend", spec.moe_runner_backend]
-    if spec.two_batch_overlap:
-        a.append("--enable-two-batch-overlap")
-    if spec.attention_backend:
-        a += ["--attention-backend", spec.attention_backend]
-    if spec.cuda_graph_bs:
-        a += ["--cuda-graph-bs", *map(str, spec.cuda_graph_bs)]
-    if spec.cuda_graph_max_bs:
-        a += ["--cuda-graph-max-bs", str(spec.cuda_graph_max_bs)]
-    if spec.load_format:
-        a += ["--load-format", spec.load_format]
-    if spec.speculative:
-        s = spec.speculative
-        a += ["--speculative-algorithm", s.algorithm, "--speculative-num-steps", str(s.num_steps),
-              "--speculative-eagle-topk", str(s.eagle_topk),
-              "--speculative-num-draft-tokens", str(s.num_draft_tokens)]
-    if spec.max_running_requests:
-        a += ["--max-running-requests", str(spec.max_running_requests)]
-    if spec.context_length:
-        a += ["--context-length", str(spec.context_length)]
-    if spec.mem_fraction_static:
-        a += ["--mem-fraction-static", str(spec.mem_fraction_static)]
-    if spec.trust_remote_code:
-        a.append("--trust-remote-code")
-    if spec.enable_metrics:
-        a.append("--enable-metrics")
-    if spec.nodes > 1:
-        a += ["--nnodes", str(spec.nodes), "--node-rank", str(node_rank),
-              "--dist-init-addr", f"{NODE0_PLACEHOLDER}:{spec.dist_init_port}"]
-    return a + list(spec.extra_args)
-
-
-def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str]) -> dict[str, str]:
+def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], row: SGLangVersion,
+              profiler: str) -> dict[str, str]:
     d = _env_defaults()
     env = {k: v.format(profile_dir=profile_dir) for k, v in d["always"].items()}
+    if profiler == "v2":
+        env.update(row.profile["v2_env"])
+    if spec.capture_traces:
+        env.update(row.capture_trace.env)
     if spec.nodes > 1:
         env.update(d["multinode"])
     if spec.moe_a2a_backend == "deepep":
@@ -226,35 +204,71 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str]) -
         env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] = str(max(128, per_rank))
     if spec.deepgemm is not None:
         env.update(d["deepgemm_on" if spec.deepgemm else "deepgemm_off"])
-    env.update({k: str(v) for k, v in spec.env.items()})
+    env.update({k: _placeholders(str(v)) for k, v in spec.env.items()})
     for name in spec.passthrough_env:
         if environ.get(name):
             env[name] = environ[name]
     return env
 
 
+def _placeholders(text: str) -> str:
+    """{python} and {repo}: the driver's interpreter and checkout (test launchers and their env)."""
+    return text.replace("{python}", sys.executable).replace("{repo}", str(REPO_ROOT))
+
+
+def resolve_profiler(spec: DeploymentSpec, row: SGLangVersion) -> str:
+    """v2 where the release has profile V2 (decode stages, no stray EXTEND capture), else v1."""
+    if spec.profiler == "auto":
+        return "v2" if row.profile.get("v2_env") else "v1"
+    if spec.profiler == "v2" and not row.profile.get("v2_env"):
+        raise PlanError(f"profile.sglang_profiler: v2 needs SGLang's profile V2, which {row.version} does not have")
+    return spec.profiler
+
+
 def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
-               environ: dict[str, str] | None = None) -> LaunchPlan:
-    """One NodeLaunch per node; node 0's IP stays a placeholder until placement."""
+               environ: dict[str, str] | None = None, version: str | SGLangVersion | None = None) -> LaunchPlan:
+    """One NodeLaunch per node for one SGLang release (default: versions.yaml's); node 0's IP stays a
+    placeholder until placement."""
     check_spec(spec)
+    row = version if isinstance(version, SGLangVersion) else load_version(version)
+    if spec.capture_traces and row.capture_trace is None:
+        raise PlanError(f"profile.capture_traces: SGLang {row.version} writes no CUDA-graph capture traces "
+                        "(0.5.17 writes one per runner, 0.5.23 one per batch size)")
+    profiler = resolve_profiler(spec, row)
     environ = dict(os.environ) if environ is None else environ
-    launcher = tuple(a.replace("{python}", sys.executable).replace("{repo}", str(REPO_ROOT)) for a in spec.launcher)
-    nodes = tuple(NodeLaunch(rank, launcher + tuple(_server_args(spec, rank)),
-                             _node_env(spec, profile_dir, environ))
-                  for rank in range(spec.nodes))
-    return LaunchPlan(spec, nodes)
+    launcher = tuple(_placeholders(a) for a in spec.launcher)
+    nodes = []
+    for rank in range(spec.nodes):
+        argv, keys = render_server_args(spec, rank, row)
+        nodes.append(NodeLaunch(rank, launcher + tuple(argv), _node_env(spec, profile_dir, environ, row, profiler), keys))
+    return LaunchPlan(spec, tuple(nodes), row, profiler)
 
 
-def rank_label(tp_rank: int, spec: DeploymentSpec) -> str:
-    """Rank part of SGLang's trace file name for one TP rank (profiler_manager naming)."""
+def node_ranges(spec: DeploymentSpec, node_rank: int) -> tuple[range, range]:
+    """(pp ranks, tp ranks) one node holds, as SGLang's engine._calculate_rank_ranges places them."""
+    pp_per_node = max(spec.pp // spec.nodes, 1)
+    nodes_per_pp = max(spec.nodes // spec.pp, 1)
+    pp_start = pp_per_node * (node_rank // nodes_per_pp)
+    tp_per_node = spec.tp_size // nodes_per_pp
+    tp_start = tp_per_node * (node_rank % nodes_per_pp)
+    return range(pp_start, pp_start + pp_per_node), range(tp_start, tp_start + tp_per_node)
+
+
+def rank_label(tp_rank: int, spec: DeploymentSpec, pp_rank: int = 0) -> str:
+    """Rank part of SGLang's trace file name (profiler_manager: TP-t[-DP-d][-PP-p][-EP-e])."""
     parts = [f"TP-{tp_rank}"]
     if spec.dp > 1:
         parts.append(f"DP-{tp_rank // (spec.tp_size // spec.dp)}")
+    if spec.pp > 1:
+        parts.append(f"PP-{pp_rank}")
     if spec.ep > 1:
         parts.append(f"EP-{tp_rank // (spec.tp_size // spec.ep)}")
     return "-".join(parts)
 
 
 def expected_rank_labels(spec: DeploymentSpec) -> dict[int, list[str]]:
-    g = spec.gpus_per_node
-    return {n: [rank_label(n * g + i, spec) for i in range(g)] for n in range(spec.nodes)}
+    labels = {}
+    for node in range(spec.nodes):
+        pps, tps = node_ranges(spec, node)
+        labels[node] = [rank_label(t, spec, p) for p in pps for t in tps]
+    return labels

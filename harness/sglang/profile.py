@@ -1,32 +1,161 @@
-"""Bounded profile of every rank: POST /start_profile on node 0, wait for every rank's file on every node."""
+"""Profile decode steps on every rank while the load runs, robustly (docs/sglang.md, "Profiling").
+
+Why a window: SGLang's classic by-stage profiler handles only "prefill, then decode"; started
+mid-decode under a load that keeps admitting requests, the next prefill starts it a second time and
+the decode capture is lost or written as -EXTEND. Profile V2 stops at the first prefill instead. So
+the harness first stops admitting requests and waits until every running request has its first
+token: from then on the server runs decode batches only, and both profilers see exactly those.
+V2 (SGLANG_PROFILE_V2=1, where the release has it) profiles `profile_stages: ["decode"]` and stops
+itself; it has no manual stop (/stop_profile would raise in the scheduler), so it is never called.
+The classic profiler (profile.sglang_profiler: v1) is stopped with /stop_profile on every exit path,
+so a capture left running never makes the next /start_profile answer 500.
+The MTP accept length is measured over the same window, from the load's own chunks.
+"""
 from __future__ import annotations
 
 import json
+import time
+import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # Ray only where traces are collected through actors: start_profile runs without it
+from harness.load.client import window_accept_length
+from harness.run_errors import RunFailed
+
+if TYPE_CHECKING:  # Ray only where a deployment runs through actors: the request bodies need none
     from harness.sglang.server_actor import Deployment
 
+FAST_POLL_S = 0.01   # between the pause and the profile start only: decode steps can be this short
 
-def start_profile(url: str, output_dir: str, num_steps: int, prefix: str, activities=("CPU", "GPU"),
-                  profile_by_stage: bool = True, with_stack: bool = True, record_shapes: bool = True,
-                  timeout_s: float = 30.0) -> str:
-    """Field names as SGLang's ProfileReqInput has them (managers/io_struct.py)."""
-    body = {"output_dir": output_dir, "num_steps": num_steps, "activities": list(activities),
-            "profile_by_stage": profile_by_stage, "with_stack": with_stack, "record_shapes": record_shapes,
+
+@dataclass
+class ProfileOutcome:
+    traces: dict[int, list[str]] = field(default_factory=dict)
+    accept_length: float | None = None      # tokens per verify step over the window (MTP), None without
+    window_s: float = 0.0
+    running_at_start: float | None = None
+    running_at_end: float | None = None
+    stop_profile: str | None = None          # v1: what /stop_profile answered
+
+
+def _post(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else b""
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def start_profile_body(output_dir: str, num_steps: int, prefix: str, profiler: str, decode_stage: str,
+                       with_stack: bool = True, record_shapes: bool = True) -> dict:
+    """Field names as SGLang's ProfileReq has them (managers/io_struct.py)."""
+    body = {"output_dir": output_dir, "num_steps": num_steps, "activities": ["CPU", "GPU"],
+            "profile_by_stage": True, "with_stack": with_stack, "record_shapes": record_shapes,
             "profile_prefix": prefix}
-    req = urllib.request.Request(url + "/start_profile", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return resp.read().decode()
+    if profiler == "v2":
+        body["profile_stages"] = [decode_stage]   # lower case: V2 matches "prefill" / "decode"
+    return body
 
 
-def collect_traces(dep: "Deployment", trace_dir: str, prefix: str, timeout_s: float,
-                   stage: str | None = None) -> dict[int, list[str]]:
+def _server_says(dep: "Deployment") -> str:
+    """The RuntimeError lines of node 0's log: SGLang's reason behind a bare HTTP 500."""
+    import ray
+
+    tail = ray.get(dep.actors[0].log_tail.remote(), timeout=30)
+    lines = [l for l in tail.splitlines() if "Error" in l or "rror:" in l]
+    return lines[-1].strip() if lines else "(no reason in node 0's log tail)"
+
+
+def _wait(dep: "Deployment", load, done, timeout_s: float, too_long: str) -> None:
+    """Poll `done()` fast; a dead node or a failed request ends the wait at once (checked every 0.25 s)."""
+    deadline, polls = time.monotonic() + timeout_s, 0
+    while not done():
+        if polls % 25 == 0:
+            dep.check_alive()
+            if load.first_failure():
+                raise RunFailed(f"the load failed while the profile window opened: {load.first_failure()}")
+        if time.monotonic() > deadline:
+            raise RunFailed(too_long)
+        polls += 1
+        time.sleep(FAST_POLL_S)
+
+
+def drain_prefills(dep: "Deployment", load, timeout_s: float, tokens_needed: int = 0) -> None:
+    """Stop admitting requests, then wait until every running request has its first token.
+
+    The pause waits first for a young request (`tokens_needed` still to come), so the batch outlives the
+    profiled steps: with requests started together, a pause near their end would leave nothing to decode."""
+    _wait(dep, load, lambda: load.most_tokens_left() >= tokens_needed, timeout_s,
+          f"no running request had {tokens_needed} tokens still to come within {timeout_s:.0f} s "
+          "(profile.timeout_s): raise workload.output_len")
+    load.pause()
+    _wait(dep, load, lambda: load.awaiting_first_token() == 0, timeout_s,
+          f"{load.awaiting_first_token()} request(s) still had no first token {timeout_s:.0f} s after new "
+          "requests were paused (profile.timeout_s)")
+
+
+def collect_traces(dep: "Deployment", trace_dir: str, prefix: str, timeout_s: float, stage: str | None = None,
+                   rename_to: str | None = None) -> dict[int, list[str]]:
     """{node_rank: trace paths on that node}; the first node missing a rank raises DeploymentError."""
     import ray
+
     labels = dep.plan.expected_rank_files()
-    refs = {rank: dep.actors[rank].wait_for_traces.remote(trace_dir, labels[rank], prefix, timeout_s, stage)
+    refs = {rank: dep.actors[rank].wait_for_traces.remote(trace_dir, labels[rank], prefix, timeout_s, stage, rename_to)
             for rank in labels}
     return {rank: ray.get(ref, timeout=timeout_s + 30) for rank, ref in refs.items()}
+
+
+def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_steps: int, timeout_s: float,
+                   with_stack: bool = True, record_shapes: bool = True) -> ProfileOutcome:
+    """The decode-only window, then num_steps profiled decode steps on every rank, traces found on every node."""
+    plan = dep.plan
+    endpoints, profile = plan.sglang.endpoints, plan.sglang.profile
+    outcome = ProfileOutcome()
+    # Both profilers stop at the step after the last profiled one, and a verify step yields up to
+    # num_draft_tokens tokens; half an output leaves room for the round trips before the first step.
+    tokens_per_step = plan.spec.speculative.num_draft_tokens if plan.spec.speculative else 1
+    drain_prefills(dep, load, timeout_s,
+                   tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2))
+    before, started = load.spec_snapshot(), time.monotonic()
+    decode_stage = profile["v2_decode_stage"] if plan.profiler == "v2" else profile["v1_decode_suffix"]
+    body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
+                              with_stack, record_shapes)
+    try:
+        try:
+            status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+            if status != 200 and plan.profiler == "v1":
+                # A classic capture left running (by-stage state outlives /stop_profile: a later prefill
+                # starts an EXTEND capture) refuses every start with a bare 500: stop it, try once more.
+                _post(dep.url + endpoints["stop_profile"], None, 60.0)
+                status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+        except OSError as exc:
+            dep.check_alive()  # a dead node explains it best
+            raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
+        if status != 200:
+            dep.check_alive()
+            raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
+                            f"node 0 says: {_server_says(dep)}")
+        outcome.running_at_start = load.running_batch()
+        try:
+            outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=decode_stage,
+                                            rename_to=profile["v1_decode_suffix"])
+        except Exception as exc:
+            if load.running_batch() == 0:
+                cause = getattr(exc, "cause", None) or exc  # an actor's DeploymentError comes wrapped by Ray
+                raise RunFailed(f"{cause}; by then the running batch had drained, before {num_steps} decode steps "
+                                "were profiled (is workload.output_len long enough for profile.num_steps?)") from None
+            raise
+    finally:
+        if plan.profiler == "v1":  # never leave a classic capture running: the next start would get a 500
+            try:
+                status, text = _post(dep.url + endpoints["stop_profile"], None, 60.0)
+                outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
+            except OSError as exc:
+                outcome.stop_profile = f"not answered: {exc}"
+    outcome.window_s = round(time.monotonic() - started, 3)
+    outcome.running_at_end = load.running_batch()
+    outcome.accept_length = window_accept_length(before, load.spec_snapshot())
+    return outcome

@@ -41,6 +41,11 @@ class SGLangNodeActor:
         return {"node_rank": self.node_rank, "ip": ray.util.get_node_ip_address(),
                 "ray_node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
 
+    def check_args(self, launch: NodeLaunch, launcher_len: int) -> dict:
+        """SGLang's own parser on this node judges the planned argv (harness/sglang/node_check.py)."""
+        from harness.sglang.node_check import run_node_check
+        return run_node_check(launch.argv[0], launch.server_args(launcher_len), launch.env)
+
     def start(self, launch: NodeLaunch, log_path: str) -> int:
         self.server = ServerProcess(list(launch.argv), launch.env, log_path)
         return self.server.start()
@@ -72,18 +77,33 @@ class SGLangNodeActor:
         return self.server.proc.pid if self.server and self.server.proc else None
 
     def wait_for_traces(self, trace_dir: str, rank_labels: list[str], prefix: str, timeout_s: float,
-                        stage: str | None = None) -> list[str]:
+                        stage: str | None = None, rename_to: str | None = None) -> list[str]:
         """Paths of this node's trace files, one per expected rank label; raises when some never appear.
 
-        With `stage` (DECODE), only that stage's files count: profile_by_stage also writes EXTEND files
-        when new requests are prefilled while the profiler runs. A file counts once its size is
-        non-zero and unchanged over one poll: the profiler writes the final name progressively.
+        With `stage` (DECODE, or decode from profile V2), only that stage's files count: a capture of
+        another stage (EXTEND) is never taken for decode steps. A file counts once its size is non-zero
+        and unchanged over one poll: the profiler writes the final name progressively. `rename_to`
+        renames the stage suffix (V2's -decode to -DECODE, the suffix the analysis reads).
         """
         try:
-            return wait_for_traces(trace_dir, rank_labels, prefix, timeout_s, stage,
-                                   alive=lambda: self.exit_code() is None)
+            found = wait_for_traces(trace_dir, rank_labels, prefix, timeout_s, stage,
+                                    alive=lambda: self.exit_code() is None)
         except TraceWaitError as exc:
-            raise DeploymentError(f"node {self.node_rank}: {exc}") from None
+            what = f" ({stage} stage)" if stage else ""
+            raise DeploymentError(f"node {self.node_rank}: {str(exc).replace('no trace for', f'no trace{what} for')}") from None
+        return [str(self._renamed(Path(p), stage, rename_to)) for p in found]
+
+    @staticmethod
+    def _renamed(path: Path, stage: str | None, rename_to: str | None) -> Path:
+        if not stage or not rename_to or stage == rename_to:
+            return path
+        target = path.with_name(path.name[: -len(f"-{stage}.trace.json.gz")] + f"-{rename_to}.trace.json.gz")
+        path.rename(target)
+        return target
+
+    def list_files(self, folder: str, pattern: str) -> list[str]:
+        """Files of this node matching a glob pattern in folder (e.g. CUDA-graph capture traces)."""
+        return sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file())
 
     def analyze_traces(self, paths: list[str], options: dict) -> dict:
         """Analyse this node's ranks where the traces are; only the row tables travel back.
@@ -125,6 +145,7 @@ class Deployment:
     actors: list
     node0_ip: str
     url: str
+    node_checks: dict | None = None      # {node rank: the node check's answer}
 
     def fetch_logs(self, dest_dir: str | Path) -> list[Path]:
         """Copy every node's server log into dest_dir (best effort: a dead actor's log is skipped)."""
@@ -157,9 +178,23 @@ class Deployment:
                                       f"--- log tail (node {rank}) ---\n{tail}")
 
 
+def check_nodes(dep: Deployment, timeout_s: float = 660.0) -> None:
+    """Every node's SGLang parses its planned argv; any refusal ends the launch before a server starts."""
+    from harness.sglang.node_check import describe
+
+    plan = dep.plan
+    refs = {node.node_rank: actor.check_args.remote(node.with_node0_ip(dep.node0_ip), plan.launcher_len)
+            for node, actor in zip(plan.nodes, dep.actors)}
+    dep.node_checks = {rank: ray.get(ref, timeout=timeout_s) for rank, ref in refs.items()}
+    refusals = describe(dep.node_checks, plan)
+    if refusals:
+        raise DeploymentError(f"SGLang refuses the planned command; no server was started:\n  " + "\n  ".join(refusals))
+
+
 def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_timeout_s: float = 60.0,
            connect_host: str | None = None, logs_to: str | Path | None = None) -> Deployment:
-    """Place, start and wait for every node; on any failure everything started is stopped.
+    """Place, check every node's command with its own SGLang, start and wait for every node; on any
+    failure everything started is stopped.
 
     log_dir is a path on each node; with logs_to (a driver path), a failed start first copies every
     node's whole log there, since the actors holding them are gone afterwards.
@@ -180,6 +215,11 @@ def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_tim
     node0_ip = ray.get(actors[0].node_ip.remote(), timeout=60)
     host = connect_host or (spec.host if spec.host not in ("0.0.0.0", "::") else node0_ip)
     dep = Deployment(plan, pg, actors, node0_ip, f"http://{host}:{spec.port}")
+    try:
+        check_nodes(dep)
+    except BaseException:
+        dep.stop()
+        raise
     try:
         for node, actor in zip(plan.nodes, actors):
             ray.get(actor.start.remote(node.with_node0_ip(node0_ip),

@@ -1,4 +1,4 @@
-"""Scenario sections (engine: kind sglang, cluster) -> DeploymentSpec.
+"""Scenario sections (engine: kind sglang, cluster, profile) -> DeploymentSpec.
 
 Takes plain mappings (a typed scenario's `model_dump()` or the raw YAML) so it does not depend on
 how the schema class is built; unknown engine keys are errors naming the key.
@@ -15,8 +15,10 @@ RUN_ONLY_KEYS = {"kind", "start_timeout_s", "ready_timeout_s", "stop_timeout_s"}
 RENAMED = {}  # scenario key -> DeploymentSpec field, when they differ
 
 
-def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine") -> DeploymentSpec:
-    fields = {f.name for f in dataclasses.fields(DeploymentSpec)}
+def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine",
+                    profile: Mapping[str, Any] | None = None) -> DeploymentSpec:
+    """The deployment of a scenario; `profile` adds profile.capture_traces and profile.sglang_profiler."""
+    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "profiler"}
     kwargs: dict[str, Any] = {}
     unknown = []
     for key, value in engine.items():
@@ -40,5 +42,7 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
             kwargs[key] = tuple(kwargs[key])
     if "env" in kwargs:
         kwargs["env"] = {str(k): str(v) for k, v in kwargs["env"].items()}
+    profile = profile or {}
     return DeploymentSpec(nodes=int(cluster.get("nodes", 1)), gpus_per_node=int(cluster.get("gpus_per_node", 1)),
-                          **kwargs)
+                          capture_traces=bool(profile.get("capture_traces", False)),
+                          profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)

@@ -1,18 +1,36 @@
-"""Fake SGLang server: real HTTP endpoints, no model. See README.md in this folder."""
+"""Fake SGLang server speaking 0.5.23's HTTP surface, with no model. See README.md in this folder.
+
+One scheduler loop stands for every DP group's scheduler: each tick is a prefill batch when requests
+are waiting (they get their first token), else a decode batch (every running request gets one
+token, or FAKE_SGLANG_ACCEPT tokens per verify step with speculative decoding). The profilers follow
+SGLang's code: the classic one (`profiler_manager.py`, with its double start under load) and V2
+(`profile_utils.py`, with SGLANG_PROFILE_V2=1).
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 TEMPLATE = Path(__file__).with_name("template-TP-0-DECODE.trace.json.gz")
+VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.23")
+# sglang/api/v1/api_types.py (0.5.23) SamplingParams: JSON object, unknown keys rejected.
+SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+                   "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
+                   "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+                   "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
+                   "sampling_seed", "custom_params", "beam_width", "watermark", "choice")
+WARMUP_VERIFY_STEPS = 2000  # one-token verify steps before the load (warm-up), in the cumulative figures
 
 
 def parse_args(argv):
@@ -20,90 +38,289 @@ def parse_args(argv):
     p.add_argument("--model-path", "--model", default="fake")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
-    p.add_argument("--tensor-parallel-size", "--tp-size", dest="tp_size", type=int, default=1)
-    p.add_argument("--data-parallel-size", "--dp-size", dest="dp_size", type=int, default=1)
-    p.add_argument("--expert-parallel-size", "--ep-size", "--ep", dest="ep_size", type=int, default=1)
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    p.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
+    p.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    p.add_argument("--attn-dp-size", dest="attn_dp_size", type=int, default=1)
+    p.add_argument("--ep-size", "--expert-parallel-size", dest="ep_size", type=int, default=1)
     p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--nnodes", type=int, default=1)
     p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--dist-init-addr", default=None)
     p.add_argument("--speculative-algorithm", default=None)
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
-    args, _ = p.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
+    p.add_argument("--enable-profile-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-bs-decode", "--cuda-graph-bs", dest="cuda_graph_bs", type=int, nargs="+")
+    p.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
+    args, _ = p.parse_known_args(argv)  # every other flag was judged by the node check already
+    # `--dp-size N --enable-dp-attention` is the deprecated spelling of `--attn-dp-size N`.
+    args.dp_groups = args.attn_dp_size if args.attn_dp_size > 1 else (args.dp_size if args.enable_dp_attention else 1)
     return args
 
 
-class State:
-    def __init__(self, args):
-        self.args = args
-        self.lock = threading.Lock()
-        self.running = 0
-        self.started_requests = 0
-        self.gen_tokens = 0
-        self.decode_steps = 0
-        self.profile = None          # dict of the pending /start_profile request
-        self.profile_seq = 0         # bumps on every /start_profile (followers poll it)
-        self.joined = set()          # node ranks > 0 that have polled node 0
-        fail = os.environ.get("FAKE_SGLANG_FAIL", "")
-        only = os.environ.get("FAKE_SGLANG_FAIL_NODE")
-        self.fail = fail if (only is None or int(only) == args.node_rank) else ""
-        self.step_s = float(os.environ.get("FAKE_SGLANG_STEP_MS", "20")) / 1000.0
+def node_ranks(args, node_rank):
+    """(pp ranks, tp ranks) on one node, as engine._calculate_rank_ranges places them."""
+    pp_per_node = max(args.pp_size // args.nnodes, 1)
+    nodes_per_pp = max(args.nnodes // args.pp_size, 1)
+    pp0 = pp_per_node * (node_rank // nodes_per_pp)
+    tp_per_node = args.tp_size // nodes_per_pp
+    tp0 = tp_per_node * (node_rank % nodes_per_pp)
+    return range(pp0, pp0 + pp_per_node), range(tp0, tp0 + tp_per_node)
 
 
 def rank_labels(args, node_rank):
-    """This node's TP ranks, named as SGLang's profiler names them (TP-t[-DP-d][-EP-e])."""
-    per_node = args.tp_size // args.nnodes
+    """This node's ranks as SGLang's profiler names them: TP-t[-DP-d][-PP-p][-EP-e]."""
     labels = []
-    for tp in range(node_rank * per_node, (node_rank + 1) * per_node):
-        parts = [f"TP-{tp}"]
-        if args.dp_size > 1:
-            parts.append(f"DP-{tp // (args.tp_size // args.dp_size)}")
-        if args.ep_size > 1:
-            parts.append(f"EP-{tp // (args.tp_size // args.ep_size)}")
-        labels.append("-".join(parts))
+    pps, tps = node_ranks(args, node_rank)
+    for pp in pps:
+        for tp in tps:
+            parts = [f"TP-{tp}"]
+            if args.dp_groups > 1:
+                parts.append(f"DP-{tp // (args.tp_size // args.dp_groups)}")
+            if args.pp_size > 1:
+                parts.append(f"PP-{pp}")
+            if args.ep_size > 1:
+                parts.append(f"EP-{tp // (args.tp_size // args.ep_size)}")
+            labels.append("-".join(parts))
     return labels
 
 
-def write_traces(state, node_rank, request, profile_id):
-    if state.fail == "no_profile_file":
+def group_leader_node(args, group):
+    """The node of a DP group's attn_tp_rank 0, the one scheduler of the group that reports metrics."""
+    tp_per_node = args.tp_size // max(args.nnodes // args.pp_size, 1)
+    return (group * (args.tp_size // args.dp_groups)) // tp_per_node
+
+
+def write_trace_files(args, node_rank, event, fail):
+    if fail == "no_profile_file":
         print("profile: trace export skipped (fault injected)", flush=True)
         return
-    out = Path(request.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"))
+    out = Path(event["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    prefix = request.get("profile_prefix")
-    stage = "-DECODE" if request.get("profile_by_stage") else ""
-    for label in rank_labels(state.args, node_rank):
-        name = (f"{prefix}-" if prefix else "") + f"{profile_id}-{label}{stage}.trace.json.gz"
+    prefix = f"{event['prefix']}-" if event["prefix"] else ""
+    for label in rank_labels(args, node_rank):
+        name = f"{prefix}{event['profile_id']}-{label}{event['suffix']}.trace.json.gz"
         tmp = out / (name + ".tmp")
         shutil.copyfile(TEMPLATE, tmp)
         tmp.rename(out / name)
         print(f"profile: wrote {out / name}", flush=True)
 
 
-def profile_after_steps(state, node_rank, request, profile_id):
-    """Write traces once num_steps decode steps have run (steps run only while requests are)."""
-    start = state.decode_steps
-    need = int(request.get("num_steps") or 1)
-    deadline = time.time() + 120
-    while state.decode_steps - start < need and time.time() < deadline:
-        time.sleep(state.step_s / 2)
-    write_traces(state, node_rank, request, profile_id)
+def write_capture_traces(args, node_rank):
+    """--enable-profile-cuda-graph at start: 0.5.23 per batch size (SGLANG_GRAPH_BATCH_CAPTURE), 0.5.17 one file."""
+    if not args.enable_profile_cuda_graph:
+        return
+    out = Path(os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")) / "graph_capture_profile"
+    sizes = args.cuda_graph_bs or [bs for bs in (1, 2, 4, 8) if bs <= (args.cuda_graph_max_bs or 8)]
+    _, tps = node_ranks(args, node_rank)
+    names = []
+    if os.environ.get("SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE") == "1":
+        names = [f"cuda_graph_capture-DecodeCudaGraphRunner-TP-{tp}.json.gz" for tp in tps]
+    elif os.environ.get("SGLANG_GRAPH_BATCH_CAPTURE") == "1" and VERSION == "0.5.23":
+        names = [f"DecodeCudaGraphRunner_bs_{bs}_rank{tp}.json.gz" for tp in tps for bs in sizes]
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copyfile(TEMPLATE, out / name)
+        print(f"CUDA graph capture: saved trace to {out / name}", flush=True)
 
 
-def decode_clock(state):
-    """One decode step every step_s while any request runs (what the profiler counts)."""
+@dataclass
+class Req:
+    rid: str
+    group: int
+    max_new: int
+    prompt_tokens: int
+    spec: bool
+    phase: str = "waiting"             # waiting (prefill) -> running (decode) -> done
+    prompt_left: int = 1               # prompt tokens still to prefill
+    generated: int = 0
+    verify_ct: int = 0
+    out: queue.Queue = field(default_factory=queue.Queue)
+    error_after: int | None = None     # fault injection: an error chunk after this many tokens
+
+
+class ClassicProfiler:
+    """SchedulerProfilerManager without SGLANG_PROFILE_V2 (profiler_manager.py, 0.5.23), one for all ranks."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.in_progress = False
+        self.recording = False
+        self.by_stage = False
+        self.prefill_ct = self.decode_ct = 0
+        self.target = None
+        self.target_forward_ct = None
+        self.req = None
+
+    def start_request(self, req, forward_ct):
+        if self.in_progress:
+            return False, "Profiling is already in progress. Call /stop_profile first."
+        self.req, self.by_stage = req, bool(req.get("profile_by_stage"))
+        num_steps = req.get("num_steps")
+        if self.by_stage:
+            self.prefill_ct = self.decode_ct = 0
+            self.target = num_steps
+            return True, "Succeeded"
+        self.target_forward_ct = forward_ct + num_steps + 1 if num_steps else None
+        return self._start(None)
+
+    def _start(self, stage):
+        if self.recording:  # torch starts the second profiler and drops the first capture (torch 2.13)
+            print(f"profiler_stop: the capture running since its start is dropped for a new one ({stage})", flush=True)
+        self.recording = self.in_progress = True
+        print(f"Profiling starts{f' for {stage}' if stage else ''}.", flush=True)
+        return True, "Succeeded"
+
+    def _stop(self, stage):
+        if not self.in_progress:
+            return False, "Profiling is not in progress. Call /start_profile first."
+        if self.recording:
+            self.emit(self.req, f"-{stage}" if stage else "")
+        self.recording = self.in_progress = False
+        return True, "Succeeded."
+
+    def stop_request(self):
+        return self._stop(None)
+
+    def step(self, stage, forward_ct):
+        if self.req is None:
+            return
+        if not self.by_stage:
+            if self.target_forward_ct and self.target_forward_ct <= forward_ct and self.in_progress:
+                self._stop(None)
+            return
+        if stage == "prefill":
+            if self.prefill_ct == 0:
+                self._start("EXTEND")
+            self.prefill_ct += 1
+            if self.prefill_ct > self.target and self.in_progress:
+                self._stop("EXTEND")
+        else:
+            if self.decode_ct == 0:
+                if self.in_progress:
+                    self._stop("EXTEND")  # force trace flush
+                self._start("DECODE")
+            self.decode_ct += 1
+            if self.decode_ct > self.target and self.in_progress:
+                self._stop("DECODE")
+
+
+class ProfilerV2:
+    """ProfileManager + _StageBasedTrigger (srt/utils/profile_utils.py), SGLANG_PROFILE_V2=1."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.configs: dict[str, int] = {}
+        self.running: list | None = None     # [stage, count]
+        self.req = None
+
+    def start_request(self, req, forward_ct):
+        if not req.get("profile_by_stage"):
+            raise AssertionError("only support profile_by_stage=true now")
+        if self.running is not None:
+            raise AssertionError("assert self.running_state is None")
+        self.req = req
+        self.configs = {s: int(req.get("num_steps") or 0) for s in (req.get("profile_stages") or ["prefill", "decode"])}
+        return True, "Succeeded"
+
+    def stop_request(self):
+        raise NotImplementedError("manually stop is only supported yet")
+
+    def step(self, stage, forward_ct):
+        if self.running is not None:
+            self.running[1] += 1
+            if self.running[1] > self.configs[self.running[0]] or stage != self.running[0]:
+                done = self.running[0]
+                del self.configs[done]
+                self.running = None
+                self.emit(self.req, f"-{done}")
+        if self.running is None and stage in self.configs:
+            self.running = [stage, 0]
+            print(f"Profiling starts for {stage}.", flush=True)
+
+
+class State:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.reqs: dict[str, Req] = {}
+        self.started_requests = 0
+        self.forward_ct = 0
+        self.gen_tokens = 0
+        self.spec_verify_total = WARMUP_VERIFY_STEPS   # cumulative since start, warm-up included
+        self.spec_accept_total = WARMUP_VERIFY_STEPS
+        self.events: list[dict] = []                    # trace exports, replayed by the other nodes
+        self.joined = set()                             # node ranks > 0 that have polled node 0
+        fail = os.environ.get("FAKE_SGLANG_FAIL", "")
+        only = os.environ.get("FAKE_SGLANG_FAIL_NODE")
+        self.fail = fail if (only is None or int(only) == args.node_rank) else ""
+        self.step_s = float(os.environ.get("FAKE_SGLANG_STEP_MS", "20")) / 1000.0
+        self.accept = int(os.environ.get("FAKE_SGLANG_ACCEPT", "3"))
+        self.prefill_chunk = int(os.environ.get("FAKE_SGLANG_PREFILL_CHUNK", "0"))  # 0: whole prompts at once
+        profiler_cls = ProfilerV2 if os.environ.get("SGLANG_PROFILE_V2") == "1" else ClassicProfiler
+        self.profiler = profiler_cls(self.emit_traces)
+
+    def emit_traces(self, req, suffix):
+        event = {"output_dir": req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
+                 "prefix": req.get("profile_prefix") or "", "profile_id": req["profile_id"], "suffix": suffix}
+        self.events.append(event)
+        write_trace_files(self.args, 0, event, self.fail)
+
+    def running(self, group=None):
+        return sum(1 for r in self.reqs.values() if r.phase == "running" and (group is None or r.group == group))
+
+    def waiting(self, group=None):
+        return sum(1 for r in self.reqs.values() if r.phase == "waiting" and (group is None or r.group == group))
+
+
+def crash(message):
+    """An exception in a scheduler ends the whole SGLang server."""
+    print(f"Scheduler hit an exception: {message}", flush=True)
+    os._exit(1)
+
+
+def scheduler_loop(state):
     while True:
         time.sleep(state.step_s)
         with state.lock:
-            if state.running:
-                state.decode_steps += 1
+            cap = state.args.max_running_requests or 10**9
+            waiting = [r for r in state.reqs.values() if r.phase == "waiting"][: max(0, cap - state.running())]
+            if waiting:
+                # Prefill first, as SGLang's scheduler does; with a chunk budget a long prompt takes
+                # several prefill batches (chunked prefill), shared in arrival order.
+                stage, budget = "prefill", state.prefill_chunk or sum(r.prompt_left for r in waiting)
+                for r in waiting:
+                    take = min(budget, r.prompt_left)
+                    r.prompt_left -= take
+                    budget -= take
+                    if r.prompt_left == 0:
+                        r.phase, r.generated = "running", 1
+                        r.out.put((1, r.generated, 0))
+            elif state.running():
+                stage = "decode"
+                for r in [r for r in state.reqs.values() if r.phase == "running"]:
+                    k = min(state.accept if r.spec else 1, r.max_new - r.generated)
+                    r.generated += k
+                    state.gen_tokens += k
+                    if r.spec:
+                        r.verify_ct += 1
+                        state.spec_verify_total += 1
+                        state.spec_accept_total += k
+                    r.out.put((k, r.generated, r.verify_ct))
+            else:
+                continue
+            for r in [r for r in state.reqs.values() if r.phase == "running" and r.generated >= r.max_new]:
+                r.phase = "done"
+            state.forward_ct += 1
+            try:
+                state.profiler.step(stage, state.forward_ct)
+            except Exception as exc:  # noqa: BLE001 - as in SGLang: the scheduler dies
+                crash(f"{type(exc).__name__}: {exc}")
 
 
 def make_handler(state):
     args = state.args
     spec = args.speculative_algorithm is not None
-    accept_len = 2.6 if spec else None
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -124,151 +341,217 @@ def make_handler(state):
             return json.loads(self.rfile.read(n) or b"{}")
 
         def do_GET(self):
-            if self.path.startswith("/_fake/profile?node="):  # a follower's poll: it has joined
+            path, _, query = self.path.partition("?")
+            if path == "/_fake/events":  # a follower's poll: it has joined
                 with state.lock:
-                    state.joined.add(int(self.path.rsplit("=", 1)[1]))
-                self.path = "/_fake/profile"
-            if self.path in ("/health", "/health_generate"):
+                    state.joined.add(int(query.rsplit("=", 1)[1]))
+                    return self._send(200, {"events": state.events})
+            if path in ("/health", "/health_generate"):
                 # Like SGLang, node 0 is healthy only once every node has joined the process group.
                 if len(state.joined) < args.nnodes - 1:
                     return self._send(503, b"waiting for nodes", "text/plain")
-            if self.path == "/health":
-                return self._send(200, b"", "text/plain")
-            if self.path == "/health_generate":
-                if state.fail == "hang_ready":
+                if path == "/health_generate" and state.fail == "hang_ready":
                     time.sleep(3600)
                 return self._send(200, b"", "text/plain")
-            if self.path in ("/get_server_info", "/server_info"):
-                internal = {"last_gen_throughput": state.gen_tokens / max(1e-9, time.time() - START),
-                            "effective_max_running_requests_per_dp": args.max_running_requests}
-                if accept_len is not None and state.decode_steps:
-                    internal["avg_spec_accept_length"] = accept_len
-                info = {"model_path": args.model_path, "tp_size": args.tp_size, "dp_size": args.dp_size,
-                        "ep_size": args.ep_size, "enable_dp_attention": args.enable_dp_attention,
-                        "nnodes": args.nnodes, "node_rank": args.node_rank,
-                        "speculative_algorithm": args.speculative_algorithm,
-                        "internal_states": [internal], "version": "0.5.13.post1-fake"}
-                return self._send(200, info)
-            if self.path == "/metrics":
-                labels = f'model_name="{args.model_path}",engine_type="unified",tp_rank="0",pp_rank="0"'
-                lines = [
-                    "# TYPE sglang:num_running_reqs gauge", f"sglang:num_running_reqs{{{labels}}} {state.running}",
-                    "# TYPE sglang:num_queue_reqs gauge", f"sglang:num_queue_reqs{{{labels}}} 0",
-                    "# TYPE sglang:gen_throughput gauge",
-                    f"sglang:gen_throughput{{{labels}}} {state.running / state.step_s:.1f}",
-                ]
-                if accept_len is not None:
-                    lines += ["# TYPE sglang:spec_accept_length gauge", f"sglang:spec_accept_length{{{labels}}} {accept_len}"]
-                return self._send(200, "\n".join(lines) + "\n", "text/plain; version=0.0.4")
-            if self.path == "/_fake/profile":  # followers (node_rank > 0) poll this
-                return self._send(200, {"seq": state.profile_seq, "request": state.profile,
-                                        "profile_id": getattr(state, "profile_id", None)})
-            return self._send(404, {"error": f"no route {self.path}"})
+            if path in ("/get_server_info", "/server_info"):
+                if path == "/get_server_info":
+                    print("WARNING: Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                          "version. Please use '/server_info' instead.", flush=True)
+                return self._send(200, self._server_info())
+            if path == "/v1/loads":
+                return self._send(200, self._loads())
+            if path == "/metrics":
+                return self._send(200, self._metrics(), "text/plain; version=0.0.4")
+            return self._send(404, {"detail": "Not Found"})
+
+        def _server_info(self):
+            with state.lock:
+                cumulative = state.spec_accept_total / state.spec_verify_total
+                internal = [{"dp_rank": g, "last_gen_throughput": state.running(g) / state.step_s,
+                             **({"avg_spec_accept_length": cumulative} if spec else {})}
+                            for g in range(args.dp_groups)]
+            return {"model_path": args.model_path, "tp_size": args.tp_size, "pp_size": args.pp_size,
+                    "dp_size": args.dp_size, "attn_dp_size": args.dp_groups, "ep_size": args.ep_size,
+                    "enable_dp_attention": args.dp_groups > 1, "nnodes": args.nnodes,
+                    "speculative_algorithm": args.speculative_algorithm, "internal_states": internal,
+                    "version": VERSION, "frontend": "python"}
+
+        def _loads(self):
+            with state.lock:
+                cumulative = state.spec_accept_total / state.spec_verify_total
+                loads = []
+                for g in range(args.dp_groups):
+                    load = {"timestamp": time.time(), "dp_rank": g, "num_running_reqs": state.running(g),
+                            "num_waiting_reqs": state.waiting(g), "num_used_tokens": 0, "num_total_tokens": 0,
+                            "max_running_requests": args.max_running_requests or 0}
+                    if spec:
+                        load["speculative"] = {"accept_length": cumulative, "accept_rate": 0.0}
+                    loads.append(load)
+            return {"timestamp": datetime.now(timezone.utc).isoformat(), "version": VERSION, "accelerator": None,
+                    "num_accelerators": args.tp_size * args.pp_size // args.dp_groups, "loads": loads}
+
+        def _metrics(self):
+            """Node-local: only node 0's DP-group leaders (attn_tp_rank 0) report, one series each."""
+            lines = []
+            with state.lock:
+                groups = [g for g in range(args.dp_groups) if group_leader_node(args, g) == 0]
+                for name, value_of in (("num_running_reqs", state.running), ("num_queue_reqs", state.waiting),
+                                       ("gen_throughput", lambda g: state.running(g) / state.step_s),
+                                       *((("spec_accept_length", lambda g: float(state.accept)),) if spec else ())):
+                    lines.append(f"# TYPE sglang:{name} gauge")
+                    for g in groups:
+                        labels = (f'model_name="{args.model_path}",engine_type="unified",'
+                                  f'tp_rank="{g * (args.tp_size // args.dp_groups)}",pp_rank="0",moe_ep_rank="0"')
+                        if args.dp_groups > 1:
+                            labels += f',dp_rank="{g}"'
+                        lines.append(f"sglang:{name}{{{labels}}} {value_of(g)}")
+            return "\n".join(lines) + "\n"
 
         def do_POST(self):
             if self.path == "/start_profile":
                 req = self._json_body()
+                req["profile_id"] = req.get("profile_id") or str(time.time())
                 with state.lock:
-                    state.profile = req
-                    state.profile_seq += 1
-                    state.profile_id = str(time.time())
-                threading.Thread(target=profile_after_steps, args=(state, 0, req, state.profile_id),
-                                 daemon=True).start()
-                return self._send(200, "Start profiling.\n", "text/plain")
+                    try:
+                        ok, message = state.profiler.start_request(req, state.forward_ct)
+                    except Exception as exc:  # noqa: BLE001 - as in SGLang: the scheduler dies
+                        crash(f"{type(exc).__name__}: {exc}")
+                if not ok:  # SGLang raises RuntimeError(message) in the route: a bare 500
+                    print(f"RuntimeError: {message}", flush=True)
+                    return self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+                return self._send(200, b"Start profiling.\n", "text/plain")
+            if self.path == "/stop_profile":
+                with state.lock:
+                    try:
+                        ok, message = state.profiler.stop_request()
+                    except Exception as exc:  # noqa: BLE001
+                        crash(f"{type(exc).__name__}: {exc}")
+                if not ok:
+                    print(f"RuntimeError: {message}", flush=True)
+                    return self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+                return self._send(200, b"Stop profiling. This will take some time.\n", "text/plain")
             if self.path in ("/generate", "/v1/completions"):
                 return self._generate(self._json_body(), openai=self.path == "/v1/completions")
-            return self._send(404, {"error": f"no route {self.path}"})
+            return self._send(404, {"detail": "Not Found"})
 
         def _generate(self, body, openai):
             if openai:
                 max_new = int(body.get("max_tokens") or 16)
-                stream = bool(body.get("stream"))
+                usage = (body.get("stream_options") or {}).get("continuous_usage_stats")
             else:
-                max_new = int((body.get("sampling_params") or {}).get("max_new_tokens") or 16)
-                stream = bool(body.get("stream"))
+                sampling = body.get("sampling_params") or {}
+                unknown = [k for k in sampling if k not in SAMPLING_FIELDS]
+                if unknown and VERSION == "0.5.23":  # the contract gate (entrypoints/api_contract.py)
+                    listed = ", ".join(f"`{f}`" for f in SAMPLING_FIELDS)
+                    return self._send(400, {"error": f"unknown field `{unknown[0]}`, expected one of {listed}"})
+                max_new = int(sampling.get("max_new_tokens") or 128)
+            stream = bool(body.get("stream"))
+            prompt_tokens = len(str(body.get("prompt") or body.get("text") or "").split())
             with state.lock:
                 state.started_requests += 1
-                state.running += 1
-                started = state.started_requests
-            if state.fail.startswith("die_mid_load:") and started >= int(state.fail.split(":")[1]):
+                n = state.started_requests
+                req = Req(f"req-{n}", n % args.dp_groups, max_new, prompt_tokens, spec,
+                          prompt_left=max(1, prompt_tokens))
+                if state.fail.startswith("error_chunk:") and n == int(state.fail.split(":")[1]):
+                    req.error_after = 2
+                state.reqs[req.rid] = req
+            if state.fail.startswith("die_mid_load:") and n >= int(state.fail.split(":")[1]):
                 print("fatal: scheduler died (fault injected)", flush=True)
                 os._exit(4)
             try:
-                if stream:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                text = ""
-                for i in range(max_new):
-                    time.sleep(state.step_s)
-                    text += " tok"
-                    with state.lock:
-                        state.gen_tokens += 1
-                    if stream:
-                        if openai:
-                            chunk = {"id": "cmpl-fake", "object": "text_completion",
-                                     "choices": [{"index": 0, "text": " tok", "finish_reason": None}]}
-                        else:
-                            chunk = {"text": text, "meta_info": {"completion_tokens": i + 1,
-                                                                 "prompt_tokens": 8}}
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                if stream:
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
-                    self.close_connection = True
-                else:
-                    self._send(200, {"text": text, "meta_info": {"completion_tokens": max_new}})
+                self._stream(req, openai, stream, usage if openai else False)
             finally:
                 with state.lock:
-                    state.running -= 1
+                    req.phase = "done"
+                    state.reqs.pop(req.rid, None)
+
+        def _stream(self, req, openai, stream, usage):
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+            text, total = "", 0
+            while total < req.max_new:
+                k, total, verify = req.out.get(timeout=300)
+                delta = " tok" * k
+                text += delta
+                if req.error_after is not None and total >= req.error_after:
+                    error = {"message": "The request was aborted: KV cache pool is full (fault injected)",
+                             "type": "invalid_request_error", "code": 400, "retryable": False}
+                    if openai:
+                        error = {"object": "error", "message": error["message"], "type": "BadRequestError",
+                                 "param": None, "code": 400}
+                    self.wfile.write(f"data: {json.dumps({'error': error})}\n\n".encode() + b"data: [DONE]\n\n")
+                    self.close_connection = True
+                    return
+                if not stream:
+                    continue
+                finish = {"type": "length", "length": req.max_new} if total >= req.max_new else None
+                if openai:
+                    chunk = {"id": req.rid, "object": "text_completion", "created": int(time.time()),
+                             "model": args.model_path,
+                             "choices": [{"index": 0, "text": delta, "logprobs": None,
+                                          "finish_reason": finish and "length", "matched_stop": None}]}
+                    if usage:
+                        chunk["usage"] = {"prompt_tokens": req.prompt_tokens, "completion_tokens": total,
+                                          "total_tokens": req.prompt_tokens + total}
+                else:
+                    meta = {"id": req.rid, "finish_reason": finish, "prompt_tokens": req.prompt_tokens,
+                            "completion_tokens": total, "cached_tokens": 0}
+                    if req.spec and verify:
+                        meta.update(spec_verify_ct=verify, spec_accept_length=total / verify)
+                    chunk = {"text": text, "output_ids": [], "meta_info": meta}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            if stream:
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+            else:
+                self._send(200, {"text": text, "meta_info": {"id": req.rid, "completion_tokens": req.generated}})
 
     return Handler
 
 
 def follow_node0(state):
-    """Nodes > 0 serve nothing; they watch node 0 and write their ranks' traces when it profiles."""
+    """Nodes > 0 serve nothing; they watch node 0 and write their ranks' traces when it exports."""
     # Tests bind node 0 to loopback; FAKE_SGLANG_NODE0_HOST points followers there.
     host = os.environ.get("FAKE_SGLANG_NODE0_HOST") or state.args.dist_init_addr.split(":")[0]
-    url = f"http://{host}:{state.args.port}/_fake/profile?node={state.args.node_rank}"
+    url = f"http://{host}:{state.args.port}/_fake/events?node={state.args.node_rank}"
     seen, last_ok = 0, time.time()
     while True:
         time.sleep(0.1)
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
-                info = json.loads(r.read())
+                events = json.loads(r.read())["events"]
             last_ok = time.time()
         except OSError:
             if time.time() - last_ok > 10:
                 print("fatal: lost node 0 (dist-init peer)", flush=True)
                 os._exit(5)
             continue
-        if info["seq"] > seen:
-            seen = info["seq"]
-            req = info["request"]
-            time.sleep(state.step_s * int(req.get("num_steps") or 1))
-            write_traces(state, state.args.node_rank, req, info["profile_id"])
-
-
-START = time.time()
+        for event in events[seen:]:
+            write_trace_files(state.args, state.args.node_rank, event, state.fail)
+        seen = len(events)
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     state = State(args)
-    print(f"fake sglang: node {args.node_rank}/{args.nnodes} tp={args.tp_size} dp={args.dp_size} "
-          f"ep={args.ep_size} pid={os.getpid()}", flush=True)
+    print(f"fake sglang {VERSION}: node {args.node_rank}/{args.nnodes} tp={args.tp_size} pp={args.pp_size} "
+          f"dp={args.dp_groups} ep={args.ep_size} pid={os.getpid()}", flush=True)
     time.sleep(float(os.environ.get("FAKE_SGLANG_STARTUP_S", "0.3")))
     if state.fail == "exit_at_start":
         print("RuntimeError: fake startup failure (fault injected)", flush=True)
         return 3
+    write_capture_traces(args, args.node_rank)
     if args.node_rank > 0:
         if state.fail == "hang_ready":
             time.sleep(3600)
         follow_node0(state)
         return 0
-    threading.Thread(target=decode_clock, args=(state,), daemon=True).start()
+    threading.Thread(target=scheduler_loop, args=(state,), daemon=True).start()
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     print(f"The server is fired up and ready to roll! (port {args.port})", flush=True)

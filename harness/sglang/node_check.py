@@ -1,0 +1,69 @@
+"""Before any server starts, each node's own SGLang judges the planned command line.
+
+The offline check reads the release's source; this one asks the installed SGLang itself, in the
+node's Python (the launcher's interpreter, with the node's environment): node_check_script.py builds
+SGLang's parser and parses the planned argv. Any unknown, deprecated or invalid flag, or an installed
+release other than the one the plan is spelled for, ends the launch with the flag, the scenario key it
+came from and SGLang's own words.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from harness.sglang.secrets import is_secret_name, mask_text
+
+SCRIPT_PATH = Path(__file__).with_name("node_check_script.py")
+MARK = "MOE_HARNESS_NODE_CHECK "
+
+
+def run_node_check(python: str, server_args: list[str], env: dict[str, str], timeout_s: float = 600.0) -> dict:
+    """The script's JSON answer ({sglang_version, problems} or {error}); never raises."""
+    cmd = [python, "-c", SCRIPT_PATH.read_text(encoding="utf-8"), "check", "--", *server_args]
+    try:
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"cannot run the check with {python}: {exc}"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+    return {"error": f"the check with {python} printed no answer (exit status {proc.returncode}): " + " | ".join(tail)}
+
+
+def _secrets_of(argv: list[str], env: dict[str, str]) -> dict[str, str]:
+    """Values that must not be echoed: secret-looking variables and values of secret-looking flags."""
+    found = {k: v for k, v in env.items() if is_secret_name(k)}
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if name.startswith("--") and is_secret_name(name):
+            found[name.lstrip("-").replace("-", "_").upper()] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
+def describe(results: dict[int, dict], plan) -> list[str]:
+    """One line per refusal, naming the node, the flag, its scenario key and SGLang's message."""
+    from harness.sglang.version import supported_versions
+
+    lines = []
+    for rank, result in sorted(results.items()):
+        node = plan.nodes[rank]
+        secrets = _secrets_of(list(node.argv), node.env)
+        if result.get("error"):
+            lines.append(f"node {rank}: {mask_text(result['error'], secrets)}")
+            continue
+        installed = result.get("sglang_version")
+        if installed != plan.sglang.version:
+            advice = (f"run with --sglang-version {installed}" if installed in supported_versions()
+                      else f"it is not supported (supported: {', '.join(supported_versions())})")
+            lines.append(f"node {rank}: SGLang {installed} is installed, the plan is spelled for "
+                         f"{plan.sglang.version}: {advice}")
+        for p in result.get("problems") or []:
+            key = node.flag_keys.get(p.get("flag") or "")
+            where = f"{p.get('flag')}" + (f" (from {key})" if key else "")
+            lines.append(f"node {rank}: {where}: {p['kind']}: SGLang {installed} says: "
+                         + mask_text(p["message"], secrets))
+    return lines
