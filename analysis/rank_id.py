@@ -1,6 +1,7 @@
 """Rank identity from SGLang's profile file names.
 
-SGLang names each rank's file `<prefix>-TP-{tp}[-DP-{dp}][-PP-{pp}][-EP-{ep}][-{STAGE}].trace.json.gz`.
+SGLang names each rank's file `<prefix>-TP-{tp}[-DP-{dp}][-PP-{pp}][-EP-{ep}][-{STAGE}].trace.json.gz`;
+its profile V2 writes the stage in lower case (`-decode`, `-prefill`), read the same way.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from analysis.trace_model import RankId
 
 _SGLANG_NAME = re.compile(
     r"-TP-(?P<tp>\d+)(?:-DP-(?P<dp>\d+))?(?:-PP-(?P<pp>\d+))?(?:-EP-(?P<ep>\d+))?"
-    r"(?:-(?P<stage>[A-Z][A-Z_]*))?\.trace\.json(?:\.gz)?$"
+    r"(?:-(?P<stage>[A-Za-z][A-Za-z_]*))?\.trace\.json(?:\.gz)?$"
 )
 
 
@@ -21,6 +22,8 @@ def parse_rank_id(path: str) -> RankId | None:
     if not match:
         return None
     parts = {k: (int(v) if v is not None and k != "stage" else v) for k, v in match.groupdict().items()}
+    if parts["stage"] is not None:
+        parts["stage"] = parts["stage"].upper()
     label = f"TP{parts['tp']}"
     for key in ("dp", "pp", "ep"):
         if parts[key] is not None:

@@ -237,3 +237,14 @@ def test_error_empty_file(tmp_path: Path) -> None:
 
 def test_error_missing_file(tmp_path: Path) -> None:
     _assert_load_error(tmp_path / "absent.json.gz", "no such file")
+
+
+def test_rank_identity_from_sglang_file_names_classic_and_profile_v2():
+    from analysis.rank_id import parse_rank_id
+
+    classic = parse_rank_id("run-1782799835.6-TP-3-DP-3-PP-1-EP-3-DECODE.trace.json.gz")
+    assert (classic.tp, classic.dp, classic.pp, classic.ep, classic.stage, classic.label) == \
+        (3, 3, 1, 3, "DECODE", "TP3-DP3-PP1-EP3")
+    v2 = parse_rank_id("run-1782799835.6-TP-0-EP-0-decode.trace.json.gz")  # SGLang's profile V2: lower case
+    assert (v2.tp, v2.ep, v2.stage, v2.label) == (0, 0, "DECODE", "TP0-EP0")
+    assert parse_rank_id("trace.json.gz") is None

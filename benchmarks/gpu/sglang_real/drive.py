@@ -25,7 +25,7 @@ from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
 from harness.sglang.process import ServerProcess, ServerStartError
-from harness.sglang.profile import start_profile
+from harness.sglang.profile import _post, start_profile_body
 from harness.sglang.trace_files import TraceWaitError, wait_for_traces
 
 
@@ -55,6 +55,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--extra", default="", help="more launch_server flags, space-separated")
     p.add_argument("--launcher", default=None, help="replaces `python3 -m sglang.launch_server` (tests: the fake server)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    p.add_argument("--sglang-version", default="0.5.17", help="the release the plan is spelled for (the run used 0.5.17)")
     return p.parse_args(argv)
 
 
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
     trace_dir, facts = out / "traces", out / "facts"
     for d in (trace_dir, facts):
         d.mkdir(parents=True, exist_ok=True)
-    plan = build_plan(deployment(a, str(trace_dir)), profile_dir=str(trace_dir))
+    plan = build_plan(deployment(a, str(trace_dir)), profile_dir=str(trace_dir), version=a.sglang_version)
     (out / "plan.sh").write_text(plan.render())
     print(plan.render(), flush=True)
     if a.dry_run:
@@ -155,8 +156,10 @@ def main(argv=None) -> int:
         keep_facts(url, facts, "loaded")
         status["phase"] = "profile"
         prefix = a.label
-        answer = start_profile(url, str(trace_dir), a.num_steps, prefix, profile_by_stage=True)
-        (facts / "start_profile-response.txt").write_text(answer)
+        # the classic by-stage profiler, as the 0.5.17 run used (the harness's own run prefers V2)
+        body = start_profile_body(str(trace_dir), a.num_steps, prefix, "v1", plan.sglang.profile["v2_decode_stage"])
+        status_code, answer = _post(url + plan.sglang.endpoints["start_profile"], body, 30.0)
+        (facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
         labels = expected_rank_labels(plan.spec)[0]
         paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage="DECODE",
                                 alive=lambda: server.exit_code() is None)
