@@ -270,6 +270,7 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
             from harness.sglang.job import run_sglang
 
             table = run_sglang(scenario, run_dir, manifest, progress, sglang_version=sglang_version)
+        write_atomic(run_dir / "table.md", table)  # the D4 table with the run's notes under it, as printed
         manifest["status"] = "ok"
         exit_status = 0
         print(table, flush=True)

@@ -2,6 +2,7 @@
 the real per-node actors starting the fake SGLang server in place of sglang.launch_server."""
 from __future__ import annotations
 
+import csv
 import json
 import socket
 from pathlib import Path
@@ -15,6 +16,7 @@ from analysis.d4 import render_markdown
 from harness.run import run
 from harness.scenario import parse_scenario
 from harness.scenario_sol import sol_settings_for
+from conftest import real_trace
 from tests.ray_cluster import two_node_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -239,6 +241,38 @@ def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path):
     assert sorted(manifest["capture_traces"]) == sorted(
         f"capture_traces/node{t // 2}/DecodeCudaGraphRunner_bs_{bs}_rank{t}.json.gz" for t in range(4) for bs in (1, 4))
     assert all((run_dir / p).stat().st_size > 0 for p in manifest["capture_traces"])
+    # the fake's default captures are copies of its decode trace: no module ranges, and the run says so
+    table = (run_dir / "table.md").read_text()
+    assert "Calibration against the capture traces" in table and "node 0 not calibrated" in table
+    problems = (run_dir / "analysis" / "problems.csv").read_text()
+    assert "no decoder-layer nn.Module ranges in the capture" in problems
+    assert [e["node"] for e in manifest["calibration"]] == [0, 1] and all("error" in e for e in manifest["calibration"])
+
+
+def test_capture_traces_recorded_with_stacks_name_the_replays_and_calibrate(cluster, env, tmp_path):
+    """A real pair (SGLang's Qwen3-8B decode on an MI300X and its capture trace) served by the fake:
+    every rank's replayed kernels are named from the capture, and each node calibrates the signature."""
+    decode = real_trace("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz")
+    capture = real_trace("amd/sglang_qwen3-8b_mi300x_decode/capture_traces/bs_32_rank0.json.gz")
+    scenario, path = _scenario(tmp_path, profile={"capture_traces": True}, engine={"cuda_graph_bs": [32]},
+                               FAKE_SGLANG_DECODE_TRACE=decode, FAKE_SGLANG_CAPTURE_TRACE=capture)
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    steps = list(csv.DictReader((run_dir / "analysis" / "steps.csv").open()))
+    assert steps and all(s["note"].startswith("attributed by capture") for s in steps), steps[0]["note"]
+    assert {e["node"]: e["chosen"] for e in manifest["calibration"]} == {0: "generic", 1: "generic"}
+    report = (run_dir / "analysis" / "calibration.md").read_text()
+    assert "## Node 0" in report and "## Node 1" in report and "generic agrees with the calibration" in report
+    assert "node 0: generic agrees with the calibration" in (run_dir / "table.md").read_text()
+
+
+def test_a_run_without_capture_traces_says_it_was_not_calibrated(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path)
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    assert status == 0
+    assert "Not calibrated: profile.capture_traces is off" in (run_dir / "table.md").read_text()
+    assert not (run_dir / "analysis" / "calibration.md").exists()
 
 
 def test_an_error_chunk_fails_the_run_with_the_servers_message(cluster, env, tmp_path):

@@ -25,7 +25,7 @@ from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed
 from harness.scenario_sol import sol_settings_for
-from harness.sglang.node_analysis import analysis_options, combine
+from harness.sglang.node_analysis import analysis_options, calibration_report, combine
 from harness.sglang.plan import build_plan, node_ranges
 from harness.sglang.profile import profile_decode
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
@@ -86,6 +86,22 @@ def copy_capture_traces(dep: Deployment, trace_dir: str, run_dir: Path) -> list[
             kept.append(str(write_atomic(run_dir / "capture_traces" / f"node{rank}" / Path(p).name, data)
                             .relative_to(run_dir)))
     return kept
+
+
+def capture_use(plan, spec, trace_dir: str) -> tuple[str | None, str]:
+    """(the node-local capture folder the analysis reads, or None; why not, when None).
+
+    Capture traces recorded without Python stacks (SGLang 0.5.17) hold no nn.Module ranges, so they
+    cannot name kernels; they are still copied to the run directory, and the table says so."""
+    capture = plan.sglang.capture_trace
+    if not spec.capture_traces:
+        return None, ("profile.capture_traces is off, so the signature was not checked against the "
+                      "CUDA-graph capture traces; turn it on, or run `moe-harness calibrate --truth EAGER_TRACE`")
+    if not capture.with_stack:
+        return None, (f"SGLang {plan.sglang.version} records its capture traces without Python stacks "
+                      "(no module ranges to name kernels with): they are kept in capture_traces/ but not used; "
+                      "run `moe-harness calibrate --truth EAGER_TRACE` with an eager pass recorded with stacks")
+    return f"{trace_dir}/{capture.subdir}", ""
 
 
 def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sglang_version: str | None = None) -> str:
@@ -169,7 +185,8 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sgla
                         kept.append(write_atomic(run_dir / "traces" / Path(p).name, data).name)
                 manifest["traces"] = kept
         with progress.phase("analyse each node's ranks"):
-            options = analysis_options(scenario, run_dir.name)
+            capture_dir, capture_note = capture_use(dep.plan, spec, trace_dir)
+            options = analysis_options(scenario, run_dir.name, capture_dir=capture_dir)
             refs = [dep.actors[rank].analyze_traces.remote(paths, options) for rank, paths in sorted(traces.items())]
             try:
                 parts = ray.get(refs, timeout=prof.timeout_s)
@@ -183,6 +200,19 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sgla
             table = Path(files["d4.md"]).read_text(encoding="utf-8")
             if sol is None:
                 table += f"\nNo SOL columns: {no_sol_reason}.\n"
+            calibration = calibration_report(parts)
+            if calibration is not None:
+                md, entries, line = calibration
+                write_atomic(run_dir / "analysis" / "calibration.md", md)
+                write_atomic(run_dir / "analysis" / "calibration.json", json.dumps(entries, indent=2) + "\n")
+                manifest["analysis_outputs"]["calibration.md"] = str(run_dir / "analysis" / "calibration.md")
+                manifest["calibration"] = [{k: e[k] for k in ("node", "decode_trace")} | (
+                    {"error": e["error"]} if "error" in e else {"chosen": e["result"]["chosen"], "reason": e["result"]["reason"]})
+                    for e in entries]
+                table += f"\nCalibration against the capture traces ({run_dir.name}/analysis/calibration.md): {line}.\n"
+            else:
+                table += f"\nNot calibrated: {capture_note}.\n"
+                manifest["calibration"] = {"not_calibrated": capture_note}
             if result.problems:
                 table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
         ray.get([dep.actors[rank].remove_files.remote(paths) for rank, paths in traces.items()], timeout=60)

@@ -15,11 +15,36 @@ from analysis.signature import load_signature
 from analysis.sol import SolSettings
 
 
-def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
-    """What every node's actor passes to analysis.api.analyze (plain data: it crosses Ray)."""
+def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:
+    """What every node's actor passes to analysis.api.analyze (plain data: it crosses Ray).
+
+    capture_dir: the node-local folder of CUDA-graph capture traces (recorded with stacks), used
+    to name replayed kernels and to calibrate the signature."""
     a = scenario.analysis
     return {"run": run_name, "signature": a.signature, "model": a.model, "rank_policy": a.rank_policy,
-            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs}
+            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs,
+            "capture_traces": [capture_dir] if capture_dir else []}
+
+
+def calibration_report(node_results: list[dict]) -> tuple[str, list[dict], str] | None:
+    """(calibration.md, calibration.json entries, one line for the table) from the nodes' calibrations.
+
+    None when no node calibrated (capture traces off). A node whose captures could not be used says
+    why, both in the report and in the line under the table."""
+    entries = [part["calibration"] for part in node_results if "calibration" in part]
+    if not entries:
+        return None
+    md = ["# Calibration against the CUDA-graph capture traces", ""]
+    lines = []
+    for e in entries:
+        md += [f"## Node {e['node']} ({e['decode_trace']})", ""]
+        if "error" in e:
+            md += [f"Not calibrated: {e['error']}.", ""]
+            lines.append(f"node {e['node']} not calibrated: {e['error']}")
+        else:
+            md += [e["markdown"].split("\n", 2)[2] if e["markdown"].startswith("# ") else e["markdown"], ""]
+            lines.append(f"node {e['node']}: {e['result']['reason']}")
+    return "\n".join(md), [{k: v for k, v in e.items() if k != "markdown"} for e in entries], "; ".join(lines)
 
 
 def combine(node_results: list[dict], options: dict, accept_length: float | None = None,

@@ -109,19 +109,39 @@ class SGLangNodeActor:
         """Analyse this node's ranks where the traces are; only the row tables travel back.
 
         Each rank is attributed on its own (analysis.api), so the driver combining every node's rows
-        into one D4 column gets what analysing all files in one place would give.
+        into one D4 column gets what analysing all files in one place would give. With
+        options["capture_traces"] (this node's CUDA-graph capture folder), replayed kernels are named
+        from the captures and the signature is calibrated against them (analysis.calibration).
         """
         from analysis.api import AnalysisOptions, analyze
         from analysis.errors import AnalysisError
+        captures = [d for d in options.get("capture_traces") or [] if Path(d).is_dir() and any(Path(d).iterdir())]
+        signature = options.get("signature", "generic")
         try:
-            result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+            result = analyze(paths, signature=signature, model=options.get("model"),
                              options=AnalysisOptions(run=options.get("run", "run"),
                                                      rank_policy=options.get("rank_policy", "mean"),
                                                      tbo=bool(options.get("tbo", False)),
-                                                     jobs=options.get("jobs")))
+                                                     jobs=options.get("jobs"), capture_traces=captures))
         except AnalysisError as exc:
             raise DeploymentError(f"node {self.node_rank}: analysis of {len(paths)} trace(s) failed: {exc}") from None
-        return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
+        part = {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
+        if options.get("capture_traces"):
+            part["calibration"] = self._calibrate(signature, sorted(paths)[0], captures, options["capture_traces"])
+        return part
+
+    def _calibrate(self, signature: str, decode_path: str, captures: list[str], asked: list[str]) -> dict:
+        """The signature checked against the decode trace named by its captures; or why it could not be."""
+        from analysis.calibration import calibrate, render_markdown
+        from analysis.errors import AnalysisError
+        where = {"node": self.node_rank, "decode_trace": Path(decode_path).name}
+        if not captures:
+            return {**where, "error": f"no capture trace in {', '.join(asked)}"}
+        try:
+            cal = calibrate(signature, decode_trace=decode_path, capture_refs=captures)
+        except AnalysisError as exc:
+            return {**where, "error": str(exc)}
+        return {**where, "result": cal.to_dict(), "markdown": render_markdown(cal)}
 
     def copy_traces(self, paths: list[str], dest_dir: str) -> list[str]:
         Path(dest_dir).mkdir(parents=True, exist_ok=True)

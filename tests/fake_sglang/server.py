@@ -22,7 +22,10 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-TEMPLATE = Path(__file__).with_name("template-TP-0-DECODE.trace.json.gz")
+TEMPLATE = Path(os.environ.get("FAKE_SGLANG_DECODE_TRACE") or Path(__file__).with_name("template-TP-0-DECODE.trace.json.gz"))
+# What each capture trace is a copy of: a real capture recorded with stacks for the decode trace above,
+# or by default the decode trace itself (no module ranges: plumbing only, and the analysis says so).
+CAPTURE_TEMPLATE = Path(os.environ.get("FAKE_SGLANG_CAPTURE_TRACE") or TEMPLATE)
 VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.23")
 # sglang/api/v1/api_types.py (0.5.23) SamplingParams: JSON object, unknown keys rejected.
 SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
@@ -120,7 +123,7 @@ def write_capture_traces(args, node_rank):
         names = [f"DecodeCudaGraphRunner_bs_{bs}_rank{tp}.json.gz" for tp in tps for bs in sizes]
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
-        shutil.copyfile(TEMPLATE, out / name)
+        shutil.copyfile(CAPTURE_TEMPLATE, out / name)
         print(f"CUDA graph capture: saved trace to {out / name}", flush=True)
 
 
