@@ -38,13 +38,14 @@ def _fake_servers() -> list[psutil.Process]:
 
 def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_timeout_s: float | None = None,
               gpu_type: str | None = None, engine: dict | None = None, profile: dict | None = None,
-              cluster: dict | None = None, **engine_env: str):
+              cluster: dict | None = None, analysis: dict | None = None, **engine_env: str):
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = _free_port()
     data["engine"].update(engine or {})
     data["profile"].update(profile or {})
     data["cluster"].update(cluster or {})
+    data["analysis"].update(analysis or {})
     if gpu_type is not None:
         data["cluster"]["gpu_type"] = gpu_type
     if profile_timeout_s is not None:
@@ -251,20 +252,28 @@ def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path):
 
 def test_capture_traces_recorded_with_stacks_name_the_replays_and_calibrate(cluster, env, tmp_path):
     """A real pair (SGLang's Qwen3-8B decode on an MI300X and its capture trace) served by the fake:
-    every rank's replayed kernels are named from the capture, and each node calibrates the signature."""
+    each node calibrates the scenario's signature against its captures; that signature disagrees
+    (tests/test_calibration.py), so the table is analysed with the structure, and replayed kernels
+    are named from the captures."""
     decode = real_trace("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz")
     capture = real_trace("amd/sglang_qwen3-8b_mi300x_decode/capture_traces/bs_32_rank0.json.gz")
     scenario, path = _scenario(tmp_path, profile={"capture_traces": True}, engine={"cuda_graph_bs": [32]},
+                               analysis={"signature": "sglang-qwen3-dense-mi300"},
                                FAKE_SGLANG_DECODE_TRACE=decode, FAKE_SGLANG_CAPTURE_TRACE=capture)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert [(e["node"], e["chosen"], e["used"]) for e in manifest["calibration"]] == [(0, "generic", "generic"),
+                                                                                      (1, "generic", "generic")]
+    assert all(e["reason"].startswith("sglang-qwen3-dense-mi300 disagrees") for e in manifest["calibration"])
     steps = list(csv.DictReader((run_dir / "analysis" / "steps.csv").open()))
     assert steps and all(s["note"].startswith("attributed by capture") for s in steps), steps[0]["note"]
-    assert {e["node"]: e["chosen"] for e in manifest["calibration"]} == {0: "generic", 1: "generic"}
+    assert json.loads((run_dir / "analysis" / "analysis.json").read_text())["signature"] == "generic"
     report = (run_dir / "analysis" / "calibration.md").read_text()
-    assert "## Node 0" in report and "## Node 1" in report and "generic agrees with the calibration" in report
-    assert "node 0: generic agrees with the calibration" in (run_dir / "table.md").read_text()
+    assert "## Node 0" in report and "## Node 1" in report and "analysed with **generic**" in report
+    table = (run_dir / "table.md").read_text()
+    assert "node 0: sglang-qwen3-dense-mi300 disagrees with the calibration" in table
+    assert "the table uses generic" in table
 
 
 def test_a_run_without_capture_traces_says_it_was_not_calibrated(cluster, env, tmp_path):

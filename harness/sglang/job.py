@@ -25,7 +25,8 @@ from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed
 from harness.scenario_sol import sol_settings_for
-from harness.sglang.node_analysis import analysis_options, calibration_report, combine
+from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
+                                          signature_after_calibration)
 from harness.sglang.plan import build_plan, node_ranges
 from harness.sglang.profile import profile_decode
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
@@ -187,6 +188,12 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sgla
         with progress.phase("analyse each node's ranks"):
             capture_dir, capture_note = capture_use(dep.plan, spec, trace_dir)
             options = analysis_options(scenario, run_dir.name, capture_dir=capture_dir)
+            calibrations = None
+            if capture_dir:
+                progress.note(f"calibrating {options['signature']} against each node's capture traces")
+                calibrations = ray.get([dep.actors[rank].calibrate_signature.remote(paths, options)
+                                        for rank, paths in sorted(traces.items())], timeout=prof.timeout_s)
+                options["signature"] = signature_after_calibration(options["signature"], calibrations)
             refs = [dep.actors[rank].analyze_traces.remote(paths, options) for rank, paths in sorted(traces.items())]
             try:
                 parts = ray.get(refs, timeout=prof.timeout_s)
@@ -200,15 +207,14 @@ def run_sglang(scenario, run_dir: Path, manifest: dict[str, Any], progress, sgla
             table = Path(files["d4.md"]).read_text(encoding="utf-8")
             if sol is None:
                 table += f"\nNo SOL columns: {no_sol_reason}.\n"
-            calibration = calibration_report(parts)
-            if calibration is not None:
-                md, entries, line = calibration
+            if calibrations is not None:
+                md, entries, line = calibration_report(calibrations, options["signature"])
                 write_atomic(run_dir / "analysis" / "calibration.md", md)
                 write_atomic(run_dir / "analysis" / "calibration.json", json.dumps(entries, indent=2) + "\n")
                 manifest["analysis_outputs"]["calibration.md"] = str(run_dir / "analysis" / "calibration.md")
                 manifest["calibration"] = [{k: e[k] for k in ("node", "decode_trace")} | (
                     {"error": e["error"]} if "error" in e else {"chosen": e["result"]["chosen"], "reason": e["result"]["reason"]})
-                    for e in entries]
+                    | {"used": e["used"]} for e in entries]
                 table += f"\nCalibration against the capture traces ({run_dir.name}/analysis/calibration.md): {line}.\n"
             else:
                 table += f"\nNot calibrated: {capture_note}.\n"

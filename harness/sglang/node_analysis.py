@@ -26,17 +26,20 @@ def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_d
             "capture_traces": [capture_dir] if capture_dir else []}
 
 
-def calibration_report(node_results: list[dict]) -> tuple[str, list[dict], str] | None:
+def signature_after_calibration(shipped: str, calibrations: list[dict]) -> str:
+    """The signature every node analyses with: the shipped one unless a node's calibration chose
+    another (it disagreed there; one signature for the whole column keeps the rows comparable)."""
+    chosen = {e["result"]["chosen"] for e in calibrations if "result" in e} - {shipped}
+    return sorted(chosen)[0] if chosen else shipped
+
+
+def calibration_report(calibrations: list[dict], used: str) -> tuple[str, list[dict], str]:
     """(calibration.md, calibration.json entries, one line for the table) from the nodes' calibrations.
 
-    None when no node calibrated (capture traces off). A node whose captures could not be used says
-    why, both in the report and in the line under the table."""
-    entries = [part["calibration"] for part in node_results if "calibration" in part]
-    if not entries:
-        return None
-    md = ["# Calibration against the CUDA-graph capture traces", ""]
+    A node whose captures could not be used says why, both in the report and in the line under the table."""
+    md = ["# Calibration against the CUDA-graph capture traces", "", f"The table was analysed with **{used}**.", ""]
     lines = []
-    for e in entries:
+    for e in calibrations:
         md += [f"## Node {e['node']} ({e['decode_trace']})", ""]
         if "error" in e:
             md += [f"Not calibrated: {e['error']}.", ""]
@@ -44,7 +47,8 @@ def calibration_report(node_results: list[dict]) -> tuple[str, list[dict], str] 
         else:
             md += [e["markdown"].split("\n", 2)[2] if e["markdown"].startswith("# ") else e["markdown"], ""]
             lines.append(f"node {e['node']}: {e['result']['reason']}")
-    return "\n".join(md), [{k: v for k, v in e.items() if k != "markdown"} for e in entries], "; ".join(lines)
+    entries = [{k: v for k, v in e.items() if k != "markdown"} | {"used": used} for e in calibrations]
+    return "\n".join(md), entries, "; ".join(lines) + f"; the table uses {used}"
 
 
 def combine(node_results: list[dict], options: dict, accept_length: float | None = None,

@@ -111,7 +111,7 @@ class SGLangNodeActor:
         Each rank is attributed on its own (analysis.api), so the driver combining every node's rows
         into one D4 column gets what analysing all files in one place would give. With
         options["capture_traces"] (this node's CUDA-graph capture folder), replayed kernels are named
-        from the captures and the signature is calibrated against them (analysis.calibration).
+        from the captures.
         """
         from analysis.api import AnalysisOptions, analyze
         from analysis.errors import AnalysisError
@@ -125,15 +125,17 @@ class SGLangNodeActor:
                                                      jobs=options.get("jobs"), capture_traces=captures))
         except AnalysisError as exc:
             raise DeploymentError(f"node {self.node_rank}: analysis of {len(paths)} trace(s) failed: {exc}") from None
-        part = {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
-        if options.get("capture_traces"):
-            part["calibration"] = self._calibrate(signature, sorted(paths)[0], captures, options["capture_traces"])
-        return part
+        return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
 
-    def _calibrate(self, signature: str, decode_path: str, captures: list[str], asked: list[str]) -> dict:
-        """The signature checked against the decode trace named by its captures; or why it could not be."""
+    def calibrate_signature(self, paths: list[str], options: dict) -> dict:
+        """The run's signature checked against this node's first decode trace named by its captures
+        (analysis.calibration), or why it could not be; the driver picks the signature from these."""
         from analysis.calibration import calibrate, render_markdown
         from analysis.errors import AnalysisError
+        signature = options.get("signature", "generic")
+        asked = options.get("capture_traces") or []
+        captures = [d for d in asked if Path(d).is_dir() and any(Path(d).iterdir())]
+        decode_path = sorted(paths)[0]
         where = {"node": self.node_rank, "decode_trace": Path(decode_path).name}
         if not captures:
             return {**where, "error": f"no capture trace in {', '.join(asked)}"}
