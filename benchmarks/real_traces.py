@@ -1,23 +1,11 @@
-"""Where the shared real traces live: $MOE_HARNESS_REAL_TRACES, else a `shared/traces/real` folder
-beside the checkout (the checkout may sit one or two levels below the folder holding `shared/`)."""
+"""The public real traces for benchmarks: found where the tests find them (tests/real_traces.py)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.real_traces import REPO_ROOT, real_traces_dir  # noqa: F401 - re-exported for the benchmarks
+
 QWEN3_DECODE = "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"
-
-
-def real_traces_dir() -> Path | None:
-    configured = os.environ.get("MOE_HARNESS_REAL_TRACES")
-    if configured:
-        return Path(configured)
-    for base in (REPO_ROOT.parent, REPO_ROOT.parent.parent):
-        candidate = base / "shared" / "traces" / "real"
-        if candidate.is_dir():
-            return candidate
-    return None
 
 
 def real_trace_files(root: Path) -> list[Path]:

@@ -6,6 +6,7 @@ and is terminated (then killed) at teardown by its own process id.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -16,9 +17,11 @@ from pathlib import Path
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
-PROMETHEUS_BIN = "prometheus"
-PUSHGATEWAY_BIN = "prometheus-pushgateway"
-PROMTOOL_BIN = "promtool"
+# The Debian packages' commands, or binaries elsewhere (a Prometheus release tarball, say) named by
+# these variables where apt cannot be used (README, "Tests").
+PROMETHEUS_BIN = os.environ.get("MOE_HARNESS_PROMETHEUS_BIN", "prometheus")
+PUSHGATEWAY_BIN = os.environ.get("MOE_HARNESS_PUSHGATEWAY_BIN", "prometheus-pushgateway")
+PROMTOOL_BIN = os.environ.get("MOE_HARNESS_PROMTOOL_BIN", "promtool")
 
 
 def missing_binaries() -> list[str]:

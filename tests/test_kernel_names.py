@@ -5,23 +5,18 @@ import pytest
 
 from analysis.kernel_names import kernel_family, readable_name, split_signature, unmangle_prefix
 from analysis.trace_loader import load_trace
+from conftest import real_trace
 
-REAL = Path(__file__).resolve().parents[1].parent.parent / "shared" / "traces" / "real"
-if not REAL.is_dir():
-    REAL = Path("/work/shared/traces/real")
-QWEN_B300 = REAL / "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"
-DS_TRAIN = REAL / "nvidia/deepseek-v3_train_h800/train.json"
-GPT_OSS = REAL / "nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz"
-MI300 = REAL / "amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz"
-
-needs_traces = pytest.mark.skipif(not QWEN_B300.is_file(), reason="shared real traces not present")
+QWEN_B300 = "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"
+DS_TRAIN = "nvidia/deepseek-v3_train_h800/train.json"
+GPT_OSS = "nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz"
+MI300 = "amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz"
 
 
-def _names(path):
-    return {k.name for k in load_trace(str(path)).kernels}
+def _names(rel):
+    return {k.name for k in load_trace(real_trace(rel)).kernels}
 
 
-@needs_traces
 def test_every_real_nvidia_kernel_gets_a_known_family_and_a_short_name():
     names = _names(QWEN_B300) | _names(DS_TRAIN) | _names(GPT_OSS)
     unknown = sorted(n for n in names if kernel_family(n) == "other")
@@ -32,7 +27,6 @@ def test_every_real_nvidia_kernel_gets_a_known_family_and_a_short_name():
         assert not short.startswith("void ")
 
 
-@needs_traces
 @pytest.mark.parametrize("path,needle,family,readable", [
     (QWEN_B300, "nvjet_sm103_tst_32x64_64x16_4x1_v_bz_splitK_TNN", "cuBLAS", "nvjet_sm103_tst_32x64_64x16_4x1_v_bz_splitK_TNN"),
     (QWEN_B300, "cublasLt::splitKreduce_kernel", "cuBLAS", "splitKreduce_kernel"),
@@ -63,7 +57,6 @@ def test_real_names(path, needle, family, readable):
         assert readable_name(name) == readable
 
 
-@needs_traces
 def test_aten_elementwise_names_show_functor_and_dtype():
     names = _names(QWEN_B300) | _names(MI300)
     fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<long>, std::array<char*, 1ul> >(int, at::native::FillFunctor<long>, std::array<char*, 1ul>)"
@@ -104,7 +97,6 @@ def test_mangled_cutlass3_grouped_gemm_reads_as_grouped_gemmuniversal():
     """The experts' GEMM of the H200 demo_gpu trace: CUPTI left it mangled (two nested wrappers)."""
     import gzip
     import json
-    from pathlib import Path
 
     trace = Path(__file__).parent / "data" / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"
     names = {e["name"] for e in json.load(gzip.open(trace))["traceEvents"]

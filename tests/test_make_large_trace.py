@@ -7,15 +7,14 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
 from analysis.trace_loader import load_trace
-from benchmarks.make_large_trace import DEFAULT_SOURCE, write_large_trace
-
-pytestmark = pytest.mark.skipif(not DEFAULT_SOURCE.exists(), reason="shared real traces not found")
+from benchmarks.make_large_trace import write_large_trace
+from benchmarks.real_traces import QWEN3_DECODE
+from conftest import real_trace
 
 
 def test_copies_are_shifted_and_loadable(tmp_path: Path) -> None:
+    DEFAULT_SOURCE = Path(real_trace(QWEN3_DECODE))  # noqa: N806 - the benchmark's default source
     json_path, gz_path = write_large_trace(DEFAULT_SOURCE, tmp_path, size_mb=3.0, write_gzip=True)
     source = json.loads(gzip.decompress(DEFAULT_SOURCE.read_bytes()))["traceEvents"]
     made = json.loads(json_path.read_bytes())

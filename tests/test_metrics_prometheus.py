@@ -208,8 +208,8 @@ def test_the_parse_checks_catch_a_broken_query(prom_stack, tmp_path):
 
 # (trace, signature): a real SGLang MoE decode trace, and the CPU demo's trace of the embedded engine
 REAL_TRACES = [
-    (REPO / "tests/data/real/sglang_qwen3-30b-a3b_b300-TP-0-DECODE.trace.json.gz", "generic"),
-    (REPO / "tests/data/embedded-cpu-demo-TP-0-DECODE.trace.json.gz", "embedded-hf-deepseek-v3-cpu"),
+    ("real:nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz", "generic"),
+    (str(REPO / "tests/data/embedded-cpu-demo-TP-0-DECODE.trace.json.gz"), "embedded-hf-deepseek-v3-cpu"),
 ]
 
 
@@ -217,6 +217,10 @@ REAL_TRACES = [
 def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, signature):
     """A run directory from analysis.api on a real trace, through the real servers."""
     from analysis import api
+    from conftest import real_trace
+
+    if trace.startswith("real:"):  # a public real trace (tests/real_traces.py)
+        trace = real_trace(trace[len("real:"):])
 
     run_dir = tmp_path / f"realtrace-{signature}-20250101-000000"
     result = api.analyze([str(trace)], signature=signature, options=api.AnalysisOptions(run=run_dir.name))

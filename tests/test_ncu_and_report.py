@@ -134,12 +134,10 @@ def test_report_command_errors_are_clear(tmp_path, capsys):
 
 
 def test_report_command_on_a_real_trace(tmp_path):
-    from pathlib import Path
+    from conftest import real_trace
 
-    trace = Path("/work/shared/traces/real/nvidia/sglang_ds-r1-distill-llama-8b_b300/1782843274.7730265-TP-0-DECODE.trace.json.gz")
-    if not trace.is_file():
-        pytest.skip("shared real traces not present")
-    assert _run_report([str(trace), "--out", str(tmp_path / "rep"), "--top", "10"]) == 0
+    trace = real_trace("nvidia/sglang_ds-r1-distill-llama-8b_b300/1782843274.7730265-TP-0-DECODE.trace.json.gz")
+    assert _run_report([trace, "--out", str(tmp_path / "rep"), "--top", "10"]) == 0
     md = (tmp_path / "rep" / "kernel_report.md").read_text()
     assert "### Stage: decode" in md
     assert "nvjet_sm103_tst_256x16_64x6_4x1_v_bz_TNT" in md and "| cuBLAS |" in md

@@ -126,11 +126,14 @@ def test_report_on_every_real_trace(rel, tmp_path, capsys):
     assert (out / "kernel_report.html").stat().st_size > len(md)
 
 
-def test_report_on_the_bundled_real_trace_directory(tmp_path, capsys):
+def test_report_on_the_bundled_real_sglang_trace_directory(tmp_path, capsys):
+    """A folder stands for the traces directly in it: the three real SGLang 0.5.17 decode traces we recorded."""
     out = tmp_path / "rep"
-    assert _report([str(DATA / "real"), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert _report([str(DATA / "sglang-real"), "--out", str(out)]) == 0, capsys.readouterr().err
     md = (out / "kernel_report.md").read_text()
-    assert "### Stage: decode" in md and "sglang_qwen3-30b-a3b_b300-TP-0-DECODE.trace.json.gz" in md
+    assert "### Stage: decode" in md
+    names = [p.name for p in (DATA / "sglang-real").glob("*-DECODE.trace.json.gz")]
+    assert len(names) == 3 and all(n in md for n in names)
 
 
 def test_report_takes_the_sol_settings_an_analysis_saved(tmp_path, capsys):

@@ -1,18 +1,16 @@
 """Top kernels on a real trace and on KernelRows with known answers."""
-from pathlib import Path
-
 import pytest
 
 from analysis.tables import KernelRow
 from analysis.top_kernels import samples_from_rows, samples_from_traces, top_kernels
 from analysis.trace_loader import load_trace
+from conftest import real_trace
 
-QWEN_B300 = Path("/work/shared/traces/real/nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz")
+QWEN_B300 = "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"
 
 
-@pytest.mark.skipif(not QWEN_B300.is_file(), reason="shared real traces not present")
 def test_top_kernels_of_real_qwen3_moe_decode_trace():
-    trace = load_trace(str(QWEN_B300))
+    trace = load_trace(real_trace(QWEN_B300))
     result = top_kernels(samples_from_traces([trace]), top_n=5)
     assert list(result.top) == ["decode"]
     top = result.top["decode"]

@@ -14,7 +14,8 @@ import pytest
 from analysis import trace_loader
 from analysis.errors import TraceLoadError
 from analysis.trace_loader import load_trace
-from benchmarks.real_traces import real_trace_files, real_traces_dir
+from conftest import real_trace
+from real_traces import load_sources
 
 TINY_CHUNK_BYTES = 1024  # smaller than many single events: forces cuts, retries and growth
 
@@ -42,8 +43,8 @@ def _use_inflater(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
         monkeypatch.setattr(trace_loader, "_INFLATE_ERRORS", (zlib.error, isal_zlib.error))
 
 
-_REAL_DIR = real_traces_dir()  # ../shared/traces/real beside the checkout, or $MOE_HARNESS_REAL_TRACES
-_REAL_TRACES = real_trace_files(_REAL_DIR) if _REAL_DIR is not None else []
+# every listed public trace (tests/real_traces.yaml), found or not: a missing one is reported, never dropped
+_REAL_TRACES = [t.path for t in load_sources() if not t.path.endswith("execution_details.json")]
 
 
 def _read_json(path: Path) -> dict:
@@ -62,9 +63,9 @@ def _reference_kernels(doc: dict) -> list[tuple[str, float, float]]:
     return sorted(rows, key=lambda r: (r[1], r[0]))
 
 
-@pytest.mark.skipif(not _REAL_TRACES, reason="shared real traces not found (set MOE_HARNESS_REAL_TRACES)")
-@pytest.mark.parametrize("path", _REAL_TRACES, ids=[p.name for p in _REAL_TRACES])
-def test_real_trace_same_result_with_tiny_chunks(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rel", _REAL_TRACES, ids=[Path(p).name for p in _REAL_TRACES])
+def test_real_trace_same_result_with_tiny_chunks(rel: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = Path(real_trace(rel))
     default = load_trace(str(path))
     monkeypatch.setattr(trace_loader, "CHUNK_BYTES", TINY_CHUNK_BYTES)
     tiny = load_trace(str(path))

@@ -18,6 +18,7 @@ if __package__ in (None, ""):
 from analysis.agreement import GROUPS, compare_with_ranges, shares  # noqa: E402
 from analysis.api import AnalysisOptions, analyze  # noqa: E402
 from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
+from tests.real_traces import real_traces_dir  # noqa: E402
 
 SHORT = {"combine/share overlap": "shared", "communication": "comm"}
 # (signature, the trace it was learned from, traces it was not learned from)
@@ -39,12 +40,17 @@ def _layers(layers, moe) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real", default=str(ROOT.parent / "shared" / "traces" / "real"),
-                        help="folder of the public traces (default: ../shared/traces/real)")
+    parser.add_argument("--real", default=None,
+                        help="folder of the public traces (default: where the tests find them, tests/real_traces.py)")
     args = parser.parse_args()
     cases = corpus_cases() + bundled_cases()
-    real = Path(args.real)
-    cases += [c for c in public_cases(real) if c.path.exists()]
+    real = Path(args.real) if args.real else real_traces_dir()
+    public = public_cases(real) if real else []
+    missing = [c.path.name for c in public if not c.path.exists()]
+    if real is None or missing:
+        print(f"note: public real traces missing ({', '.join(missing) or 'no folder found'}): "
+              "get them with `python tests/real_traces.py fetch`", file=sys.stderr)
+    cases += [c for c in public if c.path.exists()]
     head = ["trace", "hardware", "steps", "layers (dense+MoE)", *(SHORT.get(g, g) for g in GROUPS), "worst group",
             "worst module"]
     print("| " + " | ".join(head) + " |")

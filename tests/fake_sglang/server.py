@@ -22,7 +22,10 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-TEMPLATE = Path(os.environ.get("FAKE_SGLANG_DECODE_TRACE") or Path(__file__).with_name("template-TP-0-DECODE.trace.json.gz"))
+# A real SGLang decode trace the project recorded itself (tests/data/sglang-real, docs/gpu-runs.md).
+DEFAULT_TRACE = (Path(__file__).resolve().parent.parent / "data" / "sglang-real"
+                 / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz")
+TEMPLATE = Path(os.environ.get("FAKE_SGLANG_DECODE_TRACE") or DEFAULT_TRACE)
 # What each capture trace is a copy of: a real capture recorded with stacks for the decode trace above,
 # or by default the decode trace itself (no module ranges: plumbing only, and the analysis says so).
 CAPTURE_TEMPLATE = Path(os.environ.get("FAKE_SGLANG_CAPTURE_TRACE") or TEMPLATE)
