@@ -122,11 +122,18 @@ def ray_head():
 
 
 def _submit(head: RayHead, *args: str) -> subprocess.CompletedProcess[str]:
+    """`ray job submit`; while the head's job agent has not registered yet (Ray answers "No available
+    agent to submit job, please try again later" before any job starts), try again, for up to a minute."""
     cmd = [
         str(BIN / "ray"), "job", "submit", "--address", head.dashboard, "--working-dir", ".",
         "--", "python", "harness/run.py", *args,
     ]
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    deadline = time.monotonic() + 60
+    while True:
+        done = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+        if "No available agent to submit job" not in done.stderr + done.stdout or time.monotonic() > deadline:
+            return done
+        time.sleep(3)
 
 
 def _run_driver(head: RayHead, *args: str) -> subprocess.CompletedProcess[str]:
