@@ -54,3 +54,12 @@ def pytest_terminal_summary(terminalreporter):
         line = (f"real-trace checks: {passed + failed} ran on the traces in {REAL}"
                 + (f", {failed} failed" if failed else "") + (f", {skipped} skipped" if skipped else ""))
     terminalreporter.write_line(line, yellow=bool(skipped or failed), green=not (skipped or failed))
+
+
+@pytest.fixture(scope="session")
+def sglang_sources():
+    """Every supported SGLang release's source files, from its wheel (downloaded once, then cached)."""
+    from harness.sglang.version import load_version, supported_versions
+    from harness.sglang.wheel_source import sglang_source_dir
+
+    return {v: sglang_source_dir(load_version(v)) for v in supported_versions()}

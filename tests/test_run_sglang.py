@@ -171,7 +171,7 @@ def test_node_actor_analyses_its_ranks_and_names_itself_when_it_cannot(cluster, 
     from harness.sglang.server_actor import DeploymentError, SGLangNodeActor
 
     good = tmp_path / "p-1.5-TP-2-DECODE.trace.json.gz"
-    shutil.copyfile(REPO / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz", good)
+    shutil.copyfile(REPO / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-deepgemm-moe-TP-0-DECODE.trace.json.gz", good)
     bad = tmp_path / "p-1.5-TP-3-DECODE.trace.json.gz"
     bad.write_bytes(gzip.compress(b"{not json"))
     actor = SGLangNodeActor.remote(1)
