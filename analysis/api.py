@@ -11,19 +11,19 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
-from analysis.capture import Capture, capture_files, load_capture
-from analysis.d4 import STATS, D4Column, build_column, render_markdown, table_rows
+from analysis.attribution.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
+from analysis.attribution.capture import Capture, capture_files, load_capture
+from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.errors import AnalysisError, TraceLoadError
-from analysis.model_spec import ModelSpec, load_model_spec
-from analysis.module_attribution import build_capture_map
-from analysis.rank_id import rank_id_for
-from analysis.overlap import StreamSummary, stream_summary
-from analysis.signature import Signature, load_signature
-from analysis.sol import SolSettings
-from analysis.steps import DEFAULT_GAP_US
-from analysis.tables import KernelRow, RankProblem, StepRow
-from analysis.trace_loader import load_trace
+from analysis.ingest.model_spec import ModelSpec, load_model_spec
+from analysis.attribution.module_attribution import build_capture_map
+from analysis.ingest.rank_id import rank_id_for
+from analysis.attribution.overlap import StreamSummary, stream_summary
+from analysis.attribution.signature import Signature, load_signature
+from analysis.sol.estimate import SolSettings
+from analysis.attribution.steps import DEFAULT_GAP_US
+from analysis.attribution.rows import KernelRow, RankProblem, StepRow
+from analysis.ingest.trace_loader import load_trace
 
 ANALYSIS_FILE = "analysis.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -160,7 +160,7 @@ def analyze(
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       model=spec.name if spec else None, strict=options.strict)
     if options.sol is not None:
-        from analysis.d4_sol import with_sol
+        from analysis.tables.d4_sol import with_sol
 
         d4 = with_sol(d4, options.sol)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes)
@@ -168,8 +168,8 @@ def analyze(
 
 def _check_sol(settings: SolSettings) -> None:
     """Bad hardware, shapes or deployment fail before any trace is parsed."""
-    from analysis.hardware import load_hardware
-    from analysis.model_shapes import load_model_shapes
+    from analysis.sol.hardware import load_hardware
+    from analysis.sol.model_shapes import load_model_shapes
 
     load_hardware(settings.hardware)
     try:

@@ -7,7 +7,7 @@ also reports the seconds spent inside the load call alone. Throughput is MB (1e6
 uncompressed JSON per second; memory is peak RSS as a multiple of the uncompressed JSON size.
 
 Cases, for the largest real trace and for a generated large trace (benchmarks/make_large_trace.py):
-  ours-json   analysis.trace_loader.load_trace on the uncompressed .json
+  ours-json   analysis.ingest.trace_loader.load_trace on the uncompressed .json
   hta-json    HolisticTraceAnalysis 0.5 hta.common.trace_parser.parse_trace_dataframe (default config)
   ours-gz     load_trace on the .json.gz
   zlib-gz     zlib decompression of the same .json.gz alone (output discarded): the gzip floor
@@ -62,7 +62,7 @@ def _peak_rss_kb() -> int:
 
 
 def _child_ours(paths: list[str]) -> dict:
-    from analysis.trace_loader import load_trace
+    from analysis.ingest.trace_loader import load_trace
 
     before = _rss_now_kb()
     start = time.perf_counter()
@@ -106,7 +106,7 @@ def _child_isal(paths: list[str]) -> dict:
 
 
 def _load_for_pool(path: str):
-    from analysis.trace_loader import load_trace
+    from analysis.ingest.trace_loader import load_trace
 
     return load_trace(path)
 
@@ -305,7 +305,7 @@ def _print_table(rows: list[dict]) -> None:
     for r in rows:
         if "parallel_path" in r:
             print(f"{r['case']}: {r['parallel_path']}")
-    from analysis.trace_loader import INFLATER
+    from analysis.ingest.trace_loader import INFLATER
 
     print(f"loader inflates gzip with: {INFLATER}; load average now: {os.getloadavg()[0]:.2f}")
 
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
     _print_table(rows)
     if args.out:
-        from analysis.trace_loader import INFLATER
+        from analysis.ingest.trace_loader import INFLATER
 
         machine = {"cpus": len(os.sched_getaffinity(0)), "python": sys.version.split()[0], "platform": sys.platform,
                    "loader_inflater": INFLATER, "load_average_1m_before": load_before,

@@ -1,7 +1,7 @@
 """The D4 table's SOL settings read off a scenario, so scenario runs get SOL columns unasked.
 
 Only where the scenario says enough (docs/sol.md, "From a scenario"):
-- model: analysis.model, else model.name, must have SOL shapes (analysis/models/<name>.yaml `shapes:`:
+- model: analysis.model, else model.name, must have SOL shapes (analysis/data/models/<name>.yaml `shapes:`:
   deepseek-v3, and deepseek-v3-wide4 for the embedded wide-gpu preset); for the embedded engine the
   shapes must also equal the preset with the scenario's model overrides, else no SOL (the CPU demo's
   deepseek-v3-tiny has no shapes file and gets none);
@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 
 from analysis.errors import AnalysisError
-from analysis.hardware import list_hardware
-from analysis.model_shapes import ModelShapes, load_model_shapes
-from analysis.sol import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolInputError, SolSettings
+from analysis.sol.hardware import list_hardware
+from analysis.sol.model_shapes import ModelShapes, load_model_shapes
+from analysis.sol.estimate import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolInputError, SolSettings
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
 
 # DeepseekV3Config keyword -> ModelShapes field, where the names differ

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.signature import Entry, Signature
+from analysis.attribution.signature import Entry, Signature
 
 MAIN_STREAM = 7
 SIDE_STREAM = 23

@@ -9,7 +9,7 @@ import csv
 import json
 from pathlib import Path
 
-from analysis.tables import KernelRow, StepRow
+from analysis.attribution.rows import KernelRow, StepRow
 
 SCENARIO = "synthetic"
 RUN_ID = "synthetic-20250101T000000"

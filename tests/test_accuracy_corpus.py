@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.trace_loader import load_trace
-from analysis.trace_model import Range
+from analysis.ingest.trace_loader import load_trace
+from analysis.ingest.trace_model import Range
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "accuracy"

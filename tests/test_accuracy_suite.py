@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.agreement import GROUPS, compare_with_ranges
+from analysis.attribution.agreement import GROUPS, compare_with_ranges
 from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, public_cases
 from conftest import REAL, real_trace
 
@@ -95,9 +95,9 @@ def test_the_standard_map_names_modules_as_their_attributes(case):
     launched by a module the map gives one of these roles must come from a module of that name."""
     import json
 
-    from analysis.module_roles import ModuleRoleNamer, RangeForest, launch_points, roles_from_ranges, standard_map
-    from analysis.steps import segment_steps
-    from analysis.trace_loader import load_trace
+    from analysis.attribution.module_roles import ModuleRoleNamer, RangeForest, launch_points, roles_from_ranges, standard_map
+    from analysis.attribution.steps import segment_steps
+    from analysis.ingest.trace_loader import load_trace
 
     meta = json.loads(case.path.with_name(case.path.name.split("-TP-")[0] + (
         f"-r{case.name.rsplit('-r', 1)[1]}" if "ep" in case.name.split("-")[0] else "") + ".meta.json").read_text())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis.calibration import calibrate
+from analysis.attribution.calibration import calibrate
 from conftest import real_trace
 from harness.cli import main
 

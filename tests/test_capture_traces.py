@@ -13,9 +13,9 @@ from collections import Counter
 
 import pytest
 
-from analysis.agreement import shares
+from analysis.attribution.agreement import shares
 from analysis.api import AnalysisOptions, analyze
-from analysis.capture import capture_files, load_capture
+from analysis.attribution.capture import capture_files, load_capture
 from conftest import real_trace
 
 REPLAY = "amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz"

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from analysis.api import AnalysisOptions, analyze, load_column
-from analysis.d4 import render_markdown, table_rows
-from analysis.signature import load_signature
-from analysis.sol import Deployment, SolSettings, sol_for_d4_rows
+from analysis.tables.d4 import render_markdown, table_rows
+from analysis.attribution.signature import load_signature
+from analysis.sol.estimate import Deployment, SolSettings, sol_for_d4_rows
 from harness.commands import analyze as analyze_command
 from harness.commands import compare as compare_command
 from synthetic_deepseek import write_rank_trace

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.attribute import RankOptions, attribute_rank
-from analysis.signature import load_signature
-from analysis.trace_loader import load_trace
+from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.signature import load_signature
+from analysis.ingest.trace_loader import load_trace
 
 TRACE = Path(__file__).parent / "data" / "embedded-cpu-demo-TP-0-DECODE.trace.json.gz"
 # A real CUDA trace of demo_gpu on an H100 (docs/gpu-runs.md): 5 decode steps, 4 layers.
@@ -77,8 +77,8 @@ def test_signature_agrees_with_module_ranges_per_module(attributed) -> None:
 
 def test_learned_from_one_step_names_the_other_steps() -> None:
     """Held out: learn from step 0's module ranges, check steps 1 and 2 against theirs."""
-    from analysis.learn_signature import learn_signature
-    from analysis.signature import Signature
+    from analysis.attribution.learn_signature import learn_signature
+    from analysis.attribution.signature import Signature
 
     trace = load_trace(str(TRACE))
     base = load_signature("embedded-hf-deepseek-v3-cpu")

@@ -7,8 +7,8 @@ import pytest
 
 from analysis.api import analyze
 from analysis.errors import AnalysisError, SignatureError, TraceLoadError
-from analysis.signature import load_signature
-from analysis.trace_loader import load_trace
+from analysis.attribution.signature import load_signature
+from analysis.ingest.trace_loader import load_trace
 from conftest import real_trace
 from harness.cli import main
 
@@ -39,7 +39,7 @@ def test_no_kernel_events(tmp_path):
 
 def test_layer_count_mismatch_is_flagged_and_the_table_still_shows_what_was_found():
     from analysis.api import AnalysisOptions
-    from analysis.d4 import render_markdown
+    from analysis.tables.d4 import render_markdown
 
     result = analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3")
     step = result.step_rows[0]

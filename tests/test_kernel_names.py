@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.kernel_names import kernel_family, readable_name, split_signature, unmangle_prefix
-from analysis.trace_loader import load_trace
+from analysis.ingest.kernel_names import kernel_family, readable_name, split_signature, unmangle_prefix
+from analysis.ingest.trace_loader import load_trace
 from conftest import real_trace
 
 QWEN_B300 = "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"

@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from analysis.trace_loader import load_trace
+from analysis.ingest.trace_loader import load_trace
 from benchmarks.make_large_trace import write_large_trace
 from benchmarks.real_traces import QWEN3_DECODE
 from conftest import real_trace

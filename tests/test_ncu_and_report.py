@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.hardware import load_hardware
-from analysis.ncu import NcuCsvError, class_counts, class_means, classify, read_ncu_csv, ridge_point
-from analysis.tables import KernelRow
+from analysis.sol.hardware import load_hardware
+from analysis.report.ncu import NcuCsvError, class_counts, class_means, classify, read_ncu_csv, ridge_point
+from analysis.attribution.rows import KernelRow
 from harness.commands import report
 from tests.ncu_synthetic import EXPECTED_CLASSES, write_synthetic_ncu_csv
 
@@ -60,7 +60,7 @@ def test_bad_exports_say_what_is_wrong(tmp_path):
 
 
 def test_plots_render_png(ncu_csv):
-    from analysis.plots import histogram_png, roofline_png
+    from analysis.report.plots import histogram_png, roofline_png
 
     kernels = classify(read_ncu_csv(ncu_csv), load_hardware("h200"))
     hist = histogram_png([k.values["sm_throughput_pct"] for k in kernels], "SM", "%")
@@ -149,7 +149,7 @@ REAL_NCU = Path(__file__).parent / "data" / "ncu_h100_demo_gpu_raw.csv"
 
 def test_real_h100_export_parses_and_classifies():
     """A real `ncu --csv --page raw` export of the embedded engine on an H100 (docs/gpu-runs.md)."""
-    from analysis.sol import load_hardware
+    from analysis.sol.estimate import load_hardware
 
     kernels = read_ncu_csv(REAL_NCU)
     assert len(kernels) == 40
@@ -171,7 +171,7 @@ def test_real_h100_export_parses_and_classifies():
 def test_real_h200_export_parses_and_classifies():
     """`moe-harness ncu --scenario demo_gpu --top 20` on an H200 (docs/gpu-runs.md): 400 launches named by
     mangled symbol, demangled on reading into the text torch traces carry."""
-    from analysis.sol import load_hardware
+    from analysis.sol.estimate import load_hardware
 
     kernels = classify(read_ncu_csv(Path(__file__).parent / "data" / "ncu_h200_demo_gpu_raw.csv.gz"), load_hardware("h200"))
     assert len(kernels) == 400

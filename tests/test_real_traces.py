@@ -82,7 +82,7 @@ def test_deepseek_training_trace_families_and_three_streams():
     assert ep and all((r.group, r.module) in {("moe", "dispatch"), ("moe", "combine")} if r.section == "layer"
                       else r.group == "communication" for r in ep)
     assert any(r.section == "layer" for r in ep)
-    from analysis.overlap import stream_summary
+    from analysis.attribution.overlap import stream_summary
 
     summary = {s.stream: s for s in stream_summary(rows)}
     assert set(summary) == {7, 23, 27}

@@ -83,10 +83,21 @@ class RayHead:
                 [str(BIN / "ray"), "job", "list", "--address", self.dashboard],
                 env=_env(), capture_output=True, timeout=30,
             )
-            if probe.returncode == 0:
+            if probe.returncode == 0 and self._agent_takes_jobs():
                 return
             time.sleep(2)
-        raise RuntimeError(f"Ray head did not answer on {self.dashboard} within {START_TIMEOUT_S} s")
+        raise RuntimeError(f"Ray head did not take jobs on {self.dashboard} within {START_TIMEOUT_S} s: "
+                           f"{getattr(self, 'last_probe', '')}")
+
+    def _agent_takes_jobs(self) -> bool:
+        """The job list answers as soon as the dashboard runs, but submissions need the node's
+        dashboard agent registered (else "No available agent to submit job"): submit a no-op job."""
+        probe = subprocess.run(
+            [str(BIN / "ray"), "job", "submit", "--address", self.dashboard, "--no-wait", "--", "true"],
+            env=_env(), capture_output=True, text=True, timeout=60,
+        )
+        self.last_probe = (probe.stdout + probe.stderr)[-1500:]
+        return probe.returncode == 0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from analysis.api import AnalysisOptions, analyze
-from analysis.d4 import render_markdown
+from analysis.tables.d4 import render_markdown
 from harness.run import run
 from harness.scenario import parse_scenario
 from harness.scenario_sol import sol_settings_for

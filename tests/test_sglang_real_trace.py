@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis.api import AnalysisOptions, analyze
-from analysis.signature import load_signature
+from analysis.attribution.signature import load_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests/data/sglang-real"

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from analysis.hardware import HardwareSpecError, load_hardware
-from analysis.model_shapes import load_model_shapes
-from analysis.sol import (
+from analysis.sol.hardware import HardwareSpecError, load_hardware
+from analysis.sol.model_shapes import load_model_shapes
+from analysis.sol.estimate import (
     Deployment, SolInputError, attention_costs, layer_sol, moe_costs, sol_by_term, sol_for_d4_rows, sol_time,
 )
 
@@ -171,7 +171,7 @@ def test_every_hardware_file_has_sourced_peaks():
 
 def test_model_file_keeps_top_level_keys_for_segmentation():
     import yaml
-    from analysis.model_shapes import MODELS_DIR
+    from analysis.sol.model_shapes import MODELS_DIR
     raw = yaml.safe_load((MODELS_DIR / "deepseek-v3.yaml").read_text())
     assert (raw["name"], raw["num_layers"], raw["first_k_dense_replace"], raw["mtp_layers"]) == ("deepseek-v3", 61, 3, 1)
     assert MODEL.moe_layers == 58
@@ -294,7 +294,7 @@ def test_composite_map_entries_sum_their_terms_and_skip_absent_ones(tmp_path):
     assert out[2].term is None and out[3].term is None  # o_proj (and the composite) already taken
     bad = tmp_path / "bad.yaml"
     bad.write_text("entries:\n  - {term: o_proj, terms: [q_b_proj], group: x}\n")
-    from analysis.sol_module_map import ModuleMapError, load_module_map
+    from analysis.sol.sol_module_map import ModuleMapError, load_module_map
     with pytest.raises(ModuleMapError, match=r"entries\[0\] needs a `term` or a non-empty `terms` list"):
         load_module_map(str(bad))
     bad.write_text("entries:\n  - {terms: [], group: x}\n")

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from analysis.api import AnalysisOptions, analyze, load_column, write_outputs
-from analysis.hardware import load_hardware
-from analysis.sol import sol_for_d4_rows
+from analysis.sol.hardware import load_hardware
+from analysis.sol.estimate import sol_for_d4_rows
 from harness.scenario import load_scenario, parse_scenario, scenario_to_yaml
 from harness.scenario_sol import sol_settings_for
 
 TRACE = Path(__file__).parent / "data" / "embedded-h100-demo_gpu-TP-0-DECODE.trace.json.gz"
 SIGNATURE = "embedded-hf-deepseek-v3-cuda"
-# H100 SXM datasheet peaks (analysis/hardware/h100.yaml): dense BF16 FLOP/s and HBM3 bytes/s
+# H100 SXM datasheet peaks (analysis/data/hardware/h100.yaml): dense BF16 FLOP/s and HBM3 bytes/s
 BF16_FLOPS, HBM_BYTES = 989.5e12, 3.35e12
 
 

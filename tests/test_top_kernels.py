@@ -1,9 +1,9 @@
 """Top kernels on a real trace and on KernelRows with known answers."""
 import pytest
 
-from analysis.tables import KernelRow
-from analysis.top_kernels import samples_from_rows, samples_from_traces, top_kernels
-from analysis.trace_loader import load_trace
+from analysis.attribution.rows import KernelRow
+from analysis.report.top_kernels import samples_from_rows, samples_from_traces, top_kernels
+from analysis.ingest.trace_loader import load_trace
 from conftest import real_trace
 
 QWEN_B300 = "nvidia/sglang_qwen3-30b-a3b_b300/1782799835.6885648-TP-0-DECODE.trace.json.gz"

@@ -11,9 +11,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis import trace_loader
+from analysis.ingest import trace_loader
 from analysis.errors import TraceLoadError
-from analysis.trace_loader import load_trace
+from analysis.ingest.trace_loader import load_trace
 from conftest import real_trace
 from real_traces import load_sources
 
@@ -241,7 +241,7 @@ def test_error_missing_file(tmp_path: Path) -> None:
 
 
 def test_rank_identity_from_sglang_file_names_classic_and_profile_v2():
-    from analysis.rank_id import parse_rank_id
+    from analysis.ingest.rank_id import parse_rank_id
 
     classic = parse_rank_id("run-1782799835.6-TP-3-DP-3-PP-1-EP-3-DECODE.trace.json.gz")
     assert (classic.tp, classic.dp, classic.pp, classic.ep, classic.stage, classic.label) == \

@@ -1,7 +1,7 @@
 import pytest
 
-from analysis.sol import D4Sol
-from analysis.whatif import WhatIfError, what_if, what_if_at_sol
+from analysis.sol.estimate import D4Sol
+from analysis.report.whatif import WhatIfError, what_if, what_if_at_sol
 
 
 def test_amdahl_speedup_and_target():
@@ -34,7 +34,7 @@ def test_ranking_at_sol_puts_largest_saving_first():
 
 
 def test_speedup_ranking_without_sol():
-    from analysis.whatif import what_if_speedup
+    from analysis.report.whatif import what_if_speedup
 
     rows = [("attention", "attn", "fmha", 40.0, 61), ("moe", "experts", "gemm", 100.0, 58),
             ("other", "bad", "k", 1000.0, 61)]  # 61 ms of a 20 ms step: wrong layer count

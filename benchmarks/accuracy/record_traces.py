@@ -236,7 +236,7 @@ def first_seen_module_ranges(trace_path: str) -> list[str]:
 def loader_counts(path: str) -> dict[str, int] | None:
     """What the project's loader sees in a trace, or None where the project is not importable."""
     try:
-        from analysis.trace_loader import load_trace
+        from analysis.ingest.trace_loader import load_trace
     except ImportError:
         return None
     trace = load_trace(path)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from analysis.agreement import GROUPS, compare_with_ranges, shares  # noqa: E402
+from analysis.attribution.agreement import GROUPS, compare_with_ranges, shares  # noqa: E402
 from analysis.api import AnalysisOptions, analyze  # noqa: E402
 from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
 from tests.real_traces import real_traces_dir  # noqa: E402

@@ -7,9 +7,9 @@ of its own time.
 import sys
 from collections import defaultdict
 
-from analysis.attribute import RankOptions, attribute_rank
-from analysis.signature import load_signature
-from analysis.trace_loader import load_trace
+from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.signature import load_signature
+from analysis.ingest.trace_loader import load_trace
 
 
 def main() -> int:

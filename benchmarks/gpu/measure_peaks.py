@@ -1,6 +1,6 @@
 """Measure achievable BF16 / FP8 matmul FLOP/s and HBM copy bandwidth on one GPU (needs torch + CUDA).
 
-Prints YAML snippets for analysis/hardware/<gpu>.yaml with measured: true. Times with CUDA events,
+Prints YAML snippets for analysis/data/hardware/<gpu>.yaml with measured: true. Times with CUDA events,
 best of several repetitions after warm-up; sizes are large enough to leave L2 behind.
 Run: python benchmarks/gpu/measure_peaks.py
 """

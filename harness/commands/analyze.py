@@ -58,9 +58,9 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
 
 def run(args) -> int:
     from analysis.api import analyze, write_outputs
-    from analysis.d4 import render_markdown
-    from analysis.model_spec import builtin_models
-    from analysis.signature import builtin_signatures
+    from analysis.tables.d4 import render_markdown
+    from analysis.ingest.model_spec import builtin_models
+    from analysis.attribution.signature import builtin_signatures
 
     if args.list_signatures:
         print("signatures:", ", ".join(builtin_signatures()))
@@ -84,7 +84,7 @@ def run(args) -> int:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 1
     print(render_markdown([result.d4], args.lang))
-    from analysis.overlap import stream_summary
+    from analysis.attribution.overlap import stream_summary
 
     streams = stream_summary(result.kernel_rows)
     if len({s.stream for s in streams}) > 1:

@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from analysis.calibration import calibrate, render_markdown
+    from analysis.attribution.calibration import calibrate, render_markdown
     from analysis.errors import AnalysisError
 
     if (args.truth is None) == (not args.capture_trace):

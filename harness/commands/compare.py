@@ -31,7 +31,7 @@ def _column(name: str, paths: list[str], args):
                 column.name = name
                 settings = sol_settings_from(args, model=args.model)
                 if settings is not None:  # SOL options on the command line apply to saved columns too
-                    from analysis.d4_sol import with_sol
+                    from analysis.tables.d4_sol import with_sol
 
                     column = with_sol(column, settings)
                 return column
@@ -40,7 +40,7 @@ def _column(name: str, paths: list[str], args):
 
 def run(args) -> int:
     from analysis.api import _atomic_write, write_table_csv
-    from analysis.d4 import render_markdown
+    from analysis.tables.d4 import render_markdown
 
     columns = []
     try:

@@ -26,9 +26,9 @@ def run(args) -> int:
     import yaml
 
     from analysis.errors import AnalysisError
-    from analysis.learn_signature import learn_signature
-    from analysis.signature import load_signature
-    from analysis.trace_loader import load_trace
+    from analysis.attribution.learn_signature import learn_signature
+    from analysis.attribution.signature import load_signature
+    from analysis.ingest.trace_loader import load_trace
 
     out = Path(args.out)
     if out.exists():

@@ -55,7 +55,7 @@ def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
     """(step ms, saved SolSettings or None) from analysis.json, when present."""
     import msgspec
 
-    from analysis.sol import SolSettings
+    from analysis.sol.estimate import SolSettings
 
     path = analysis_dir / "analysis.json"
     if not path.exists():
@@ -93,8 +93,8 @@ class _Loaded:
 
 
 def _from_analysis_dir(adir: Path) -> _Loaded:
-    from analysis.kernel_rows_csv import read_kernel_rows
-    from analysis.top_kernels import samples_from_rows
+    from analysis.tables.kernel_rows_csv import read_kernel_rows
+    from analysis.report.top_kernels import samples_from_rows
 
     got = _Loaded()
     long_csv = adir / "kernels_long.csv"
@@ -112,8 +112,8 @@ def _from_traces(paths: list[Path], signature: str) -> _Loaded:
     """Analyse the traces (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
     from analysis.api import AnalysisOptions, analyze
     from analysis.errors import TraceLoadError
-    from analysis.top_kernels import samples_from_rows, samples_from_traces
-    from analysis.trace_loader import load_trace
+    from analysis.report.top_kernels import samples_from_rows, samples_from_traces
+    from analysis.ingest.trace_loader import load_trace
 
     got = _Loaded()
     try:
@@ -164,12 +164,12 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
 
 
 def build(args) -> tuple[list, Path, str]:
-    from analysis.hardware import load_hardware
-    from analysis.kernel_report import ReportInputs, build_report
-    from analysis.ncu import classify, read_ncu_csv
-    from analysis.sol import layer_sol, sol_for_d4_rows
-    from analysis.top_kernels import top_kernels
-    from analysis.whatif import what_if_at_sol, what_if_speedup
+    from analysis.sol.hardware import load_hardware
+    from analysis.report.kernel_report import ReportInputs, build_report
+    from analysis.report.ncu import classify, read_ncu_csv
+    from analysis.sol.estimate import layer_sol, sol_for_d4_rows
+    from analysis.report.top_kernels import top_kernels
+    from analysis.report.whatif import what_if_at_sol, what_if_speedup
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
     top = top_kernels(got.samples, top_n=args.top)
@@ -200,7 +200,7 @@ def build(args) -> tuple[list, Path, str]:
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
         inputs.sources.append(args.ncu)
         if inputs.sol_rows and got.kernel_rows:
-            from analysis.sol_vs_ncu import row_checks
+            from analysis.report.sol_vs_ncu import row_checks
 
             inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
     out = Path(args.out) if args.out else (got.analysis_dir if got.analysis_dir is not None else _new_out_dir())
@@ -208,7 +208,7 @@ def build(args) -> tuple[list, Path, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.kernel_report import write_report
+    from analysis.report.kernel_report import write_report
 
     try:
         blocks, out, title = build(args)

@@ -39,7 +39,7 @@ def sol_settings_from(args, model: str | None, base=None, hardware_alone_ok: boo
     Half-given options (a batch without hardware, hardware without batch and KV length) are errors,
     except hardware alone where the caller uses it for something else (report's roofline).
     """
-    from analysis.sol import Deployment, SolSettings
+    from analysis.sol.estimate import Deployment, SolSettings
 
     given = deployment_given(args)
     hardware = args.hardware or (base.hardware if base else None)

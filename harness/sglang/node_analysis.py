@@ -3,16 +3,16 @@
 Why it is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
 rows of all ranks together; so concatenating the nodes' rows and building the column here gives
 what analysing every trace file on one machine gives, without moving the traces. SOL columns are
-added here too (analysis.d4_sol), from the settings the driver reads off the scenario.
+added here too (analysis.tables.d4_sol), from the settings the driver reads off the scenario.
 """
 from __future__ import annotations
 
 from analysis.api import Analysis
-from analysis.d4 import build_column
-from analysis.d4_sol import with_sol
-from analysis.model_spec import load_model_spec
-from analysis.signature import load_signature
-from analysis.sol import SolSettings
+from analysis.tables.d4 import build_column
+from analysis.tables.d4_sol import with_sol
+from analysis.ingest.model_spec import load_model_spec
+from analysis.attribution.signature import load_signature
+from analysis.sol.estimate import SolSettings
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:

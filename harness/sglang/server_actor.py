@@ -129,8 +129,8 @@ class SGLangNodeActor:
 
     def calibrate_signature(self, paths: list[str], options: dict) -> dict:
         """The run's signature checked against this node's first decode trace named by its captures
-        (analysis.calibration), or why it could not be; the driver picks the signature from these."""
-        from analysis.calibration import calibrate, render_markdown
+        (analysis.attribution.calibration), or why it could not be; the driver picks the signature from these."""
+        from analysis.attribution.calibration import calibrate, render_markdown
         from analysis.errors import AnalysisError
         signature = options.get("signature", "generic")
         asked = options.get("capture_traces") or []

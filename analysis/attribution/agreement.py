@@ -1,0 +1,146 @@
+"""How far an attribution from kernels alone is from the trace's own module ranges.
+
+Why: the attribution that matters is the one users get on traces without ranges (CUDA-graph
+replays); a trace that has ranges is its own ground truth. Strip the ranges, attribute the kernels
+(by structure, or by a signature), and compare per D4 group and module, as shares of step busy
+time. Used by the accuracy suite (tests/test_accuracy_suite.py, docs/accuracy.md), by
+`moe-harness agreement`, and to check a shipped signature against a calibration trace.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import msgspec
+
+from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.errors import AnalysisError
+from analysis.attribution.signature import Signature, load_signature
+from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
+from analysis.ingest.trace_loader import load_trace
+from analysis.ingest.trace_model import RankTrace
+
+# The groups the comparison reports (shares of step busy time); "outside" is the time before and
+# after the layers (embedding, LM head, sampling).
+GROUPS = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "outside")
+
+
+def strip_ranges(trace: RankTrace) -> RankTrace:
+    """The same trace as a CUDA-graph replay would show it: no nn.Module or python-function ranges."""
+    return msgspec.structs.replace(trace, module_ranges=[], function_ranges=[])
+
+
+@dataclass
+class Shares:
+    """Busy time per group and per (group, module), in percent of the steps' busy time."""
+
+    groups: dict[str, float]
+    modules: dict[tuple[str, str], float]
+    steps: int
+    layers: list[int]
+    moe_layers: list[int | None]
+    segmented_by: list[str]
+
+
+def shares(kernel_rows: list[KernelRow], step_rows: list[StepRow]) -> Shares:
+    busy = sum(s.busy_us for s in step_rows) or 1.0
+    groups: Counter = Counter()
+    modules: Counter = Counter()
+    for r in kernel_rows:
+        group = r.group if r.section == SECTION_LAYER else "outside"
+        groups[group] += r.busy_us
+        modules[(group, r.module)] += r.busy_us
+    return Shares({g: 100 * v / busy for g, v in groups.items()}, {m: 100 * v / busy for m, v in modules.items()},
+                  len(step_rows), [s.layers_found for s in step_rows], [s.moe_layers_found for s in step_rows],
+                  [s.segmented_by for s in step_rows])
+
+
+@dataclass
+class Agreement:
+    """Truth (the ranges) against the attribution from kernels alone, for one trace."""
+
+    trace: str
+    truth: Shares
+    found: Shares
+    how: str  # what named the kernels without ranges: structure, signature NAME, ...
+    notes: list[str] = field(default_factory=list)
+
+    def group_gap_pp(self, group: str) -> float:
+        return self.found.groups.get(group, 0.0) - self.truth.groups.get(group, 0.0)
+
+    @property
+    def worst_group(self) -> tuple[str, float]:
+        group = max(GROUPS, key=lambda g: abs(self.group_gap_pp(g)))
+        return group, self.group_gap_pp(group)
+
+    def module_gaps_pp(self) -> dict[tuple[str, str], float]:
+        keys = set(self.truth.modules) | set(self.found.modules)
+        return {k: self.found.modules.get(k, 0.0) - self.truth.modules.get(k, 0.0) for k in keys}
+
+    @property
+    def steps_agree(self) -> bool:
+        return self.truth.steps == self.found.steps
+
+    @property
+    def layers_agree(self) -> bool:
+        """Same layer count, dense and MoE, in every step (graph replays: as many steps as the truth)."""
+        return (self.truth.layers == self.found.layers and self.truth.moe_layers == self.found.moe_layers)
+
+
+def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[KernelRow]:
+    """`target`'s kernels named as the same kernels of `named` are (step by step, in launch order).
+
+    Why order works: a CUDA graph replays the kernels its capture launched, in the same order;
+    kernels the two runs do not share (a replay has no host-side copies) stay unattributed.
+    """
+    import difflib
+
+    from analysis.attribution.rows import SOURCE_UNATTRIBUTED, UNATTRIBUTED
+
+    by_step: dict[int, list[KernelRow]] = {}
+    for r in named:
+        by_step.setdefault(r.step, []).append(r)
+    target_steps: dict[int, list[int]] = {}
+    for i, r in enumerate(target):
+        target_steps.setdefault(r.step, []).append(i)
+    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED)
+           for r in target]
+    for step, indices in target_steps.items():
+        source = sorted(by_step.get(step, []), key=lambda r: r.start_us)
+        ordered = sorted(indices, key=lambda i: target[i].start_us)
+        matcher = difflib.SequenceMatcher(a=[r.kernel_name for r in source],
+                                          b=[target[i].kernel_name for i in ordered], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for k in range(block.size):
+                src, i = source[block.a + k], ordered[block.b + k]
+                out[i] = msgspec.structs.replace(target[i], section=src.section, layer=src.layer, group=src.group,
+                                                 module=src.module, source=src.source)
+    return out
+
+
+def _attribute(trace: RankTrace, sig: Signature, attribution: str):
+    return attribute_rank(trace, sig, None, RankOptions(attribution=attribution))
+
+
+def compare_with_ranges(path: str, truth_path: str | None = None, signature: str = "generic") -> Agreement:
+    """Attribution of `path` without its ranges against the ranges of `truth_path` (default: itself).
+
+    A CUDA-graph replay has no ranges; its truth is an eager trace of the same model and batch,
+    whose shares of busy time it is compared with.
+    """
+    sig = load_signature(signature)
+    trace = load_trace(path)
+    truth_trace = load_trace(truth_path) if truth_path else trace
+    if not truth_trace.module_ranges:
+        raise AnalysisError(f"{truth_path or path}: no nn.Module ranges to compare with (record with with_stack=True)")
+    truth_rows, truth_steps = _attribute(truth_trace, load_signature("generic"), "modules")
+    rows, steps = _attribute(strip_ranges(trace), sig, "template" if not sig.generic else "auto")
+    if truth_path:
+        # the twin's names, kernel by kernel, on this trace's own durations: a replay waits and
+        # overlaps differently from the eager run, so only its own times are a fair comparison
+        truth_rows, truth_steps = transfer_names(truth_rows, rows), steps
+    how = "structure" if sig.generic else f"signature {sig.name}"
+    notes = []
+    if any(s.segmented_by == "gap" for s in steps):
+        notes.append("steps without markers were cut by gaps and the layer structure")
+    return Agreement(path, shares(truth_rows, truth_steps), shares(rows, steps), how, notes)

@@ -1,0 +1,59 @@
+"""What a kernel does (GEMM, attention, norm, top-k, expert GEMM, dispatch...), from its name.
+
+Why a class and not a family: the structural attribution needs to know that a CUTLASS grouped
+GEMM, a DeepGEMM masked GEMM, a Triton fused_moe kernel and ATen's _grouped_mm all compute
+experts, whatever library wrote them. The rules are data (kernel_classes.yaml).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import yaml
+
+from analysis.errors import AnalysisError
+from analysis.ingest.kernel_names import unmangle_prefix
+from analysis.ingest.trace_model import Kernel
+
+CLASSES_FILE = Path(__file__).parent / "kernel_classes.yaml"
+DEFAULT_CLASS = "elementwise"
+
+# Groupings the structural attribution uses.
+GEMM_LIKE = frozenset({"gemm", "expert_gemm", "router_gemm"})
+ATTENTION_CORE = frozenset({"attn_core", "attn_aux"})
+COMMUNICATION = frozenset({"allreduce", "a2a", "dispatch", "combine"})
+EXPERT_PATH = frozenset({"expert_gemm", "moe_prep", "moe_finalize", "dispatch", "combine", "a2a"})
+ROUTING = frozenset({"topk", "router_gemm"})
+MINOR = frozenset({"elementwise", "memory", "quant", "view"})
+
+
+@functools.lru_cache(maxsize=1)
+def _rules() -> list[tuple[str, re.Pattern[str]]]:
+    try:
+        raw = yaml.safe_load(CLASSES_FILE.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise AnalysisError(f"kernel classes {CLASSES_FILE}: cannot read: {exc}") from exc
+    rules = []
+    for index, item in enumerate(raw.get("classes") or []):
+        try:
+            rules.append((str(item["class"]), re.compile(item["match"])))
+        except (KeyError, TypeError, re.error) as exc:
+            raise AnalysisError(f"kernel classes {CLASSES_FILE}: classes[{index}]: {exc}") from exc
+    return rules
+
+
+@functools.lru_cache(maxsize=100_000)
+def class_of_name(name: str) -> str:
+    """The class of a kernel or operator name (cached: traces repeat few names many times)."""
+    text = name.strip()
+    plain = unmangle_prefix(text) if text.startswith("_Z") else None
+    for cls, pattern in _rules():
+        if pattern.search(text) or (plain is not None and pattern.search(plain)):
+            return cls
+    return DEFAULT_CLASS
+
+
+def kernel_class(kernel: Kernel) -> str:
+    """CPU operators are classified by the outermost operator around them (aten::linear > aten::mm)."""
+    return class_of_name(kernel.root or kernel.name)

@@ -1,0 +1,207 @@
+"""Name kernels by the nn.Module ranges that launched them (eager traces, graph-capture traces).
+
+A kernel's launch call (matched by correlation id; for CPU-only traces the operator itself)
+happened inside nested `nn.Module: Class_N` python ranges on one thread. The innermost range
+whose class the signature maps names the kernel's group and module; the enclosing decoder-layer
+range gives its layer.
+"""
+from __future__ import annotations
+
+import bisect
+import difflib
+from dataclasses import dataclass
+
+from analysis.attribution.layers import Slot
+from analysis.attribution.signature import ModuleRanges
+from analysis.attribution.rows import (
+    SECTION_LAYER,
+    SECTION_POST,
+    SECTION_PRE,
+    SOURCE_CAPTURE,
+    SOURCE_MODULE_RANGE,
+    SOURCE_UNATTRIBUTED,
+    UNATTRIBUTED,
+)
+from analysis.ingest.trace_model import Kernel, Launch, Range, RankTrace
+
+
+def module_class(range_name: str) -> str:
+    """'OAIAttention_3' -> 'OAIAttention' (the profiler appends an instance counter)."""
+    head, sep, tail = range_name.rpartition("_")
+    return head if sep and tail.isdigit() else range_name
+
+
+class ModuleIndex:
+    """Per-thread nested module ranges, answering 'which ranges enclose time t on thread tid'."""
+
+    def __init__(self, ranges: list[Range]):
+        self._by_tid: dict[int, tuple[list[Range], list[float], list[int]]] = {}
+        grouped: dict[int, list[Range]] = {}
+        for r in ranges:
+            grouped.setdefault(r.tid, []).append(r)
+        for tid, items in grouped.items():
+            items.sort(key=lambda r: (r.start_us, -r.dur_us))
+            parents: list[int] = []
+            stack: list[int] = []
+            for i, r in enumerate(items):
+                while stack and items[stack[-1]].end_us < r.start_us:
+                    stack.pop()
+                parents.append(stack[-1] if stack else -1)
+                stack.append(i)
+            self._by_tid[tid] = (items, [r.start_us for r in items], parents)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_tid)
+
+    def stack_at(self, tid: int, t: float) -> list[Range]:
+        """Enclosing ranges, innermost first."""
+        entry = self._by_tid.get(tid)
+        if entry is None:
+            return []
+        items, starts, parents = entry
+        i = bisect.bisect_right(starts, t) - 1
+        # Walk back to the innermost range that still contains t.
+        while i >= 0 and items[i].end_us < t:
+            i = parents[i]
+        result = []
+        while i >= 0:
+            if items[i].start_us <= t <= items[i].end_us:
+                result.append(items[i])
+            i = parents[i]
+        return result
+
+
+@dataclass
+class _Named:
+    group: str
+    module: str
+    layer_range: Range | None
+
+
+def _name_from_stack(stack: list[Range], spec: ModuleRanges) -> _Named | None:
+    named: tuple[str, str] | None = None
+    layer_range = None
+    classes = [module_class(r.name) for r in stack]
+    for depth, r in enumerate(stack):
+        cls = classes[depth]
+        if named is None:
+            for entry in spec.map:
+                if not entry.regex.search(cls):
+                    continue
+                if entry.within_regex is not None and not any(entry.within_regex.search(c) for c in classes[depth + 1 :]):
+                    continue
+                named = (entry.group, entry.module)
+                break
+        if layer_range is None and spec.layer_regex.search(cls):
+            layer_range = r
+    if named is None and layer_range is None:
+        return None
+    group, module = named if named is not None else (UNATTRIBUTED, UNATTRIBUTED)
+    return _Named(group, module, layer_range)
+
+
+def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_labels: list[str], source: str) -> list[Slot] | None:
+    layer_ranges = sorted({id(n.layer_range): n.layer_range for n in names if n and n.layer_range}.values(), key=lambda r: r.start_us)
+    if not layer_ranges:
+        return None
+    unit_of = {id(r): u for u, r in enumerate(layer_ranges)}
+    first_layer_start = layer_ranges[0].start_us
+    slots = []
+    for kernel, named, label in zip(kernels, names, kernel_labels):
+        if named is not None and named.layer_range is not None:
+            unit = unit_of[id(named.layer_range)]
+            if named.group == UNATTRIBUTED:
+                slots.append(Slot(SECTION_LAYER, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
+            else:
+                slots.append(Slot(SECTION_LAYER, unit, named.group, named.module, label, source))
+        else:
+            section = SECTION_PRE if kernel.start_us < first_layer_start else SECTION_POST
+            if named is not None:
+                slots.append(Slot(section, -1, named.group, named.module, label, source))
+            else:
+                slots.append(Slot(section, -1, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
+    # Section by position relative to the layers, on the kernel timeline.
+    first_layer_kernel = min((k.start_us for k, s in zip(kernels, slots) if s.section == SECTION_LAYER), default=None)
+    if first_layer_kernel is not None:
+        for kernel, slot in zip(kernels, slots):
+            if slot.section != SECTION_LAYER:
+                slot.section = SECTION_PRE if kernel.start_us < first_layer_kernel else SECTION_POST
+    return slots
+
+
+def kernel_label(kernel: Kernel) -> str:
+    """The D4 kernel column for a kernel: its short name; a CPU operator's is its top-level call's
+    (aten::linear for the aten::t and aten::mm inside it), so a CPU table has one row per call."""
+    return short_label(kernel.root or kernel.name)
+
+
+def short_label(kernel_name: str, limit: int = 48) -> str:
+    """A readable prefix of a kernel name for the D4 kernel column (mangled names read as their kernel)."""
+    if kernel_name.startswith("_Z"):
+        from analysis.ingest.kernel_names import readable_name
+
+        return readable_name(kernel_name)[:limit]
+    name = kernel_name
+    if name.startswith("void "):
+        name = name[5:]
+    for stop in ("<", "("):
+        cut = name.find(stop)
+        if cut > 0:
+            name = name[:cut]
+    return name[:limit]
+
+
+def slots_from_module_ranges(kernels: list[Kernel], launches: dict[int, Launch], spec: ModuleRanges,
+                             index: ModuleIndex) -> list[Slot] | None:
+    """Slots for a step's kernels from the trace's own module ranges, or None if none enclose them.
+
+    `launches` is the rank's launch calls by correlation id (RankTrace.launch_by_correlation), built
+    once per rank rather than once per step.
+    """
+    names: list[_Named | None] = []
+    for k in kernels:
+        if k.launcher == "cpu":
+            stack = index.stack_at(k.stream, k.start_us)
+        else:
+            launch = launches.get(k.correlation)
+            stack = index.stack_at(launch.tid, launch.start_us) if launch is not None else []
+        names.append(_name_from_stack(stack, spec))
+    return _slots_from_names(kernels, names, [short_label(k.name) for k in kernels], SOURCE_MODULE_RANGE)
+
+
+@dataclass
+class CaptureMap:
+    """Kernels launched while a CUDA graph was captured, in launch order, with their module names."""
+
+    kernel_names: list[str]
+    named: list[_Named | None]
+
+
+def build_capture_map(capture: RankTrace, spec: ModuleRanges) -> CaptureMap:
+    index = ModuleIndex(capture.module_ranges)
+    names, named = [], []
+    for launch in capture.launches:
+        if not launch.kernel_name:
+            continue
+        names.append(launch.kernel_name)
+        named.append(_name_from_stack(index.stack_at(launch.tid, launch.start_us), spec))
+    return CaptureMap(names, named)
+
+
+def slots_from_capture(kernels: list[Kernel], capture: CaptureMap) -> tuple[list[Slot] | None, int]:
+    """Map replayed kernels onto the capture's launches by position (order-preserving match).
+
+    Returns the slots (None if too little matched) and the number of replayed kernels matched.
+    """
+    replay_names = [k.name for k in kernels]
+    matcher = difflib.SequenceMatcher(a=replay_names, b=capture.kernel_names, autojunk=False)
+    mapped: list[_Named | None] = [None] * len(kernels)
+    matched = 0
+    for block in matcher.get_matching_blocks():
+        for offset in range(block.size):
+            mapped[block.a + offset] = capture.named[block.b + offset]
+            matched += 1
+    if matched < 0.5 * len(kernels):
+        return None, matched
+    slots = _slots_from_names(kernels, mapped, [short_label(k.name) for k in kernels], SOURCE_CAPTURE)
+    return slots, matched

@@ -1,0 +1,518 @@
+"""Roles from the trace's own ranges: nn.Module calls, a few python functions, `group.module` annotations.
+
+Why: an eager trace (and a graph-capture trace) says which module launched each kernel; that is
+the ground truth the structural attribution is measured against, and the best attribution when
+it is there. The profiler names calls by class (`nn.Module: Linear_12`), not attribute
+(`q_b_proj`), so roles come from class names and position (module_map.yaml): the decoder layer's
+first norm is input_layernorm, the attention module's linear layers before its core are the
+projections (named as the structural attribution names them), its last is o_proj, a MoE block's
+router / experts / shared experts by class. Kernels a module launches directly are named by
+their kernel class. User annotations named `group.module` (a `record_function` range, or a
+`gpu_user_annotation`) name their kernels outright.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from analysis.errors import AnalysisError
+from analysis.attribution.kernel_classes import GEMM_LIKE, kernel_class
+from analysis.attribution.module_attribution import kernel_label, module_class
+from analysis.attribution.roles import is_moe_role, row_of
+from analysis.attribution.structure import routed_roles
+from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_MODULE_RANGE
+from analysis.ingest.trace_model import Kernel, Launch, Range
+
+MAP_FILE = Path(__file__).parent / "module_map.yaml"
+_ANNOTATED = re.compile(r"^(?P<group>[a-z][\w /]*)\.(?P<module>[\w. /-]+)$")
+D4_GROUPS = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "mtp")
+
+
+@dataclass(frozen=True)
+class ModuleMap:
+    model: re.Pattern[str]
+    layer: re.Pattern[str]
+    attention: re.Pattern[str]
+    norm: re.Pattern[str]
+    linear: re.Pattern[str]
+    rotary: re.Pattern[str]
+    activation: re.Pattern[str]
+    experts: re.Pattern[str]
+    router: re.Pattern[str]
+    shared: re.Pattern[str]
+    dispatch: re.Pattern[str]
+    combine: re.Pattern[str]
+    functions: tuple[tuple[re.Pattern[str], str], ...]
+    core_functions: re.Pattern[str] | None = None  # functions that are the attention computation
+
+
+@functools.lru_cache(maxsize=1)
+def standard_map() -> ModuleMap:
+    try:
+        raw = yaml.safe_load(MAP_FILE.read_text())
+        keys = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router", "shared",
+                "dispatch", "combine")
+        patterns = {k: re.compile(raw[k]) for k in keys}
+        functions = tuple((re.compile(f["match"]), f["role"]) for f in raw.get("functions") or [])
+        core = [f["match"] for f in raw.get("functions") or [] if f.get("core")]
+        patterns["core_functions"] = re.compile("|".join(f"(?:{c})" for c in core)) if core else None
+    except (OSError, yaml.YAMLError, KeyError, TypeError, re.error) as exc:
+        raise AnalysisError(f"module map {MAP_FILE}: {exc}") from exc
+    for _pattern, role in functions:
+        row_of(role)  # an unknown role fails here, naming the file
+    return ModuleMap(functions=functions, **patterns)
+
+
+# ---------------------------------------------------------------- the range tree of one thread
+
+
+@dataclass
+class _Node:
+    rng: Range
+    cls: str
+    parent: int
+    children: list[int] = field(default_factory=list)
+    function_role: str | None = None  # python-function ranges name a role directly
+
+
+class RangeForest:
+    """Module and function ranges per thread as trees: who encloses a point, and each call's children."""
+
+    def __init__(self, module_ranges: list[Range], function_ranges: list[Range], spec: ModuleMap):
+        self.nodes: list[_Node] = []
+        self._by_tid: dict[int, tuple[list[int], list[float]]] = {}
+        grouped: dict[int, list[tuple[Range, str | None]]] = {}
+        for r in module_ranges:
+            grouped.setdefault(r.tid, []).append((r, None))
+        for r in function_ranges:
+            role = next((role for pattern, role in spec.functions if pattern.search(r.name)), None)
+            if role is not None:
+                grouped.setdefault(r.tid, []).append((r, role))
+        for tid, items in grouped.items():
+            items.sort(key=lambda item: (item[0].start_us, -item[0].dur_us))
+            ids: list[int] = []
+            stack: list[int] = []
+            for r, role in items:
+                while stack and self.nodes[stack[-1]].rng.end_us < r.start_us:
+                    stack.pop()
+                node_id = len(self.nodes)
+                parent = stack[-1] if stack else -1
+                self.nodes.append(_Node(r, module_class(r.name) if role is None else r.name, parent, function_role=role))
+                if role is None:  # a module's children are the nearest modules inside it, functions are transparent
+                    owner = parent
+                    while owner >= 0 and self.nodes[owner].function_role is not None:
+                        owner = self.nodes[owner].parent
+                    if owner >= 0:
+                        self.nodes[owner].children.append(node_id)
+                stack.append(node_id)
+                ids.append(node_id)
+            self._by_tid[tid] = (ids, [self.nodes[i].rng.start_us for i in ids])
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes)
+
+    def innermost(self, tid: int, t: float) -> int:
+        """The innermost range that holds time t on thread tid, or -1."""
+        entry = self._by_tid.get(tid)
+        if entry is None:
+            return -1
+        ids, starts = entry
+        pos = bisect.bisect_right(starts, t) - 1
+        node = ids[pos] if pos >= 0 else -1
+        while node >= 0 and not (self.nodes[node].rng.start_us <= t <= self.nodes[node].rng.end_us):
+            node = self.nodes[node].parent
+        return node
+
+    def path(self, node: int) -> list[int]:
+        """node and its ancestors, innermost first."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.nodes[node].parent
+        return out
+
+    def roots(self) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.parent < 0 and n.function_role is None]
+
+
+# ---------------------------------------------------------------- naming
+
+
+@dataclass
+class _Context:
+    """Where one kernel was launched: its layer call and the layer's child it came through."""
+
+    layer: int = -1
+    top: int = -1  # the layer's direct child on the kernel's path (-1: launched by the layer itself)
+    path: tuple[int, ...] = ()
+    function_role: str | None = None
+    in_core_function: bool = False
+
+
+class ModuleRoleNamer:
+    """Roles for the kernels of one step from one rank's range forest."""
+
+    def __init__(self, forest: RangeForest, spec: ModuleMap | None = None):
+        self.forest = forest
+        self.spec = spec or standard_map()
+        self._kind: dict[int, str] = {}
+        self._child_roles: dict[int, dict[int, str]] = {}
+        self._moe_block: dict[int, bool] = {}
+
+    # -- classification of module calls
+    def kind(self, node: int) -> str:
+        """attention | norm | moe | mlp | other for a direct child of a decoder layer."""
+        hit = self._kind.get(node)
+        if hit is None:
+            cls = self.forest.nodes[node].cls
+            spec = self.spec
+            if self.forest.nodes[node].function_role is not None:
+                hit = "function"
+            elif spec.attention.search(cls):
+                hit = "attention"
+            elif spec.norm.search(cls):
+                hit = "norm"
+            elif self._holds_experts(node):
+                hit = "moe"
+            elif spec.linear.search(cls) and not self.forest.nodes[node].children:
+                hit = "linear"
+            else:
+                hit = "mlp"
+            self._kind[node] = hit
+        return hit
+
+    def _holds_experts(self, node: int) -> bool:
+        hit = self._moe_block.get(node)
+        if hit is None:
+            spec = self.spec
+            hit = False
+            todo = list(self.forest.nodes[node].children)
+            while todo and not hit:
+                child = self.forest.nodes[todo.pop()]
+                hit = child.function_role is None and bool(spec.experts.search(child.cls) or spec.router.search(child.cls))
+                todo.extend(child.children)
+            self._moe_block[node] = hit
+        return hit
+
+    def context(self, node: int) -> _Context:
+        path = self.forest.path(node)
+        nodes = self.forest.nodes
+        # a function names the kernel only when no module call lies inside it on the path
+        inner_functions = []
+        for n in path:
+            if nodes[n].function_role is None:
+                break
+            inner_functions.append(n)
+        function_role = nodes[inner_functions[0]].function_role if inner_functions else None
+        core = self.spec.core_functions
+        in_core = core is not None and any(core.search(nodes[n].cls) for n in inner_functions)
+        modules = [n for n in path if nodes[n].function_role is None]
+        for depth, n in enumerate(modules):
+            if self.spec.layer.search(nodes[n].cls):
+                top = modules[depth - 1] if depth > 0 else -1
+                return _Context(n, top, tuple(modules[:depth]), function_role, in_core)
+        return _Context(path=tuple(modules), function_role=function_role, in_core_function=in_core)
+
+    # -- roles of a layer's children
+    def layer_child_roles(self, layer: int) -> dict[int, str]:
+        """Roles of the layer's norm children (input / post-attention) by their place around attention."""
+        cached = self._child_roles.get(layer)
+        if cached is not None:
+            return cached
+        children = [c for c in self.forest.nodes[layer].children if self.forest.nodes[c].function_role is None]
+        attention = next((c for c in children if self.kind(c) == "attention"), None)
+        attention_start = self.forest.nodes[attention].rng.start_us if attention is not None else float("inf")
+        ffn_start = min((self.forest.nodes[c].rng.start_us for c in children if self.kind(c) in ("moe", "mlp")),
+                        default=float("inf"))
+        roles = {}
+        for c in children:
+            if self.kind(c) != "norm":
+                continue
+            start = self.forest.nodes[c].rng.start_us
+            roles[c] = ("input_layernorm" if start < attention_start
+                        else "post_attention_layernorm" if start < ffn_start else "layer_other")
+        self._child_roles[layer] = roles
+        return roles
+
+    def attention_child_roles(self, attention: int, core_time: float | None) -> dict[int, str]:
+        """Projection names for the attention module's children (linear layers and norms)."""
+        cached = self._child_roles.get(attention)
+        if cached is not None:
+            return cached
+        nodes = self.forest.nodes
+        spec = self.spec
+        children = [c for c in nodes[attention].children if nodes[c].function_role is None]
+        core_child = next((c for c in children if spec.attention.search(nodes[c].cls)), None)
+        if core_child is not None:
+            core_time = nodes[core_child].rng.start_us
+        if core_time is None:
+            core_time = float("inf")
+        linears = [c for c in children if spec.linear.search(nodes[c].cls) and not spec.attention.search(nodes[c].cls)]
+        pre = [c for c in linears if nodes[c].rng.start_us < core_time]
+        post = [c for c in linears if nodes[c].rng.start_us >= core_time]
+        norms = [c for c in children if spec.norm.search(nodes[c].cls)]
+        pre_starts = [nodes[c].rng.start_us for c in pre]
+        inner_runs: list[list[int]] = []
+        tail_norms = []
+        for c in norms:
+            t = nodes[c].rng.start_us
+            between = bisect.bisect_left(pre_starts, t)
+            if 0 < between < len(pre):
+                if inner_runs and inner_runs[-1][0] == between:
+                    inner_runs[-1].append(c)
+                else:
+                    inner_runs.append([between, c])
+            else:
+                tail_norms.append((c, between))
+        absorbed = len(inner_runs) == 1 and len(pre) >= 2
+        unfused_mla = len(inner_runs) == 2 and len(pre) == 4
+        roles: dict[int, str] = {}
+        if absorbed:
+            split = inner_runs[0][0]
+            for i, c in enumerate(pre):
+                roles[c] = "q_a_kv_a" if i < split else ("q_b_proj" if i == split else "w_kc_bmm")
+        elif unfused_mla:
+            for c, role in zip(pre, ("q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj")):
+                roles[c] = role
+        else:
+            for c in pre:
+                roles[c] = "qkv_proj"
+        inner_names = (["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"] if unfused_mla
+                       else ["qk_norm"] * len(inner_runs))
+        for run, role in zip(inner_runs, inner_names):
+            for c in run[1:]:
+                roles[c] = role
+        for c, between in tail_norms:
+            roles[c] = "input_layernorm" if between == 0 else "qk_norm"
+        for c in post:
+            roles[c] = "o_proj" if c == post[-1] else ("w_vc_bmm" if absorbed else "o_proj")
+        for c in children:
+            if c == core_child:
+                roles[c] = "attn_core"
+            elif spec.rotary.search(nodes[c].cls):
+                roles[c] = "rotary_emb"
+        roles[-1] = "absorbed" if absorbed else ""  # remembered for the module's direct GEMMs
+        self._child_roles[attention] = roles
+        return roles
+
+
+def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | None],
+                      namer: ModuleRoleNamer) -> tuple[list[int], list[str | None]]:
+    """Per kernel: its decoder-layer call (-1 outside layers) and its role, from the ranges around its launch."""
+    forest = namer.forest
+    nodes = forest.nodes
+    spec = namer.spec
+    contexts = []
+    for point in points:
+        node = forest.innermost(*point) if point is not None else -1
+        contexts.append(namer.context(node) if node >= 0 else _Context())
+    classes = [kernel_class(k) for k in kernels]
+    # attention calls: where the core starts and which direct kernels are GEMMs
+    core_time: dict[int, float] = {}  # on the CPU clock, like the module ranges
+    for point, ctx, cls in zip(points, contexts, classes):
+        if point is not None and ctx.top >= 0 and namer.kind(ctx.top) == "attention":
+            is_core = ctx.in_core_function or cls == "attn_core" or (
+                len(ctx.path) >= 2 and spec.attention.search(nodes[ctx.path[-2]].cls))
+            if is_core:
+                core_time[ctx.top] = min(core_time.get(ctx.top, point[1]), point[1])
+    roles: list[str | None] = [None] * len(kernels)
+    by_container: dict[int, list[int]] = {}
+    for i, (k, ctx, cls, point) in enumerate(zip(kernels, contexts, classes, points)):
+        if ctx.layer < 0:
+            continue
+        if cls == "allreduce":
+            roles[i] = "all_reduce"
+            continue
+        if ctx.top < 0:
+            roles[i] = "residual_add"
+            continue
+        kind = namer.kind(ctx.top)
+        if kind == "function":
+            roles[i] = ctx.function_role
+        elif kind == "norm":
+            roles[i] = namer.layer_child_roles(ctx.layer).get(ctx.top, "layer_other")
+        elif kind == "attention":
+            roles[i] = _attention_role(namer, ctx, cls, point, core_time.get(ctx.top))
+        elif kind == "moe":
+            roles[i] = _moe_role(namer, ctx, cls)
+            if roles[i] is None:
+                by_container.setdefault(ctx.path[-2], []).append(i)
+        else:  # a dense MLP (or a module the map does not know): by its linear layers
+            roles[i] = _mlp_role(namer, ctx, cls)
+    for members in by_container.values():
+        _name_routed(members, kernels, classes, roles)
+    return [ctx.layer for ctx in contexts], roles
+
+
+def _attention_role(namer: ModuleRoleNamer, ctx: _Context, cls: str, point: tuple[int, float],
+                    core_time: float | None) -> str:
+    nodes = namer.forest.nodes
+    children = namer.attention_child_roles(ctx.top, core_time)
+    if ctx.function_role is not None:
+        return ctx.function_role
+    # the attention module's child on the path (-1: launched by the attention module itself)
+    child = ctx.path[-2] if len(ctx.path) >= 2 else -1
+    if child >= 0:
+        role = children.get(child)
+        if role is not None:
+            return role
+        if namer.spec.activation.search(nodes[child].cls):
+            return "self_attn"
+    if cls in ("attn_core", "attn_aux", "kv_write"):
+        return "attn_core"
+    if cls == "rotary":
+        return "rotary_emb"
+    if cls in GEMM_LIKE and children.get(-1) == "absorbed":
+        before = core_time is None or point[1] < core_time
+        return "w_kc_bmm" if before else "w_vc_bmm"
+    return "self_attn"
+
+
+def _moe_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str | None:
+    """None: a routed-expert kernel, named later from its place among its call's GEMMs."""
+    nodes = namer.forest.nodes
+    spec = namer.spec
+    inside = ctx.path[:-1]  # the MoE block's descendants on the path, innermost first
+    if not inside:  # launched by the block itself: routing before the experts, their sum after
+        return "topk" if cls in ("topk", "softmax", "router_gemm") else ("router" if cls in GEMM_LIKE else "combine")
+    child = inside[-1]
+    child_cls = nodes[child].cls
+    if spec.experts.search(child_cls):
+        if cls in ("topk", "softmax"):
+            return "topk"
+        if cls == "router_gemm":
+            return "router"
+        return None
+    if spec.dispatch.search(child_cls):
+        return "dispatch"
+    if spec.combine.search(child_cls):
+        return "combine"
+    if spec.router.search(child_cls) or (spec.linear.search(child_cls) and _before_experts(namer, child)):
+        return "router" if cls in GEMM_LIKE else "topk"
+    if spec.shared.search(child_cls) or spec.linear.search(child_cls):
+        return "shared_experts"
+    return "experts"
+
+
+def _before_experts(namer: ModuleRoleNamer, child: int) -> bool:
+    nodes = namer.forest.nodes
+    block = nodes[child].parent
+    experts = [c for c in nodes[block].children if namer.spec.experts.search(nodes[c].cls)]
+    return bool(experts) and nodes[child].rng.start_us < nodes[experts[0]].rng.start_us
+
+
+def _mlp_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str:
+    nodes = namer.forest.nodes
+    spec = namer.spec
+    mlp = ctx.top
+    child = ctx.path[-2] if len(ctx.path) >= 2 else -1
+    if child >= 0 and spec.linear.search(nodes[child].cls):
+        linears = [c for c in nodes[mlp].children if spec.linear.search(nodes[c].cls)]
+        return "down_proj" if linears and child == linears[-1] else "gate_up_proj"
+    if cls in GEMM_LIKE:
+        return "gate_up_proj"
+    return "mlp_act"
+
+
+def _name_routed(members: list[int], kernels: list[Kernel], classes: list[str], roles: list[str | None]) -> None:
+    """Routed-expert kernels of one experts call, named like the structural attribution names
+    them (structure.routed_roles). A GEMM call is a GEMM kernel with its split-K reduction, or on
+    the CPU every operator of one aten call."""
+    calls: list[int | None] = []
+    count = 0
+    previous = None
+    for i in members:
+        cls = classes[i]
+        same_cpu_call = (previous is not None and kernels[i].launcher == "cpu"
+                         and kernels[i].correlation == kernels[previous].correlation)
+        if cls in GEMM_LIKE and not (same_cpu_call and calls and calls[-1] is not None):
+            count += 1
+            calls.append(count)
+        elif (cls == "gemm_aux" or same_cpu_call) and calls and calls[-1] is not None:
+            calls.append(calls[-1])
+        else:
+            calls.append(None)
+        previous = i
+    for i, role in zip(members, routed_roles([classes[i] for i in members], calls)):
+        roles[i] = role
+
+
+def annotated_rows(kernels: list[Kernel], points: list[tuple[int, float] | None],
+                   cpu_annotations: list[Range], gpu_annotations: list[Range]) -> list[tuple[str, str] | None] | None:
+    """`group.module` annotations: a CPU range around the launch, or a GPU range around the kernel."""
+    cpu = [(r, m) for r in cpu_annotations if (m := _annotation_row(r.name))]
+    gpu = [(r, m) for r in gpu_annotations if (m := _annotation_row(r.name))]
+    if not cpu and not gpu:
+        return None
+    out: list[tuple[str, str] | None] = []
+    for k, point in zip(kernels, points):
+        row = None
+        for r, m in gpu:
+            if r.start_us <= k.start_us <= r.end_us:
+                row = m
+        if row is None and point is not None:
+            for r, m in cpu:
+                if r.tid == point[0] and r.start_us <= point[1] <= r.end_us:
+                    row = m
+        out.append(row)
+    return out
+
+
+def _annotation_row(name: str) -> tuple[str, str] | None:
+    match = _ANNOTATED.match(name)
+    if not match or match.group("group") not in D4_GROUPS:
+        return None
+    return match.group("group"), match.group("module")
+
+
+def launch_points(kernels: list[Kernel], launches: dict[int, Launch]) -> list[tuple[int, float] | None]:
+    """Where on the CPU each kernel was launched: (thread, time); a CPU operator is its own launch."""
+    points: list[tuple[int, float] | None] = []
+    for k in kernels:
+        if k.launcher == "cpu":
+            points.append((k.stream, k.start_us))
+        else:
+            launch = launches.get(k.correlation)
+            points.append((launch.tid, launch.start_us) if launch is not None else None)
+    return points
+
+
+def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str | None],
+                     source: str = SOURCE_MODULE_RANGE):
+    """Slots (analysis.attribution.layers.Slot) and the MoE layer count from per-kernel layer calls and roles;
+    (None, 0) when no kernel is in a layer."""
+    from analysis.attribution.layers import Slot
+
+    layer_calls = sorted({layer for layer in layers if layer >= 0},
+                         key=lambda n: min(k.start_us for k, lay in zip(kernels, layers) if lay == n))
+    if not layer_calls:
+        return None, 0
+    unit = {call: u for u, call in enumerate(layer_calls)}
+    moe_calls = {layer for layer, role in zip(layers, roles) if layer >= 0 and role and is_moe_role(role)}
+    first_layer_start = min(k.start_us for k, lay in zip(kernels, layers) if lay >= 0)
+    slots = []
+    for k, layer, role in zip(kernels, layers, roles):
+        label = kernel_label(k)
+        if layer >= 0:
+            r = row_of(role or "layer_other", layer in moe_calls)
+            slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source))
+        else:
+            section = SECTION_PRE if k.start_us < first_layer_start else SECTION_POST
+            r = row_of("embedding" if section == SECTION_PRE else "lm_head")
+            slots.append(Slot(section, -1, r.group, r.module, label, source))
+    return slots, len(moe_calls)
+
+
+def apply_annotations(slots: list, rows: list[tuple[str, str] | None] | None) -> None:
+    """`group.module` annotations override whatever named the kernel (they are the user's word)."""
+    if rows is None:
+        return
+    for slot, row in zip(slots, rows):
+        if row is not None:
+            slot.group, slot.module = row
+

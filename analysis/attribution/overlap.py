@@ -1,0 +1,80 @@
+"""Busy versus exposed time across streams.
+
+Busy time is a kernel's duration. Exposed time is the part of it during which no kernel ran on any
+other stream: the shared experts under DeepEP combine, or two micro-batches, overlap, and only the
+exposed part adds to the step's wall time.
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import msgspec
+
+from analysis.ingest.trace_model import Kernel
+
+
+class StreamSummary(msgspec.Struct):
+    rank: str
+    stream: int
+    kernels: int
+    busy_us: float
+    exposed_us: float  # busy time during which no other stream ran
+
+
+def stream_summary(rows) -> list[StreamSummary]:
+    """Busy and exposed time per (rank, stream), from KernelRows: how much the streams overlap."""
+    acc: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        cell = acc.setdefault((r.rank, r.stream), [0, 0.0, 0.0])
+        cell[0] += 1
+        cell[1] += r.busy_us
+        cell[2] += r.exposed_us
+    return [StreamSummary(rank, stream, int(n), busy, exposed) for (rank, stream), (n, busy, exposed) in sorted(acc.items())]
+
+
+def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def covered_us(start: float, end: float, merged: list[tuple[float, float]], starts: list[float]) -> float:
+    """Length of [start, end) covered by merged, sorted, disjoint intervals."""
+    total = 0.0
+    i = max(0, bisect.bisect_right(starts, start) - 1)
+    while i < len(merged) and merged[i][0] < end:
+        lo, hi = max(start, merged[i][0]), min(end, merged[i][1])
+        if hi > lo:
+            total += hi - lo
+        i += 1
+    return total
+
+
+def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
+    """For each kernel, its duration minus the time other streams were busy during it."""
+    by_stream: dict[int, list[tuple[float, float]]] = {}
+    for k in kernels:
+        by_stream.setdefault(k.stream, []).append((k.start_us, k.end_us))
+    if len(by_stream) < 2:
+        return [k.dur_us for k in kernels]
+    others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
+    for stream in by_stream:
+        merged = merge_intervals([iv for s, ivs in by_stream.items() if s != stream for iv in ivs])
+        others[stream] = (merged, [iv[0] for iv in merged])
+    result = []
+    for k in kernels:
+        merged, starts = others[k.stream]
+        result.append(max(0.0, k.dur_us - covered_us(k.start_us, k.end_us, merged, starts)))
+    return result
+
+
+def wall_span_us(kernels: Sequence[Kernel]) -> float:
+    if not kernels:
+        return 0.0
+    return max(k.end_us for k in kernels) - min(k.start_us for k in kernels)

@@ -1,0 +1,312 @@
+"""Cut a rank's kernels into forward steps.
+
+Order of preference (the first that finds steps wins):
+1. nn.Module ranges (eager traces): one step per call of the outermost module whose calls repeat
+   (the model's forward), kernels mapped to it through their launch call; the step annotation
+   around a call, if any, gives its stage;
+2. CPU-side step annotations (`step[...]`, `ProfilerStep#N`), kernels mapped to them through the
+   correlation id of their launch call (for CPU-only traces, by the operator's own start), when
+   they place nearly every kernel: exact, a CUDA-graph replay's kernels included;
+3. GPU-side step annotations (`step[DECODE bs=16]`, SGLang's `gpu_user_annotation`), kernels by
+   start time; same-named windows that overlap (one per stream the step used) are one step;
+4. one CUDA-graph replay per step: kernels sharing the correlation id of one `cudaGraphLaunch`;
+5. a gap rule: a new step starts when every stream has been idle for more than `gap_us`; pieces
+   that hold fewer attention cores than the others are joined with their neighbours (an eager
+   step stalls on the host, e.g. for a cuDNN plan or a data-dependent expert loop, and the gap
+   alone would cut it in two).
+`Step.segmented_by` names the rule: module_range, gpu_annotation, cpu_annotation, graph_launch, gap.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from analysis.ingest.trace_model import Kernel, Range, RankTrace
+
+STEP_ANNOTATION = re.compile(
+    r"^step\[(?P<mode>[A-Za-z_]+)(?P<rest>[^\]]*)\]"  # SGLang
+    r"|^(?P<spec>draft|draft_extend)$"  # SGLang's speculative (MTP / EAGLE) draft passes
+    r"|^execute_context_(?P<ctx>\d+)\(.*\)_generation_(?P<gen>\d+)\("  # vLLM step names (as recorded by TraceLens)
+    r"|^ProfilerStep#\d+"  # torch.profiler schedule steps
+)
+_BATCH = re.compile(r"\bbs=(\d+)")
+GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
+DEFAULT_GAP_US = 1000.0
+
+_STAGES = {
+    "DECODE": "decode",
+    "EXTEND": "extend",
+    "PREFILL": "extend",
+    "MIXED": "extend",
+    "TARGET_VERIFY": "target_verify",
+    "DRAFT_EXTEND": "draft_extend",
+    "DRAFT_EXTEND_V2": "draft_extend",
+    "DRAFT": "draft",
+    "IDLE": "idle",
+}
+
+
+@dataclass
+class Step:
+    index: int
+    stage: str
+    kernels: list[Kernel]
+    segmented_by: str
+    batch_size: int | None = None
+    label: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def start_us(self) -> float:
+        return min(k.start_us for k in self.kernels)
+
+    @property
+    def end_us(self) -> float:
+        return max(k.end_us for k in self.kernels)
+
+
+def stage_of(label: str | None, default: str = "unknown") -> str:
+    if not label:
+        return default
+    match = STEP_ANNOTATION.match(label)
+    if match and match.group("ctx") is not None:
+        return "decode" if int(match.group("ctx")) == 0 else "extend"
+    if match and match.group("mode"):
+        mode = match.group("mode").upper()
+        return _STAGES.get(mode, mode.lower())
+    return _STAGES.get(label.upper(), default)
+
+
+def _batch_of(label: str) -> int | None:
+    match = _BATCH.search(label)
+    return int(match.group(1)) if match else None
+
+
+def _by_windows(kernels: list[Kernel], windows: list[Range], key) -> list[list[Kernel]]:
+    """Assign each kernel to the window that contains key(kernel); windows are sorted by start."""
+    starts = [w.start_us for w in windows]
+    buckets: list[list[Kernel]] = [[] for _ in windows]
+    for kernel in kernels:
+        point = key(kernel)
+        if point is None:
+            continue
+        i = bisect.bisect_right(starts, point) - 1
+        while i >= 0 and windows[i].end_us < point:
+            i -= 1
+        if i >= 0 and windows[i].start_us <= point <= windows[i].end_us:
+            buckets[i].append(kernel)
+    return buckets
+
+
+def _place_the_rest(kernels: list[Kernel], steps: list[list[Kernel]]) -> None:
+    """Kernels launched outside every step window (another scheduler thread's copies) join the
+    step they ran during on the GPU, or the one before them: never dropped."""
+    placed = {id(k) for step in steps for k in step}
+    starts = [min(k.start_us for k in step) for step in steps]
+    for kernel in kernels:
+        if id(kernel) not in placed:
+            steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
+
+
+def _merged(windows: list[Range]) -> list[Range]:
+    """One window per step: SGLang records a step's GPU annotation on each stream it uses (the main
+    and the alternate stream), so same-named windows that overlap are one step."""
+    out: list[Range] = []
+    for w in windows:
+        if out and out[-1].name == w.name and w.start_us <= out[-1].end_us:
+            end = max(out[-1].end_us, w.end_us)
+            out[-1] = Range(w.name, out[-1].start_us, end - out[-1].start_us, out[-1].tid)
+        else:
+            out.append(w)
+    return out
+
+
+def _step_windows(ranges: list[Range]) -> list[Range]:
+    return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: r.start_us)
+
+
+def _model_calls(trace: RankTrace) -> list[Range]:
+    """Calls of the outermost module whose calls repeat and hold decoder layers (the model's forward), or []."""
+    from analysis.attribution.module_roles import standard_map
+
+    if not trace.module_ranges:
+        return []
+    roots: list[Range] = []
+    end_by_tid: dict[int, float] = {}
+    for r in trace.module_ranges:  # sorted by (start, -duration): a root starts after every earlier root ends
+        if r.start_us > end_by_tid.get(r.tid, float("-inf")):
+            roots.append(r)
+            end_by_tid[r.tid] = r.end_us
+        else:
+            end_by_tid[r.tid] = max(end_by_tid[r.tid], r.end_us)
+    by_class: dict[str, list[Range]] = {}
+    for r in roots:
+        by_class.setdefault(_module_class(r.name), []).append(r)
+    model = standard_map().model
+
+    def rank(item: tuple[str, list[Range]]):
+        cls, calls = item
+        return (bool(model.search(cls)), len(calls), sum(c.dur_us for c in calls))
+
+    # the model's forward holds the decoder layers; a sampler or a rotary module called on its own does not
+    layers = [r for r in trace.module_ranges if standard_map().layer.search(_module_class(r.name))]
+    for _cls, calls in sorted(by_class.items(), key=rank, reverse=True):
+        if any(c.tid == lay.tid and c.start_us <= lay.start_us <= c.end_us for c in calls for lay in layers[:50]):
+            return sorted(calls, key=lambda r: r.start_us)
+    return []
+
+
+def _module_class(name: str) -> str:
+    head, sep, tail = name.rpartition("_")
+    return head if sep and tail.isdigit() else name
+
+
+def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules: bool = True) -> list[Step]:
+    kernels = trace.kernels
+    default_stage = stage_of(trace.rank.stage) if trace.rank.stage else "unknown"
+
+    def make(groups: list[list[Kernel]], how: str, labels: list[str] | None = None) -> list[Step]:
+        steps = []
+        for i, group in enumerate(g for g in groups if g):
+            label = labels[i] if labels else ""
+            steps.append(
+                Step(
+                    index=len(steps),
+                    stage=stage_of(label, default_stage),
+                    kernels=sorted(group, key=lambda k: k.start_us),
+                    segmented_by=how,
+                    batch_size=_batch_of(label) if label else None,
+                    label=label,
+                )
+            )
+        return steps
+
+    launch_ts = {launch.correlation: launch.start_us for launch in trace.launches}
+
+    def cpu_point(kernel: Kernel) -> float | None:
+        if kernel.launcher == "cpu":
+            return kernel.start_us
+        return launch_ts.get(kernel.correlation)
+
+    calls = _model_calls(trace) if use_modules else []
+    if calls:
+        starts = [c.start_us for c in calls]
+        buckets: list[list[Kernel]] = [[] for _ in calls]
+        for kernel in kernels:
+            point = cpu_point(kernel)
+            if point is None:
+                continue
+            # a kernel belongs to the call it was launched in, or (sampling, input prep) to the
+            # call before it; anything launched before the first call, to the first
+            buckets[max(0, bisect.bisect_right(starts, point) - 1)].append(kernel)
+        annotations = _step_windows(trace.cpu_annotations) or _step_windows(trace.gpu_annotations)
+        labels = []
+        for call in calls:
+            around = next((w for w in annotations if w.start_us <= call.start_us <= w.end_us), None)
+            labels.append(around.name if around is not None else "")
+        kept = [(b, label) for b, label in zip(buckets, labels) if b]
+        if kept:
+            return make([b for b, _ in kept], "module_range", [label for _, label in kept])
+
+    # CPU step annotations place kernels exactly (through their launch call, a graph replay's too);
+    # GPU ones only by time, and a replay can outrun its window. So the CPU ones win wherever they
+    # place nearly every kernel.
+    cpu_windows = _step_windows(trace.cpu_annotations)
+    if cpu_windows:
+        buckets = _by_windows(kernels, cpu_windows, cpu_point)
+        kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
+        placed = sum(len(b) for b, _ in kept)
+        if kept and placed >= 0.9 * len(kernels):
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "cpu_annotation", [n for _, n in kept])
+
+    gpu_windows = _merged(_step_windows(trace.gpu_annotations))
+    if gpu_windows:
+        buckets = _by_windows(kernels, gpu_windows, lambda k: k.start_us)
+        kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]
+        if kept:
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "gpu_annotation", [n for _, n in kept])
+
+    if cpu_windows:
+        buckets = _by_windows(kernels, cpu_windows, cpu_point)
+        kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
+        if kept:
+            steps = [b for b, _ in kept]
+            _place_the_rest(kernels, steps)
+            return make(steps, "cpu_annotation", [n for _, n in kept])
+
+    graph: dict[int, list[Kernel]] = {}
+    for kernel in kernels:
+        if kernel.launcher in GRAPH_LAUNCHERS:
+            graph.setdefault(kernel.correlation, []).append(kernel)
+    if graph:
+        ordered = sorted(graph.values(), key=lambda g: g[0].start_us)
+        return make(ordered, "graph_launch")
+
+    groups: list[list[Kernel]] = []
+    frontier = float("-inf")
+    for kernel in kernels:
+        if not groups or kernel.start_us - frontier > gap_us:
+            groups.append([])
+        groups[-1].append(kernel)
+        frontier = max(frontier, kernel.end_us)
+    return make(_refine_gap_pieces(groups), "gap")
+
+
+def _refine_gap_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
+    """Steps from gap-cut pieces, checked against the layer structure.
+
+    Pieces that each hold the same number of attention cores are steps. Otherwise the gaps lied
+    (no idle gap between steps, or a host stall inside one): the kernels are cut again where the
+    layer structure says one step ends and the next begins, and failing that, short pieces are
+    joined with their neighbours.
+    """
+    from analysis.attribution.structure import count_attention_cores, split_at_step_borders
+
+    counts = [count_attention_cores(g) for g in groups]
+    if counts and min(counts) == max(counts) and counts[0] > 0 and len(groups) > 1:
+        return groups
+    everything = sorted((k for g in groups for k in g), key=lambda k: k.start_us)
+    steps = split_at_step_borders(everything)
+    if len(steps) > 1:
+        return steps
+    return _join_short_pieces(groups)
+
+
+def _join_short_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
+    """Join gap-cut pieces until each holds as many attention cores as the fullest piece.
+
+    Why: a step is one pass over every layer, so every step has the same number of attention
+    cores; an idle gap inside a step (the host stalled) leaves two pieces whose counts add up to
+    that number. Pieces without any core (sampling after the model, a stray copy) join the
+    neighbour they are closer to in time.
+    """
+    if len(groups) < 2:
+        return groups
+    from analysis.attribution.structure import count_attention_cores
+
+    counts = [count_attention_cores(g) for g in groups]
+    full = max(counts)
+    if full == 0:
+        return groups
+    merged: list[list[Kernel]] = []
+    merged_counts: list[int] = []
+    for i, (group, count) in enumerate(zip(groups, counts)):
+        if count == 0 and merged:
+            gap_before = group[0].start_us - max(k.end_us for k in merged[-1])
+            nxt = groups[i + 1] if i + 1 < len(groups) else None
+            gap_after = nxt[0].start_us - max(k.end_us for k in group) if nxt is not None else float("inf")
+            if gap_before <= gap_after or counts[i + 1] == full:
+                merged[-1] = merged[-1] + group
+                continue
+        if merged and merged_counts[-1] < full and merged_counts[-1] + count <= full:
+            merged[-1] = merged[-1] + group
+            merged_counts[-1] += count
+        else:
+            merged.append(list(group))
+            merged_counts.append(count)
+    return merged

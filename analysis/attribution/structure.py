@@ -1,0 +1,647 @@
+"""Structural attribution: name each kernel by its role in a decoder layer, on any stack.
+
+Why: a signature names the kernels of one stack; on a stack it has never seen (another attention
+library, experts as a CUTLASS grouped GEMM or a cuBLAS GEMM) kernel names alone cannot tell a
+router GEMM from an expert GEMM. Position can. Every decoder layer runs one attention core, which
+cuts a step into layers, dense and MoE layers alike, sliding and full attention alike. The part of
+a layer before its attention core is the same kernel sequence in every layer, so the longest
+common tail of the stretches before each core says where layers begin. Inside a layer: kernels
+before the first GEMM are the input norm, GEMMs before the core are the q/kv projections (norms
+between them tell MLA from GQA), GEMMs after it are o_proj, then the post-attention norm; a GEMM
+that top-k follows is the router; GEMMs between top-k / dispatch and combine are experts; an
+MLP-shaped GEMM chain beside them, or GEMMs on a side stream, are the shared experts; a layer
+without routing is dense. What each kernel computes comes from kernel_classes.yaml; which D4 row
+each role is shown as, from roles.yaml.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass
+
+from analysis.attribution.kernel_classes import (
+    ATTENTION_CORE,
+    COMMUNICATION,
+    EXPERT_PATH,
+    GEMM_LIKE,
+    MINOR,
+    ROUTING,
+    kernel_class,
+)
+from analysis.attribution.layers import LayerCut, Slot, main_stream
+from analysis.attribution.module_attribution import kernel_label
+from analysis.attribution.roles import row_of
+from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
+from analysis.ingest.trace_model import Kernel
+
+# Kinds that end a layer's pre-attention part when walking back from its attention core.
+_NOT_PRE = EXPERT_PATH | ROUTING | {"allreduce"}
+_ROUTED_END = frozenset({"expert_gemm", "moe_finalize", "combine", "a2a"})
+
+
+@dataclass
+class _Unit:
+    """Consecutive main-stream kernels that act as one: a GEMM with its split-K reduction and the
+    activation quantisation before it, or the operators of one top-level CPU call."""
+
+    kind: str
+    lo: int  # first position in the main-stream order
+    hi: int  # last position, inclusive
+    names: tuple[str, ...]
+
+
+def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> list[_Unit]:
+    units: list[_Unit] = []
+    pos, n = 0, len(main_idx)
+    while pos < n:
+        kernel = kernels[main_idx[pos]]
+        kind = classes[pos]
+        end = pos
+        if kernel.launcher == "cpu":
+            while end + 1 < n and kernels[main_idx[end + 1]].correlation == kernel.correlation:
+                end += 1
+        elif kind in GEMM_LIKE or kind == "gemm_aux":
+            kind = "gemm" if kind == "gemm_aux" else kind
+            while end + 1 < n and classes[end + 1] == "gemm_aux":
+                end += 1
+            lo = pos
+            while units and units[-1].hi == lo - 1 and units[-1].lo == units[-1].hi and (
+                units[-1].kind == "quant" or kernels[main_idx[lo - 1]].name.startswith("Memset")
+            ):
+                lo = units.pop().lo
+            units.append(_Unit(kind, lo, end, tuple(kernels[main_idx[p]].name for p in range(lo, end + 1))))
+            pos = end + 1
+            continue
+        units.append(_Unit(kind, pos, end, tuple(kernels[main_idx[p]].name for p in range(pos, end + 1))))
+        pos = end + 1
+    return units
+
+
+def _attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
+    """Unit ranges (inclusive) of each attention core with the helpers right beside it."""
+    clusters: list[tuple[int, int]] = []
+    i = 0
+    while i < len(units):
+        if units[i].kind != "attn_core":
+            i += 1
+            continue
+        lo = i
+        floor = clusters[-1][1] + 1 if clusters else 0
+        while lo - 1 >= floor and units[lo - 1].kind == "attn_aux":
+            lo -= 1
+        hi = i
+        while hi + 1 < len(units) and units[hi + 1].kind in ATTENTION_CORE:
+            hi += 1
+        clusters.append((lo, hi))
+        i = hi + 1
+    return clusters or _eager_attention_clusters(units)
+
+
+def _eager_attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
+    """Attention written out (matmul, softmax, matmul): a softmax between two GEMMs. A router's
+    softmax is followed by top-k, not by a GEMM, so it never qualifies."""
+    clusters = []
+    for i, unit in enumerate(units):
+        if unit.kind != "softmax":
+            continue
+        before = next((j for j in range(i - 1, -1, -1) if units[j].kind not in MINOR), None)
+        after = next((j for j in range(i + 1, len(units)) if units[j].kind not in MINOR), None)
+        if before is None or after is None:
+            continue
+        if units[before].kind == "gemm" and units[after].kind == "gemm" and (not clusters or before > clusters[-1][1]):
+            clusters.append((before, after))
+    return clusters
+
+
+def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[int]:
+    """How many units before each attention core belong to its layer.
+
+    The longest tail shared by the stretches before every core (the kernels before layer 0 are
+    the embedding, before other layers the previous layer's MLP or experts, so the shared tail
+    stops at the layer border), extended over norms that differ only in the first layer (a plain
+    RMSNorm there, a fused residual-add RMSNorm elsewhere). Never past a unit of the expert path
+    or a collective, which end the previous layer. Copies compare by kind and CPU shape operators
+    not at all: layers that alternate sliding and full attention update their KV caches with
+    different copies and views, but compute the same.
+    """
+    regions = []
+    previous_end = -1
+    for lo, _hi in clusters:
+        regions.append((previous_end + 1, lo))
+        previous_end = _hi
+    # per region, the comparable units from the core backwards, up to the first that ends a layer
+    walks: list[list[int]] = []
+    for start, end in regions:
+        walk = []
+        for j in range(end - 1, start - 1, -1):
+            kind = units[j].kind
+            if kind in _NOT_PRE:
+                break
+            if kind != "view":
+                walk.append(j)
+        walks.append(walk)
+    if len(regions) < 2:
+        return [_role_pre_length(units, regions[0], walks[0])] if regions else []
+
+    def key(j: int):
+        return ("memory",) if units[j].kind == "memory" else units[j].names
+
+    shared = 0
+    while all(shared < len(walk) for walk in walks) and len({key(walk[shared]) for walk in walks}) == 1:
+        shared += 1
+    while True:
+        room = [walk for walk in walks if shared < len(walk)]
+        if not room or len(room) < len(walks) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
+            break
+        shared += 1
+    if shared == 0:
+        return [_role_pre_length(units, region, walk) for region, walk in zip(regions, walks)]
+    return [end - walk[min(shared, len(walk)) - 1] for (_start, end), walk in zip(regions, walks)]
+
+
+def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int]) -> int:
+    """One layer (or no shared tail): the pre part starts at the earliest norm before the core
+    that no expert, collective or other layer-ending unit precedes."""
+    _start, end = region
+    norms = [j for j in walk if units[j].kind == "norm"]
+    if norms:
+        return end - norms[-1]
+    return end - walk[-1] if walk else 0
+
+
+def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[str, ...], ...]) -> int:
+    """Where the kernels after the last layer begin: the final norm before the LM head.
+
+    The final norm is the same kernels as each layer's input norm; failing that, the last norm
+    that a GEMM (the LM head) follows. Without either, everything belongs to the last layer.
+    """
+    n = len(units)
+    gemms_after = [j for j in range(after_last, n) if units[j].kind in GEMM_LIKE]
+    if not gemms_after:
+        return n
+    last_gemm = gemms_after[-1]
+    size = len(input_norm)
+    if size:
+        for j in range(last_gemm - size, after_last - 1, -1):
+            if tuple(u.names for u in units[j:j + size]) == input_norm:
+                return j
+    for j in range(last_gemm - 1, after_last - 1, -1):
+        if units[j].kind == "norm":
+            while j - 1 >= after_last and units[j - 1].kind == "norm":
+                j -= 1
+            return j
+    return n
+
+
+def _final_norm_start(units: list[_Unit], clusters: list[tuple[int, int]], starts: list[int],
+                      norm_pieces: set[tuple[str, ...]]) -> int | None:
+    """Where the final norm begins: the first norm after the last core beyond the norms every layer
+    has after its core (the post-attention norm; more on models with pre/post-MLP norms). None when
+    there are too few layers to tell; len(units) when the trace ends with the last layer."""
+    if len(clusters) < 2:
+        return None
+    per_layer = Counter(len(_norm_runs(units, hi + 1, nxt)) for (_lo, hi), nxt in zip(clusters, starts[1:]))
+    usual = per_layer.most_common(1)[0][0]
+    runs = _norm_runs(units, clusters[-1][1] + 1, len(units))
+    if len(runs) <= usual:
+        return len(units)
+    start = runs[usual][0]
+    while start - 1 > clusters[-1][1] and units[start - 1].kind in MINOR and units[start - 1].names in norm_pieces:
+        start -= 1
+    return start
+
+
+def _next_not_minor(units: list[_Unit], start: int, stop: int) -> int | None:
+    return next((j for j in range(start, stop) if units[j].kind not in MINOR), None)
+
+
+class _LayerNamer:
+    """Roles for the units of one layer: pre part, attention core, post part."""
+
+    def __init__(self, units: list[_Unit], input_norm_names: set[tuple[str, ...]]):
+        self.units = units
+        self.input_norm_names = input_norm_names
+
+    def name(self, lo: int, core_lo: int, core_hi: int, hi: int) -> tuple[dict[int, str], bool]:
+        roles: dict[int, str] = {}
+        absorbed_mla = self._pre(lo, core_lo, roles)
+        for j in range(core_lo, core_hi + 1):
+            roles[j] = "attn_core"
+        moe = self._post(core_hi + 1, hi + 1, absorbed_mla, roles)
+        return roles, moe
+
+    # -- before the attention core
+    def _pre(self, lo: int, end: int, roles: dict[int, str]) -> bool:
+        """Input norm, projections, the norms between them, rotary; True for absorbed MLA."""
+        units = self.units
+        gemms = [j for j in range(lo, end) if units[j].kind in GEMM_LIKE]
+        if not gemms:
+            for j in range(lo, end):
+                roles[j] = self._tail_role(units[j].kind, "input_layernorm")
+            return False
+        for j in range(lo, gemms[0]):
+            roles[j] = "input_layernorm"
+        gaps = list(zip(gemms, [*gemms[1:], end]))
+        extents = [self._norm_extent(a + 1, b) for a, b in gaps]
+        inner = [e for e, (a, b) in zip(extents, gaps) if e is not None and b != end]
+        absorbed = len(inner) == 1 and len(gemms) >= 2
+        unfused_mla = len(inner) == 2 and len(gemms) == 4
+        for j, role in zip(gemms, self._projection_roles(gemms, inner, absorbed, unfused_mla)):
+            roles[j] = role
+        inner_roles = iter(["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"]
+                           if unfused_mla else ["qk_norm"] * len(inner))
+        has_rotary = any(units[j].kind == "rotary" for j in range(lo, end))
+        for (a, b), extent in zip(gaps, extents):
+            norm_role = (next(inner_roles) if b != end else "qk_norm") if extent is not None else None
+            default = "attn_core" if b == end else "self_attn"
+            rest = [j for j in range(a + 1, b) if extent is None or not extent[0] <= j <= extent[1]]
+            # no rotary kernel on this stack: the rotary embedding is written out (mul, add, cat):
+            # the stretch of arithmetic kernels among the projections or right before the core
+            arithmetic = [j for j in rest if units[j].kind == "elementwise"] if not has_rotary else []
+            rotary = (arithmetic[0], arithmetic[-1]) if len(arithmetic) >= 2 else None
+            for j in range(a + 1, b):
+                if extent is not None and extent[0] <= j <= extent[1]:
+                    roles[j] = norm_role
+                elif rotary is not None and rotary[0] <= j <= rotary[1]:
+                    roles[j] = "rotary_emb"
+                else:
+                    roles[j] = self._tail_role(units[j].kind, default)
+        return absorbed
+
+    def _norm_extent(self, start: int, end: int) -> tuple[int, int] | None:
+        """The units of a norm inside [start, end): its norm kernels and the small kernels around
+        them that the input norm also runs (an unfused RMSNorm: copy, pow, mean, add, rsqrt, mul...)."""
+        norms = [j for j in range(start, end) if self.units[j].kind == "norm"]
+        if not norms:
+            return None
+        lo, hi = norms[0], norms[-1]
+        while lo - 1 >= start and self._norm_piece(lo - 1):
+            lo -= 1
+        while hi + 1 < end and self._norm_piece(hi + 1):
+            hi += 1
+        return lo, hi
+
+    def _norm_piece(self, j: int) -> bool:
+        unit = self.units[j]
+        return unit.kind in MINOR and unit.names in self.input_norm_names
+
+    @staticmethod
+    def _projection_roles(gemms, inner_extents, absorbed: bool, unfused_mla: bool) -> list[str]:
+        if absorbed:
+            split = inner_extents[0][0]
+            after = [j for j in gemms if j > split]
+            return ["q_a_kv_a" if j < split else ("q_b_proj" if j == after[0] else "w_kc_bmm") for j in gemms]
+        if unfused_mla:
+            return ["q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj"]
+        return ["qkv_proj"] * len(gemms)
+
+    @staticmethod
+    def _tail_role(kind: str, default: str) -> str:
+        if kind == "rotary":
+            return "rotary_emb"
+        if kind in ("kv_write", "attn_core", "attn_aux", "indexer"):
+            return "attn_core"
+        if kind == "allreduce":
+            return "all_reduce"
+        return default
+
+    # -- after the attention core
+    def _post(self, start: int, end: int, absorbed_mla: bool, roles: dict[int, str]) -> bool:
+        units = self.units
+        stops = {"norm", "allreduce", "act", "softmax"} | EXPERT_PATH | ROUTING
+        j = start
+        outs = []
+        while j < end and units[j].kind not in stops:
+            if units[j].kind in GEMM_LIKE:
+                outs.append(j)
+            j += 1
+        o_end = outs[-1] + 1 if outs else start
+        for k in range(start, o_end):
+            roles[k] = "o_proj"
+        if absorbed_mla and len(outs) >= 2:
+            for k in outs[:-1]:
+                roles[k] = "w_vc_bmm"
+        j = o_end
+        ffn = next((k for k in range(j, end) if units[k].kind in GEMM_LIKE | ROUTING | EXPERT_PATH | {"act"}), end)
+        first_norm = next((k for k in range(j, ffn) if units[k].kind == "norm"), ffn)
+        # between o_proj and the post-attention norm: the tensor-parallel all-reduce with the copies
+        # in and out of its buffer (o_proj's), or else the residual add
+        reduced = any(units[k].kind == "allreduce" for k in range(j, first_norm))
+        for k in range(j, ffn):
+            if units[k].kind == "allreduce":
+                roles[k] = "all_reduce"
+            elif k < first_norm:
+                roles[k] = "o_proj" if reduced else "residual_add"
+            else:
+                roles[k] = "post_attention_layernorm"
+        moe = any(units[k].kind in EXPERT_PATH | ROUTING for k in range(ffn, end))
+        if moe:
+            self._moe(ffn, end, roles)
+        else:
+            self._dense(ffn, end, roles)
+        return moe
+
+    def _dense(self, start: int, end: int, roles: dict[int, str]) -> None:
+        units = self.units
+        gemms = [k for k in range(start, end) if units[k].kind in GEMM_LIKE]
+        if not gemms:
+            for k in range(start, end):
+                roles[k] = "all_reduce" if units[k].kind == "allreduce" else "mlp_act"
+            return
+        for k in range(start, end):
+            kind = units[k].kind
+            if kind == "allreduce":
+                roles[k] = "all_reduce"
+            elif k == gemms[-1]:
+                roles[k] = "down_proj"
+            elif k in gemms or k < gemms[0]:
+                roles[k] = "gate_up_proj"
+            elif k < gemms[-1]:
+                roles[k] = "mlp_act"
+            else:
+                roles[k] = "residual_add"
+
+    def _moe(self, start: int, end: int, roles: dict[int, str]) -> None:
+        units = self.units
+        router = self._router(start, end)
+        route_from = router if router is not None else next(
+            (k for k in range(start, end) if units[k].kind in ("topk", "softmax")), start)
+        # the routing chain: top-k / softmax and the small kernels among them, then the weights'
+        # arithmetic after the last top-k; a copy or a reshape starts the experts' own work
+        k = route_from + 1 if router is not None else route_from
+        last_routing = k - 1
+        while k < end and units[k].kind in {"topk", "softmax"} | MINOR:
+            if units[k].kind in ("topk", "softmax"):
+                last_routing = k
+            k += 1
+        experts_from = last_routing + 1
+        while experts_from < k and units[experts_from].kind == "elementwise":
+            experts_from += 1
+        first_routing = next((j for j in range(route_from, experts_from) if units[j].kind in ("topk", "softmax")),
+                             experts_from)
+        routed_end = max((k for k in range(experts_from, end) if units[k].kind in _ROUTED_END), default=None)
+        if routed_end is None:
+            gemms_after = [k for k in range(experts_from, end) if units[k].kind in GEMM_LIKE]
+            routed_end = gemms_after[-1] if gemms_after else experts_from - 1
+        shared = self._shared_span(start, route_from) or self._shared_span(routed_end + 1, end)
+        # after the routed experts (and the shared ones, if they run last): GEMMs and scores there
+        # gate the shared expert's output; what follows the last of them is the residual add
+        tail_gemms = [k for k in range(routed_end + 1, end) if units[k].kind in GEMM_LIKE | {"softmax"}
+                      and not (shared and shared[0] <= k <= shared[1])]
+        first_tail_gemm = tail_gemms[0] if tail_gemms else end
+        last_tail_gemm = max(tail_gemms, default=routed_end)
+
+        for k in range(start, end):
+            kind = units[k].kind
+            if kind == "allreduce":
+                roles[k] = "all_reduce"
+            elif shared and shared[0] <= k <= shared[1]:
+                roles[k] = "shared_experts"
+            elif k < route_from:
+                roles[k] = "post_attention_layernorm" if kind in MINOR | {"norm"} else "shared_experts"
+            elif router is not None and k == router:
+                roles[k] = "router"
+            elif k < experts_from:
+                # before the first top-k kernel, a quantisation or copy prepares the experts' input
+                before_topk = k < first_routing and kind in ("quant", "memory")
+                roles[k] = "experts" if before_topk else "topk"
+            elif k <= routed_end:
+                roles[k] = None  # named below, in order
+            elif shared and shared[0] > routed_end and k > shared[1]:
+                roles[k] = "residual_add" if kind in MINOR else "experts"
+            elif tail_gemms and k > last_tail_gemm:
+                roles[k] = "residual_add" if kind in MINOR else "experts"
+            elif kind in GEMM_LIKE or kind == "softmax" or k > first_tail_gemm:
+                roles[k] = "shared_experts"  # a gate on the shared expert's output (Qwen2-MoE)
+            else:
+                roles[k] = "combine" if kind in ("moe_finalize", "combine", "a2a") else "experts"
+        self._routed(experts_from, routed_end + 1, roles)
+
+    def _router(self, start: int, end: int) -> int | None:
+        units = self.units
+        for k in range(start, end):
+            kind = units[k].kind
+            if kind == "router_gemm":
+                return k
+            if kind in EXPERT_PATH:
+                return None
+            if kind in GEMM_LIKE:
+                nxt = _next_not_minor(units, k + 1, end)
+                if nxt is not None and units[nxt].kind in ("topk", "softmax"):
+                    return k
+        return None
+
+    def _shared_span(self, start: int, end: int) -> tuple[int, int] | None:
+        gemms = [k for k in range(start, end) if self.units[k].kind in GEMM_LIKE]
+        return (gemms[0], gemms[-1]) if len(gemms) >= 2 else None
+
+    def _routed(self, start: int, end: int, roles: dict[int, str]) -> None:
+        units = self.units
+        gemms = [k for k in range(start, end) if units[k].kind in GEMM_LIKE]
+        calls = [gemms.index(k) + 1 if k in gemms else None for k in range(start, end)]
+        for k, role in zip(range(start, end), routed_roles([units[k].kind for k in range(start, end)], calls)):
+            roles[k] = role
+
+
+def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
+    """Roles of a routed-experts stretch, in order: GEMM calls (numbered from 1) alternate up/gate and
+    down (a per-expert loop repeats the pair), dispatch before the first, combine after the last."""
+    numbered = [i for i, call in enumerate(gemm_calls) if call is not None]
+    first, last = (numbered[0], numbered[-1]) if numbered else (None, None)
+    roles = []
+    for i, (kind, call) in enumerate(zip(kinds, gemm_calls)):
+        if call is not None:
+            roles.append("up_gate_gemm" if call % 2 == 1 else "down_gemm")
+        elif kind == "act":
+            roles.append("expert_act")
+        elif kind in ("dispatch", "a2a") and (first is None or i < first):
+            roles.append("dispatch")
+        elif kind in ("combine", "a2a", "moe_finalize") and (last is None or i > last):
+            roles.append("combine")
+        elif kind == "allreduce":
+            roles.append("all_reduce")
+        else:
+            roles.append("experts")
+    return roles
+
+
+def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
+    """Layers and roles of one step's kernels, or None when no attention core is found."""
+    if not kernels:
+        return None
+    main = main_stream(kernels)
+    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    classes = [kernel_class(kernels[i]) for i in main_idx]
+    units = _units(kernels, main_idx, classes)
+    clusters = _attention_clusters(units)
+    if not clusters:
+        return None
+    pre = _pre_lengths(units, clusters)
+    starts = [lo - p for (lo, _hi), p in zip(clusters, pre)]
+    first_gemm = [next((j for j in range(s, lo) if units[j].kind in GEMM_LIKE), lo) for s, (lo, _hi) in zip(starts, clusters)]
+    input_norms = [tuple(u.names for u in units[s:g]) for s, g in zip(starts, first_gemm)]
+    reference = input_norms[1] if len(input_norms) > 1 else input_norms[0]
+    norm_pieces = {names for norm in input_norms for names in norm}
+    post_start = _final_norm_start(units, clusters, starts, norm_pieces)
+    if post_start is None:
+        post_start = _post_start(units, clusters[-1][1] + 1, reference)
+    ends = [*(s - 1 for s in starts[1:]), post_start - 1]
+    namer = _LayerNamer(units, norm_pieces)
+    unit_slot: list[tuple[str, int, str, bool] | None] = [None] * len(units)
+    moe_layers = 0
+    for layer, ((core_lo, core_hi), lo, hi) in enumerate(zip(clusters, starts, ends)):
+        roles, moe = namer.name(lo, core_lo, core_hi, hi)
+        moe_layers += moe
+        for j, role in roles.items():
+            unit_slot[j] = (SECTION_LAYER, layer, role, moe)
+    for j in range(0, starts[0]):
+        unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
+    for j in range(post_start, len(units)):
+        unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
+    slots: list[Slot | None] = [None] * len(kernels)
+    for unit, placed in zip(units, unit_slot):
+        section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
+        row = row_of(role or "experts", moe)
+        for p in range(unit.lo, unit.hi + 1):
+            i = main_idx[p]
+            slots[i] = Slot(section, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+    layer_moe = {}
+    for placed in unit_slot:
+        if placed and placed[0] == SECTION_LAYER:
+            layer_moe[placed[1]] = placed[3]
+    # where each layer's attention ends on the main stream (its core's last kernel)
+    attention_end = {layer: kernels[main_idx[units[hi].hi]].end_us for layer, (_lo, hi) in enumerate(clusters)}
+    _place_side_streams(kernels, main, slots, layer_moe, attention_end)
+    detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
+    return LayerCut([s for s in slots if s is not None], len(clusters), detail, moe_layers=moe_layers)
+
+
+def _outside_role(kind: str, default: str) -> str:
+    """Before or after the layers, collectives stay visible as communication."""
+    return "outside_collective" if kind in COMMUNICATION else default
+
+
+def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | None], layer_moe: dict[int, bool],
+                        attention_end: dict[int, float]) -> None:
+    """Other streams' kernels join the layer whose main-stream span holds their start. While the
+    layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
+    it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
+    the combine); collectives keep their own role; the rest is `other`."""
+    first: dict[int, float] = {}
+    last_end = float("-inf")
+    for k, slot in zip(kernels, slots):
+        if k.stream != main or slot is None:
+            continue
+        if slot.section == SECTION_LAYER:
+            first[slot.unit] = min(first.get(slot.unit, k.start_us), k.start_us)
+            last_end = max(last_end, k.end_us)
+    layers = sorted(first)
+    starts = [first[u] for u in layers]
+    by_layer_stream: dict[tuple[int, int], list[int]] = {}
+    for i, k in enumerate(kernels):
+        if k.stream == main:
+            continue
+        pos = bisect.bisect_right(starts, k.start_us) - 1
+        if pos < 0 or k.start_us >= last_end:
+            section, role = (SECTION_PRE, "embedding") if pos < 0 else (SECTION_POST, "lm_head")
+            row = row_of(_outside_role(kernel_class(k), role))
+            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE)
+        else:
+            by_layer_stream.setdefault((layers[pos], k.stream), []).append(i)
+    for (layer, _stream), members in by_layer_stream.items():
+        moe = layer_moe.get(layer, False)
+        kinds = [kernel_class(kernels[i]) for i in members]
+        ffn = [kind for i, kind in zip(members, kinds) if kernels[i].start_us >= attention_end.get(layer, float("inf"))]
+        runs_gemm = any(kind in GEMM_LIKE for kind in ffn)
+        for i, kind in zip(members, kinds):
+            if kernels[i].start_us < attention_end.get(layer, float("-inf")) and kind not in COMMUNICATION:
+                role = "q_a_kv_a_layernorm" if kind == "norm" else _LayerNamer._tail_role(kind, "self_attn")
+            elif kind == "allreduce":
+                role = "all_reduce"
+            elif kind in ("dispatch", "combine"):
+                role = kind
+            elif kind in ("topk", "router_gemm"):
+                role = "topk" if kind == "topk" else "router"
+            elif moe and runs_gemm:
+                role = "shared_experts"
+            else:
+                role = "layer_other"
+            row = row_of(role, moe)
+            slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+
+
+def count_attention_cores(kernels: list[Kernel]) -> int:
+    """Attention cores on the busiest stream: the layer count a step of these kernels would have."""
+    if not kernels:
+        return 0
+    main = main_stream(kernels)
+    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    return len(_attention_clusters(_units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])))
+
+
+def split_at_step_borders(kernels: list[Kernel]) -> list[list[Kernel]]:
+    """Cut a stretch that holds several steps (no step markers, no idle gap between them) into steps.
+
+    Why it can be found: the stretches between consecutive attention cores repeat with the layer
+    pattern of the model (dense then MoE, or all alike), except the one that crosses from one step
+    to the next, which holds the final norm, the LM head and the next step's embedding: one more
+    norm than any stretch inside a step. So the sequence of stretch shapes is periodic, with the
+    layer count as period; the stretch with the most norms in each period is the border, and the
+    step is cut at the longest pause of the main stream inside it (the host between two forwards).
+    """
+    if not kernels:
+        return []
+    main = main_stream(kernels)
+    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    units = _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+    clusters = _attention_clusters(units)
+    if len(clusters) < 3:
+        return [kernels]
+    shapes = [_stretch_shape(units, a_hi + 1, b_lo) for (_a_lo, a_hi), (b_lo, _b_hi) in zip(clusters, clusters[1:])]
+    period = next((p for p in range(2, len(shapes) + 1)
+                   if all(shapes[i] == shapes[i + p] for i in range(len(shapes) - p))), None)
+    if period is None or period > len(shapes):
+        return [kernels]
+    norm_runs = [shape[0] for shape in shapes[:period]]
+    border = max(range(period), key=lambda i: norm_runs[i])
+    if norm_runs.count(norm_runs[border]) != 1:
+        return [kernels]
+    cuts = []
+    for r in range(border, len(shapes), period):
+        (_lo, hi), next_lo = clusters[r], clusters[r + 1][0]
+        runs = _norm_runs(units, hi + 1, next_lo)
+        if len(runs) < 3:
+            continue
+        # the border stretch: post-attention norm, experts or MLP, final norm, LM head, sampling,
+        # the next step's embedding, then the first layer's input norm (the third norm)
+        final_end, next_start = runs[1][1], runs[2][0]
+        lm_head = next((j for j in range(final_end + 1, next_start) if units[j].kind in GEMM_LIKE), final_end)
+        first, last = units[lm_head].hi + 1, units[next_start].lo
+        cut = max(range(first, last + 1),
+                  key=lambda p: kernels[main_idx[p]].start_us - kernels[main_idx[p - 1]].end_us, default=last)
+        cuts.append(kernels[main_idx[cut]].start_us)
+    if not cuts:
+        return [kernels]
+    pieces: list[list[Kernel]] = [[] for _ in range(len(cuts) + 1)]
+    for k in kernels:
+        pieces[bisect.bisect_right(cuts, k.start_us)].append(k)
+    return [p for p in pieces if p]
+
+
+def _norm_runs(units: list[_Unit], start: int, end: int) -> list[tuple[int, int]]:
+    """(first, last) unit of each separate norm in [start, end): norm units with only small kernels between."""
+    runs: list[tuple[int, int]] = []
+    for j in range(start, end):
+        kind = units[j].kind
+        if kind == "norm":
+            if runs and all(units[m].kind in MINOR for m in range(runs[-1][1] + 1, j)):
+                runs[-1] = (runs[-1][0], j)
+            else:
+                runs.append((j, j))
+    return runs
+
+
+def _stretch_shape(units: list[_Unit], start: int, end: int) -> tuple[int, frozenset[str]]:
+    """What a stretch between two attention cores holds: its separate norms and its kinds of kernels."""
+    return len(_norm_runs(units, start, end)), frozenset(
+        units[j].kind for j in range(start, end) if units[j].kind not in MINOR)

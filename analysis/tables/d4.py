@@ -1,0 +1,370 @@
+"""The D4 profile table: per-layer microseconds per group / module / kernel, one column per run.
+
+A cell is built from KernelRows: for each (rank, step) the row's busy time summed over the
+layers that have it, divided by that number of layers (so a MoE row reads "per MoE layer" on
+DeepSeek-V3, whose first 3 layers are dense); then a statistic over steps (mean, median, p90);
+then the rank policy (mean over ranks, max over ranks, or one named rank). Only steps of the
+main stage whose layer count matched the model are used; the others are counted in `skipped`.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+
+import msgspec
+
+from analysis.sol.estimate import SolSettings
+from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
+
+STATS = ("mean", "median", "p90")
+MTP_GROUP = "mtp"
+# The seed table's group order; groups not listed follow in order of first appearance.
+GROUP_ORDER = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "unattributed")
+
+
+class D4Row(msgspec.Struct):
+    group: str
+    module: str
+    kernel: str
+    value_us: float  # per layer, after the step statistic and the rank policy
+    exposed_us: float
+    median_us: float
+    p90_us: float
+    layers: float  # layers per step that hold this row
+    # Speed of light (analysis/sol/estimate.py), filled by analysis.tables.d4_sol when deployment parameters are given.
+    sol_us: float | None = None
+    sol_pct: float | None = None  # 100 x SOL / value_us: 100 = at the hardware limit
+    bound: str | None = None  # compute | memory | network
+    sol_term: str | None = None
+
+
+class D4Column(msgspec.Struct):
+    name: str
+    stage: str
+    stat: str
+    rank_policy: str
+    step_ms: float  # end-to-end per step (for MTP: per verify iteration, drafts included)
+    layers_ms: float
+    num_layers: float
+    pre_ms: float
+    post_ms: float
+    rows: list[D4Row]
+    mtp_rows: list[D4Row] = []
+    accept_length: float | None = None
+    per_token_ms: float | None = None
+    steps_used: int = 0
+    steps_skipped: int = 0
+    steps_mismatched: int = 0  # used steps whose layer count differs from the expected one (not --strict)
+    layer_counts: str = ""  # what was found against what was expected, for the notes
+    sources: dict[str, float] = {}  # share of the used steps' busy time by what named the kernels (%)
+    ranks: list[str] = []
+    rank_step_ms: dict[str, float] = {}
+    rank_spread_pct: float = 0.0
+    straggler: str | None = None
+    signature: str = ""
+    model: str | None = None
+    sol: SolSettings | None = None  # set when the rows carry SOL columns
+
+
+def _stat(values: list[float], how: str) -> float:
+    if not values:
+        return 0.0
+    if how == "mean":
+        return statistics.fmean(values)
+    if how == "median":
+        return statistics.median(values)
+    if how == "p90":
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    raise ValueError(f"unknown statistic {how!r}; choose one of {', '.join(STATS)}")
+
+
+def _policy(per_rank: dict[str, float], policy: str) -> float:
+    if not per_rank:
+        return 0.0
+    if policy == "mean":
+        return statistics.fmean(per_rank.values())
+    if policy == "max":
+        return max(per_rank.values())
+    if policy.startswith("rank:"):
+        label = policy[5:]
+        if label not in per_rank:
+            raise ValueError(f"rank policy names rank {label!r}, which is not among {sorted(per_rank)}")
+        return per_rank[label]
+    raise ValueError(f"unknown rank policy {policy!r}: use mean, max or rank:LABEL")
+
+
+def main_stage(steps: Iterable[StepRow]) -> str:
+    """The stage the table describes: verify (MTP) over decode over extend, among usable steps."""
+    steps = list(steps)
+    ok = [s.stage for s in steps if s.status == "ok"] or [s.stage for s in steps]
+    for stage in ("target_verify", "decode", "extend"):
+        if stage in ok:
+            return stage
+    return max(set(ok), key=ok.count) if ok else "unknown"
+
+
+def _per_rank_stat(samples: dict[str, list[float]], stat: str) -> dict[str, float]:
+    return {rank: _stat(vals, stat) for rank, vals in samples.items() if vals}
+
+
+def build_column(
+    kernel_rows: list[KernelRow],
+    step_rows: list[StepRow],
+    name: str,
+    stat: str = "mean",
+    rank_policy: str = "mean",
+    accept_length: float | None = None,
+    row_order: list[tuple[str, str, str]] | None = None,
+    signature: str = "",
+    model: str | None = None,
+    strict: bool = False,
+) -> D4Column:
+    stage = main_stage(step_rows)
+    usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
+    used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
+    skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)
+    mismatched = [s for s in step_rows if s.stage == stage and s.status == "layer_count_mismatch"]
+    # (rank, step) -> key -> [busy, exposed, layers set]
+    per_step: dict[tuple[str, int], dict[tuple[str, str, str], list]] = defaultdict(dict)
+    outside: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    mtp_kernels: dict[tuple[str, int], float] = defaultdict(float)
+    order: dict[tuple[str, str, str], None] = dict.fromkeys(row_order or [])
+    by_source: dict[str, float] = defaultdict(float)
+    for row in kernel_rows:
+        key_step = (row.rank, row.step)
+        if key_step not in used:
+            continue
+        by_source[row.source] += row.busy_us
+        if row.section == SECTION_LAYER:
+            key = (row.group, row.module, row.kernel)
+            order.setdefault(key, None)
+            cell = per_step[key_step].setdefault(key, [0.0, 0.0, set()])
+            cell[0] += row.busy_us
+            cell[1] += row.exposed_us
+            cell[2].add(row.layer)
+        else:
+            outside[key_step][0 if row.section == SECTION_PRE else 1] += row.busy_us
+            if row.group == MTP_GROUP:
+                mtp_kernels[key_step] += row.busy_us
+    rows: list[D4Row] = []
+    for key in order:
+        samples: dict[str, list[float]] = defaultdict(list)
+        exposed: dict[str, list[float]] = defaultdict(list)
+        layer_counts: list[int] = []
+        for (rank, _step), cells in per_step.items():
+            cell = cells.get(key)
+            if cell is None:
+                continue
+            n = len(cell[2])
+            samples[rank].append(cell[0] / n)
+            exposed[rank].append(cell[1] / n)
+            layer_counts.append(n)
+        if not layer_counts:
+            continue
+        rows.append(
+            D4Row(
+                group=key[0],
+                module=key[1],
+                kernel=key[2],
+                value_us=_policy(_per_rank_stat(samples, stat), rank_policy),
+                exposed_us=_policy(_per_rank_stat(exposed, stat), rank_policy),
+                median_us=_policy(_per_rank_stat(samples, "median"), rank_policy),
+                p90_us=_policy(_per_rank_stat(samples, "p90"), rank_policy),
+                layers=statistics.fmean(layer_counts),
+            )
+        )
+    steps_by_rank: dict[str, list[StepRow]] = defaultdict(list)
+    for s in step_rows:
+        if (s.rank, s.step) in used:
+            steps_by_rank[s.rank].append(s)
+
+    def step_metric(fn) -> float:
+        return _policy({r: _stat([fn(s) for s in ss], stat) for r, ss in steps_by_rank.items()}, rank_policy)
+
+    step_us = step_metric(lambda s: s.step_us)
+    layers_us = step_metric(lambda s: s.layers_us)
+    num_layers = step_metric(lambda s: s.layers_found)
+    pre_us = step_metric(lambda s: outside[(s.rank, s.step)][0])
+    post_us = step_metric(lambda s: outside[(s.rank, s.step)][1])
+    mtp_rows: list[D4Row] = []
+    if stage == "target_verify":
+        step_us += _add_mtp_rows(step_rows, steps_by_rank, mtp_kernels, stat, rank_policy, mtp_rows)
+    rank_ms = {r: _stat([s.step_us for s in ss], stat) / 1000 for r, ss in steps_by_rank.items()}
+    spread, straggler = 0.0, None
+    if len(rank_ms) > 1:
+        mid = statistics.median(rank_ms.values())
+        spread = 100 * (max(rank_ms.values()) - min(rank_ms.values())) / mid if mid else 0.0
+        straggler = max(rank_ms, key=rank_ms.get)
+    per_token = (step_us / 1000) / accept_length if accept_length else None
+    return D4Column(
+        name=name, stage=stage, stat=stat, rank_policy=rank_policy,
+        step_ms=step_us / 1000, layers_ms=layers_us / 1000, num_layers=num_layers,
+        pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
+        accept_length=accept_length, per_token_ms=per_token,
+        steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
+        steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
+        sources={k: 100 * v / total for k, v in by_source.items()} if (total := sum(by_source.values())) else {},
+        rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
+        signature=signature, model=model,
+    )
+
+
+def _layer_counts(step_rows: list[StepRow], stage: str, mismatched: list[StepRow]) -> str:
+    """'found 4 layers (1 dense + 3 MoE), expected 61' style summary for the table's notes."""
+    steps = [s for s in step_rows if s.stage == stage]
+    if not steps:
+        return ""
+    found = sorted({s.layers_found for s in steps})
+    moe = sorted({s.moe_layers_found for s in steps if s.moe_layers_found is not None})
+    text = "found " + "/".join(str(n) for n in found) + " layers"
+    if len(found) == 1 and len(moe) == 1:
+        text += f" ({found[0] - moe[0]} dense + {moe[0]} MoE)"
+    if mismatched:
+        text += "; " + "; ".join(sorted({s.note.split("; ")[-1] for s in mismatched}))
+    return text
+
+
+def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: list[D4Row]) -> float:
+    """MTP group rows; returns the draft time per verify iteration (us) to add to the step."""
+    extra = 0.0
+    for stage, module, label in (("draft", "draft layer", "per draft step"), ("draft_extend", "draft extend", "per step")):
+        by_rank: dict[str, list[float]] = defaultdict(list)
+        for s in step_rows:
+            if s.stage == stage and s.status == "ok":
+                by_rank[s.rank].append(s.step_us)
+        if not by_rank:
+            continue
+        value = _policy(_per_rank_stat(by_rank, stat), policy)
+        per_iter = statistics.fmean(
+            len(by_rank.get(r, [])) / len(v) for r, v in verify_by_rank.items() if v
+        )
+        out.append(D4Row(MTP_GROUP, module, label, value, value, value, value, per_iter))
+        extra += value * per_iter
+    sampling: dict[str, list[float]] = defaultdict(list)
+    for (rank, _step), us in mtp_kernels.items():
+        sampling[rank].append(us)
+    if sampling:
+        value = _policy(_per_rank_stat(sampling, stat), policy)
+        out.append(D4Row(MTP_GROUP, "tree / sampling", "per verify step", value, value, value, value, 1.0))
+    return extra
+
+
+# ---------------------------------------------------------------- rendering
+
+_ZH_GROUPS = {"attention": "attention层", "gate": "gate层", "moe": "moe层", "mlp": "mlp层"}
+_TEXT = {
+    "en": {"group": "group", "module": "module", "kernel": "kernel", "e2e": "end-to-end (ms/step)",
+           "layers": "all {n} layers (ms)", "sum": "sum", "pre": "before layers (ms)", "post": "after layers (ms)",
+           "token": "per accepted token (ms)", "title": "D4 profile (us per layer unless noted)",
+           "sol_us": "SOL us", "sol_pct": "% of SOL", "bound": "bound",
+           "sol_note": "SOL columns ({name}): {what}; % of SOL = 100 x SOL / measured (100% = at the hardware limit)"},
+    "zh": {"group": "层级", "module": "模块", "kernel": "Kernel", "e2e": "端到端", "layers": "{n}层执行耗时",
+           "sum": "sum", "pre": "层前耗时", "post": "层后耗时", "token": "每接受token耗时", "title": "D4 Profile",
+           "sol_us": "SOL耗时(us)", "sol_pct": "SOL占比", "bound": "瓶颈",
+           "sol_note": "SOL列（{name}）：{what}；SOL占比 = 100 x SOL / 实测（100% 即达到硬件上限）"},
+}
+SOL_CELLS = 3  # SOL us, % of SOL, bound: after the value of every column that has SOL settings
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return ""
+    return f"{value:.2f}{unit}" if unit else f"{value:.1f}"
+
+
+def _sol_cells(row: D4Row | None) -> list[str]:
+    if row is None or row.sol_us is None:
+        return [""] * SOL_CELLS
+    pct = "" if row.sol_pct is None else f"{row.sol_pct:.0f}%"
+    return [f"{row.sol_us:.2f}", pct, row.bound or ""]
+
+
+def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
+    """The D4 table as rows of cells (header first), shared by the markdown and CSV writers.
+
+    A column with SOL settings (D4Column.sol) is followed by its SOL us, % of SOL and bound cells.
+    """
+    if lang not in _TEXT:
+        raise ValueError(f"unknown language {lang!r}: use en or zh")
+    text = _TEXT[lang]
+    group_name = (lambda g: _ZH_GROUPS.get(g, g)) if lang == "zh" else (lambda g: g)
+
+    def cells(per_column: list[str], sol_rows: list[D4Row | None] | None = None) -> list[str]:
+        out_cells: list[str] = []
+        for i, c in enumerate(columns):
+            out_cells.append(per_column[i])
+            if c.sol is not None:
+                out_cells += _sol_cells(sol_rows[i] if sol_rows else None)
+        return out_cells
+
+    header = [text["group"], text["module"], text["kernel"]]
+    for c in columns:
+        header.append(c.name)
+        if c.sol is not None:
+            suffix = f" ({c.name})" if len(columns) > 1 else ""
+            header += [text["sol_us"] + suffix, text["sol_pct"] + suffix, text["bound"] + suffix]
+    n_layers = {round(c.num_layers) for c in columns if c.num_layers}
+    layers_label = text["layers"].format(n="/".join(str(n) for n in sorted(n_layers)) or "?")
+    out = [header]
+    out.append([text["e2e"], "", "", *cells([_fmt(c.step_ms, "ms") for c in columns])])
+    out.append([layers_label, "", "", *cells([_fmt(c.layers_ms, "ms") for c in columns])])
+    keys: dict[tuple[str, str, str], None] = {}
+    for c in columns:
+        for r in c.rows:
+            keys.setdefault((r.group, r.module, r.kernel), None)
+    lookup = [{(r.group, r.module, r.kernel): r for r in c.rows} for c in columns]
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for key in keys:
+        groups.setdefault(key[0], []).append(key)
+    canonical = {g: i for i, g in enumerate(GROUP_ORDER)}
+    ordered_groups = sorted(groups, key=lambda g: canonical.get(g, len(canonical)))
+    for group in ordered_groups:
+        members = groups[group]
+        for key in members:
+            hits = [look.get(key) for look in lookup]
+            out.append([group_name(group), key[1], key[2], *cells([_fmt(h.value_us) if h else "" for h in hits], hits)])
+        sums = [sum(look[k].value_us for k in members if k in look) for look in lookup]
+        out.append([group_name(group), text["sum"], "", *cells([_fmt(s) for s in sums])])
+    mtp_keys: dict[tuple[str, str], None] = {}
+    for c in columns:
+        for r in c.mtp_rows:
+            mtp_keys.setdefault((r.module, r.kernel), None)
+    for module, kernel in mtp_keys:
+        values = []
+        for c in columns:
+            hit = next((r for r in c.mtp_rows if (r.module, r.kernel) == (module, kernel)), None)
+            values.append(_fmt(hit.value_us) if hit else "")
+        out.append([MTP_GROUP, module, kernel, *cells(values)])
+    if any(c.per_token_ms for c in columns):
+        out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
+    out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
+    out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
+    return out
+
+
+def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
+    rows = table_rows(columns, lang)
+    lines = [_TEXT[lang]["title"], "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]]
+    notes = []
+    for c in columns:
+        note = (
+            f"{c.name}: stage {c.stage}, {c.stat} over {c.steps_used} steps"
+            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)} ({c.rank_policy})"
+        )
+        if c.layer_counts:
+            note += f"; {c.layer_counts}"
+        if c.sources:
+            note += "; kernels named by " + ", ".join(
+                f"{source} {pct:.0f}%" for source, pct in sorted(c.sources.items(), key=lambda kv: -kv[1]))
+        if c.straggler is not None:
+            note += f", rank spread {c.rank_spread_pct:.1f}% (slowest {c.straggler})"
+        notes.append(note)
+        if c.steps_mismatched:
+            notes.append(f"{c.name}: LAYER COUNT MISMATCH in {c.steps_mismatched} of {c.steps_used} steps "
+                         f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
+        if c.sol is not None:
+            notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"

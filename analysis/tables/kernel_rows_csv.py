@@ -1,0 +1,45 @@
+"""Read kernels_long.csv (one KernelRow per line, columns in KernelRow field order) back into rows."""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from analysis.errors import AnalysisError
+from analysis.attribution.rows import KernelRow
+
+_FIELDS = KernelRow.__struct_fields__
+_INT_FIELDS = {"step", "layer", "micro_batch", "stream"}
+_FLOAT_FIELDS = {"start_us", "busy_us", "exposed_us"}
+
+
+class KernelCsvError(AnalysisError):
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+
+
+def read_kernel_rows(path: str | Path) -> list[KernelRow]:
+    path = Path(path)
+    rows: list[KernelRow] = []
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = [f for f in _FIELDS if f not in (reader.fieldnames or [])]
+            if missing:
+                raise KernelCsvError(str(path), f"not a kernels_long.csv: missing columns {', '.join(missing)}")
+            for line_no, record in enumerate(reader, start=2):
+                values = {}
+                for field in _FIELDS:
+                    text = record[field]
+                    try:
+                        if field in _INT_FIELDS:
+                            values[field] = int(text)
+                        elif field in _FLOAT_FIELDS:
+                            values[field] = float(text)
+                        else:
+                            values[field] = text
+                    except (TypeError, ValueError):
+                        raise KernelCsvError(str(path), f"line {line_no}: column {field}: bad value {text!r}") from None
+                rows.append(KernelRow(**values))
+    except OSError as exc:
+        raise KernelCsvError(str(path), f"cannot read: {exc}") from exc
+    return rows
