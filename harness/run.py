@@ -21,9 +21,8 @@ import os
 import platform
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from harness.run_dir import (
     RUNS_DIR_ENV,
@@ -35,6 +34,7 @@ from harness.run_dir import (
     write_jsonl,
     write_manifest,
 )
+from harness.progress import Progress
 from harness.run_errors import RunFailed
 from harness.scenario import (
     REPO_ROOT,
@@ -50,40 +50,6 @@ from harness.trace_names import trace_file_name
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
 RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
-
-
-class Progress:
-    """Phase lines with elapsed times (rich), readable both on a terminal and in a Ray job's log."""
-
-    def __init__(self, quiet: bool = False):
-        from rich.console import Console
-
-        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
-        self.timings_s: dict[str, float] = {}
-        self.current: str | None = None
-        self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
-        self.count_listeners: list[Any] = []  # called with (completed_delta, running) request counts
-
-    def counts(self, completed_delta: int = 0, running: int | None = None) -> None:
-        """Request counts for live progress: requests just completed, requests now running."""
-        for listener in self.count_listeners:
-            listener(completed_delta, running)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self.current = name
-        for listener in self.listeners:
-            listener(name)
-        started = time.perf_counter()
-        self.console.print(f"[bold]>[/bold] {name} ...")
-        try:
-            yield
-        finally:
-            self.timings_s[name] = round(time.perf_counter() - started, 3)
-        self.console.print(f"  [green]done[/green] {name} ({self.timings_s[name]:.1f} s)")
-
-    def note(self, text: str) -> None:
-        self.console.print(f"  {text}")
 
 
 def connect_ray(repo_root: Path, progress: Progress) -> Any:
