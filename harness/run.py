@@ -1,9 +1,10 @@
 """The main job: `python harness/run.py --scenario demo` (also `moe-harness run`, or a Ray job).
 
-Launch the engine through Ray (the embedded engine in one actor, through the stages of
-harness/engines/base.py, or SGLang on every node through harness/sglang/job.py), drive the batch to
-a steady state, profile a bounded number of decode steps on every rank, collect into a new run
-directory, analyse, print the D4 table.
+Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node), drive the
+batch to a steady state, profile a bounded number of decode steps on every rank, collect into a new
+run directory, analyse, print the D4 table. Both engines go through the same stages
+(harness/engines/base.py, called in order by run_stages); this module owns the run directory, the
+manifest's run-level keys and the error record.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
 the run finished (status ok) or where it stopped (status failed) and why.
 """
@@ -25,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines.base import Engine, RunContext
+from harness.engines.base import Engine, RunContext, engine_for
 from harness.progress import Progress
 from harness.run_dir import (
     RUNS_DIR_ENV,
@@ -36,7 +37,7 @@ from harness.run_dir import (
     write_manifest,
 )
 from harness.run_errors import RunFailed
-from harness.scenario import REPO_ROOT, EmbeddedEngine, Scenario, ScenarioError, load_scenario, scenario_to_yaml
+from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
 from harness.steady_state import NotSteadyError
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
@@ -120,23 +121,14 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         "in_ray_job": in_ray_job(),
     }
     exit_status = 1
-    try:
-        from harness.sglang.server_actor import DeploymentError
-    except ImportError:  # no Ray installed: connect_ray below says so
-        DeploymentError = RunFailed  # noqa: N806
-    expected: tuple[type[BaseException], ...] = (RunFailed, NotSteadyError, DeploymentError)  # shown as is
+    expected: tuple[type[BaseException], ...] = (RunFailed, NotSteadyError)  # shown as is, no traceback
     try:
         with progress.phase("connect to Ray"):
             ray = connect_ray(REPO_ROOT, progress)
             manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
-        if isinstance(scenario.engine, EmbeddedEngine):
-            from harness.engines.embedded.ray_engine import EmbeddedRayEngine
-
-            table = run_stages(EmbeddedRayEngine(RunContext(scenario, run_dir, manifest, progress)))
-        else:
-            from harness.sglang.job import run_sglang
-
-            table = run_sglang(scenario, run_dir, manifest, progress, sglang_version=sglang_version)
+        engine = engine_for(RunContext(scenario, run_dir, manifest, progress), sglang_version=sglang_version)
+        expected += engine.expected_errors
+        table = run_stages(engine)
         write_atomic(run_dir / "table.md", table)  # the D4 table with the run's notes under it, as printed
         manifest["status"] = "ok"
         exit_status = 0

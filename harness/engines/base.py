@@ -86,3 +86,16 @@ class Engine(ABC):
     def stop(self) -> None:
         """Stop whatever is still running (servers, actors, load); called on every exit, more than once safe."""
 
+
+def engine_for(ctx: RunContext, sglang_version: str | None = None) -> Engine:
+    """The engine `engine.kind` names. Imported here, not at the top: SGLang's needs Ray, which the
+    driver connects to first (a missing Ray is then reported in that phase).
+
+    sglang_version: the SGLang release an sglang scenario is planned for (None: versions.yaml's default)."""
+    if ctx.scenario.engine.kind == "embedded":
+        from harness.engines.embedded.ray_engine import EmbeddedRayEngine
+
+        return EmbeddedRayEngine(ctx)
+    from harness.engines.sglang import SGLangEngine
+
+    return SGLangEngine(ctx, sglang_version=sglang_version)
