@@ -52,7 +52,8 @@ class Engine(ABC):
 
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
-        self.scenario, self.run_dir, self.manifest, self.progress = ctx.scenario, ctx.run_dir, ctx.manifest, ctx.progress
+        self.scenario, self.run_dir = ctx.scenario, ctx.run_dir
+        self.manifest, self.progress = ctx.manifest, ctx.progress
 
     @abstractmethod
     def start(self) -> None:
