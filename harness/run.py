@@ -1,8 +1,10 @@
 """The main job: `python harness/run.py --scenario demo` (also `moe-harness run`, or a Ray job).
 
-Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node through
-harness/sglang/job.py), drive the batch to a steady state, profile a bounded number of decode steps
-on every rank, collect into a new run directory, analyse, print the D4 table.
+Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node), drive the
+batch to a steady state, profile a bounded number of decode steps on every rank, collect into a new
+run directory, analyse, print the D4 table. Both engines go through the same stages
+(harness/engines/base.py, called in order by run_stages); this module owns the run directory, the
+manifest's run-level keys and the error record.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
 the run finished (status ok) or where it stopped (status failed) and why.
 """
@@ -21,69 +23,25 @@ import os
 import platform
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
+from harness.engines.base import Engine, RunContext, engine_for
+from harness.progress import Progress
 from harness.run_dir import (
     RUNS_DIR_ENV,
-    append_lines,
     create_run_dir,
     default_runs_root,
     in_ray_job,
     write_atomic,
-    write_jsonl,
     write_manifest,
 )
 from harness.run_errors import RunFailed
-from harness.scenario import (
-    REPO_ROOT,
-    EmbeddedEngine,
-    Scenario,
-    ScenarioError,
-    embedded_model_config,
-    load_scenario,
-    scenario_to_yaml,
-)
-from harness.steady_state import NotSteadyError, is_steady
-from harness.trace_names import trace_file_name
+from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
+from harness.steady_state import NotSteadyError
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
 RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
-
-
-class Progress:
-    """Phase lines with elapsed times (rich), readable both on a terminal and in a Ray job's log."""
-
-    def __init__(self, quiet: bool = False):
-        from rich.console import Console
-
-        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
-        self.timings_s: dict[str, float] = {}
-        self.current: str | None = None
-        self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
-        self.count_listeners: list[Any] = []  # called with (completed_delta, running) request counts
-
-    def counts(self, completed_delta: int = 0, running: int | None = None) -> None:
-        """Request counts for live progress: requests just completed, requests now running."""
-        for listener in self.count_listeners:
-            listener(completed_delta, running)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self.current = name
-        for listener in self.listeners:
-            listener(name)
-        started = time.perf_counter()
-        self.console.print(f"[bold]>[/bold] {name} ...")
-        try:
-            yield
-        finally:
-            self.timings_s[name] = round(time.perf_counter() - started, 3)
-        self.console.print(f"  [green]done[/green] {name} ({self.timings_s[name]:.1f} s)")
-
-    def note(self, text: str) -> None:
-        self.console.print(f"  {text}")
 
 
 def connect_ray(repo_root: Path, progress: Progress) -> Any:
@@ -110,99 +68,6 @@ def connect_ray(repo_root: Path, progress: Progress) -> Any:
         )
         progress.note("started a local Ray instance (set RAY_ADDRESS to use a cluster)")
     return ray
-
-
-class EngineHandle:
-    """Calls the engine actor with a time bound, writing its log lines to the run directory at once."""
-
-    def __init__(self, ray: Any, actor: Any, log_path: Path):
-        self.ray, self.actor, self.log_path = ray, actor, log_path
-
-    def call(self, method: str, *args: Any, timeout_s: float) -> Any:
-        from ray.exceptions import GetTimeoutError, RayActorError
-
-        try:
-            reply = self.ray.get(getattr(self.actor, method).remote(*args), timeout=timeout_s)
-        except GetTimeoutError as exc:
-            raise RunFailed(f"engine call {method} did not return within {timeout_s:.0f} s") from exc
-        except RayActorError as exc:
-            raise RunFailed(
-                f"the engine actor died during {method}: {_first_line(exc)}. "
-                f"Its log so far is in {self.log_path}"
-            ) from exc
-        append_lines(self.log_path, reply["log"])
-        return reply["result"]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    for line in lines:
-        if "exit" in line.lower() or "died" in line.lower() or "Error" in line:
-            return line.strip()[:300]
-    return (lines[0] if lines else type(exc).__name__)[:300]
-
-
-def start_engine(ray: Any, scenario: Scenario, log_path: Path) -> EngineHandle:
-    from harness.engines.embedded.actor import remote_actor_class
-
-    engine = scenario.engine
-    assert isinstance(engine, EmbeddedEngine)
-    options: dict[str, Any] = {"num_cpus": engine.threads or 1}
-    if engine.device == "cuda":
-        options["num_gpus"] = 1
-    actor = remote_actor_class().options(**options).remote(
-        engine.model_dump(mode="json"), embedded_model_config(scenario), scenario.workload.model_dump(mode="json")
-    )
-    return EngineHandle(ray, actor, log_path)
-
-
-def drive_to_steady_state(handle: EngineHandle, scenario: Scenario, progress: Progress, step_ms: list[float]) -> None:
-    """Decode one step at a time (appending to `step_ms`, so a failure keeps them) until steady."""
-    w = scenario.workload
-    while len(step_ms) < w.max_warmup_steps:
-        step_ms += handle.call("decode", 1, timeout_s=scenario.profile.timeout_s)
-        if is_steady(step_ms, w.warmup_steps, w.steady_window, w.steady_rel_spread):
-            window = step_ms[-w.steady_window :]
-            progress.note(f"steady after {len(step_ms)} steps: {sum(window) / len(window):.2f} ms per step")
-            return
-    raise NotSteadyError(step_ms, w.steady_window, w.steady_rel_spread)
-
-
-def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir: Path,
-            device_name: str | None = None) -> tuple[str, dict[str, str]]:
-    """analysis.api on the collected traces; returns the D4 table (markdown, as written) and the files.
-
-    device_name: the GPU the engine reported; when it names another built-in peaks file than the
-    scenario's cluster.gpu_type (demo_gpu declared H100, run on an H200), SOL uses the GPU it ran on.
-    """
-    import msgspec
-
-    from analysis.api import AnalysisOptions, analyze, write_outputs
-
-    from harness.scenario_sol import hardware_for_device, sol_settings_for
-
-    a = scenario.analysis
-    sol, no_sol_reason = sol_settings_for(scenario)  # SOL columns where the scenario says enough
-    ran_on = hardware_for_device(device_name)
-    sol_note = ""
-    if sol is not None and ran_on and ran_on != sol.hardware:
-        sol_note = f"\nSOL peaks: {ran_on} (the engine ran on {device_name}; the scenario says {sol.hardware}).\n"
-        sol = msgspec.structs.replace(sol, hardware=ran_on)
-    result = analyze(
-        [str(p) for p in trace_paths],
-        signature=a.signature,
-        model=a.model,
-        options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy, sol=sol),
-    )
-    files = write_outputs(result, out_dir)
-    table = Path(files["d4.md"]).read_text(encoding="utf-8")
-    if sol is None:
-        table += f"\nNo SOL columns: {no_sol_reason}.\n"
-    table += sol_note
-    if result.problems:
-        table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
-    return table, {name: str(path) for name, path in files.items()}
 
 
 def _versions(engine_info: dict[str, Any] | None) -> dict[str, Any]:
@@ -256,25 +121,19 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         "in_ray_job": in_ray_job(),
     }
     exit_status = 1
-    try:
-        from harness.sglang.server_actor import DeploymentError
-    except ImportError:  # no Ray installed: connect_ray below says so
-        DeploymentError = RunFailed  # noqa: N806
+    expected: tuple[type[BaseException], ...] = (RunFailed, NotSteadyError)  # shown as is, no traceback
     try:
         with progress.phase("connect to Ray"):
             ray = connect_ray(REPO_ROOT, progress)
             manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
-        if isinstance(scenario.engine, EmbeddedEngine):
-            table = run_embedded(ray, scenario, run_dir, manifest, progress)
-        else:
-            from harness.sglang.job import run_sglang
-
-            table = run_sglang(scenario, run_dir, manifest, progress, sglang_version=sglang_version)
+        engine = engine_for(RunContext(scenario, run_dir, manifest, progress), sglang_version=sglang_version)
+        expected += engine.expected_errors
+        table = run_stages(engine)
         write_atomic(run_dir / "table.md", table)  # the D4 table with the run's notes under it, as printed
         manifest["status"] = "ok"
         exit_status = 0
         print(table, flush=True)
-    except (RunFailed, NotSteadyError, DeploymentError) as exc:
+    except expected as exc:
         manifest["error"] = {"phase": progress.current, "message": str(exc)}
         progress.console.print(f"[red]run failed[/red] during {progress.current}: {exc}")
     except Exception as exc:  # noqa: BLE001 - any failure must still leave a manifest behind
@@ -293,6 +152,23 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         write_manifest(run_dir, manifest)
         progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
     return exit_status, run_dir
+
+
+def run_stages(engine: Engine) -> str:
+    """Every engine's stages, in order; returns the D4 table with the run's notes under it.
+
+    The engine is stopped on every exit (servers, actors, load), before the failure is recorded."""
+    try:
+        engine.start()
+        engine.reach_steady_state()
+        traces = engine.profile()
+        engine.finish()
+        traces = engine.collect(traces)
+        table = engine.analyse(traces)
+        engine.discard_traces(traces)
+        return table
+    finally:
+        engine.stop()
 
 
 def _start_live_exporter(scenario: Scenario, run_dir: Path, metrics: MetricsOptions, progress: Progress):
@@ -348,73 +224,6 @@ def _push_metrics(run_dir: Path, status: str, metrics: MetricsOptions, progress:
     else:
         progress.note(f"metrics pushed to {metrics.pushgateway}")
     return {"file": "metrics.prom", "pushed": result.ok, "pushgateway": metrics.pushgateway, "message": result.message}
-
-
-def run_embedded(ray: Any, scenario: Scenario, run_dir: Path, manifest: dict[str, Any], progress: Progress) -> str:
-    """The embedded engine's phases; returns the D4 table. The engine actor is stopped on every exit."""
-    log_path = run_dir / "engine.log"
-    handle: EngineHandle | None = None
-    try:
-        with progress.phase("start engine"):
-            handle = start_engine(ray, scenario, log_path)
-            engine_info = handle.call("ready", timeout_s=scenario.engine.start_timeout_s)
-            manifest["engine_info"] = engine_info
-            progress.note(
-                f"{engine_info['num_layers']} layers, {engine_info['parameters'] / 1e6:.1f} M parameters on "
-                f"{engine_info['device_name']} (host {engine_info['hostname']})"
-            )
-        with progress.phase("prefill"):
-            manifest["prefill_ms"] = handle.call("prefill", timeout_s=scenario.profile.timeout_s)
-        progress.counts(running=scenario.workload.batch_size)  # the engine decodes the whole batch each step
-        with progress.phase("warm up to steady state"):
-            warmup_ms: list[float] = manifest.setdefault("warmup_step_ms", [])
-            drive_to_steady_state(handle, scenario, progress, warmup_ms)
-        prefix = scenario.outputs.trace_prefix or run_dir.name
-        with progress.phase(f"profile {scenario.profile.num_steps} decode steps"):
-            profiled = handle.call(
-                "profile", scenario.profile.num_steps, prefix, scenario.profile.record_shapes,
-                scenario.profile.with_stack, timeout_s=scenario.profile.timeout_s,
-            )
-            manifest["profiled_step_ms"] = profiled["step_ms"]
-            expected = trace_file_name(prefix, "DECODE", 0)
-            if expected not in profiled["files"]:
-                raise RunFailed(
-                    f"the profile wrote no trace: expected {expected} from rank TP-0, got "
-                    f"{sorted(profiled['files']) or 'nothing'} (see {log_path})"
-                )
-            trace_paths = [write_atomic(run_dir / "traces" / name, data) for name, data in sorted(profiled["files"].items())]
-        with progress.phase("finish requests"):
-            finished = handle.call("finish", timeout_s=scenario.profile.timeout_s)
-            write_jsonl(run_dir / "load" / "requests.jsonl", finished["requests"])
-            steps = [{"phase": "warmup", "step_ms": x} for x in warmup_ms]
-            steps += [{"phase": "profile", "step_ms": x} for x in profiled["step_ms"]]
-            steps += [{"phase": "finish", "step_ms": x} for x in finished["step_ms"]]
-            write_jsonl(run_dir / "load" / "steps.jsonl", [dict(s, step=i) for i, s in enumerate(steps)])
-            progress.counts(completed_delta=sum(1 for r in finished["requests"] if r["completed"]), running=0)
-            incomplete = [r["request_id"] for r in finished["requests"] if not r["completed"]]
-            if incomplete:
-                raise RunFailed(f"requests {incomplete} did not complete")
-        _stop(ray, handle)
-        handle = None
-        with progress.phase("analyse traces"):
-            table, written = analyse(trace_paths, scenario, run_dir.name, run_dir / "analysis",
-                                     device_name=(manifest.get("engine_info") or {}).get("device_name"))
-            manifest["analysis_outputs"] = written
-        if not scenario.outputs.keep_traces:
-            for path in trace_paths:
-                path.unlink()
-            manifest["traces_removed"] = [p.name for p in trace_paths]
-        return table
-    finally:
-        if handle is not None:
-            _stop(ray, handle)
-
-
-def _stop(ray: Any, handle: EngineHandle) -> None:
-    try:
-        ray.kill(handle.actor, no_restart=True)
-    except Exception:  # noqa: BLE001 - already dead is fine
-        pass
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,8 +5,9 @@ Only where the scenario says enough (docs/sol.md, "From a scenario"):
   deepseek-v3, and deepseek-v3-wide4 for the embedded wide-gpu preset); for the embedded engine the
   shapes must also equal the preset with the scenario's model overrides, else no SOL (the CPU demo's
   deepseek-v3-tiny has no shapes file and gets none);
-- hardware: cluster.gpu_type, a built-in peaks file (h800, h100, h200, b200); harness/run.py swaps in the
-  GPU the embedded engine reports when it names another one (hardware_for_device);
+- hardware: cluster.gpu_type, a built-in peaks file (h800, h100, h200, b200); the embedded engine's analysis
+  (harness/engines/embedded/analyse.py) swaps in the GPU the engine reports when it names another one
+  (hardware_for_device);
 - parallelism (SGLang): with dp_attention, attention tp = tp / dp and dp = dp; without it dp must be 1
   and attention tp = tp; ep = ep;
 - batch per rank = ceil(workload.batch_size / dp); KV length = input_len + warmup_steps (the cache when

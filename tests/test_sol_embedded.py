@@ -119,8 +119,8 @@ def test_sol_peaks_follow_the_gpu_the_engine_reports():
 
 
 def test_a_demo_gpu_run_on_an_h200_gets_h200_peaks(tmp_path):
-    """run.analyse on the real H200 trace: the scenario says H100, the engine reported an H200."""
-    from harness.run import analyse
+    """The embedded engine's analyse on the real H200 trace: the scenario says H100, the engine reported an H200."""
+    from harness.engines.embedded.analyse import analyse
     from harness.scenario import load_scenario
 
     trace = Path(__file__).parent / "data" / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"

@@ -76,7 +76,7 @@ def run(scenario_name: str, out_root: Path, analyse: bool = True) -> int:
         steps += [("finish", x) for x in finish_ms]
         write_jsonl(run_dir / "load" / "steps.jsonl", [{"step": i, "phase": ph, "step_ms": x} for i, (ph, x) in enumerate(steps)])
         if analyse:
-            from harness.run import analyse as analyse_traces
+            from harness.engines.embedded.analyse import analyse as analyse_traces
 
             table, written = timed("analyse", lambda: analyse_traces([trace], scenario, run_dir.name, run_dir / "analysis"))
             manifest["analysis_outputs"] = written

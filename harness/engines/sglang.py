@@ -1,0 +1,217 @@
+"""SGLang's stages: plan, place and start a server per node, steady load, profile every rank, analyse.
+
+Paths: each node writes its server log and its ranks' traces under a node-local folder
+(harness/sglang/node_dir.py). Nodes share no file system, so logs and, with `outputs.keep_traces`,
+traces come back to the run directory through Ray. Each node analyses its own ranks; the driver
+combines their rows into the D4 column (harness/sglang/node_analysis.py). Node-local traces are
+removed once copied and analysed; after a failure they stay.
+The helpers of each stage live in harness/sglang/; this module only sequences them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import ray
+
+from harness.engines.base import Engine, RunContext, Traces
+from harness.load.background import BackgroundLoad
+from harness.load.summary import summarize
+from harness.run_dir import write_atomic
+from harness.run_errors import RunFailed
+from harness.scenario_sol import sol_settings_for
+from harness.sglang.capture_traces import capture_use, copy_capture_traces
+from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
+                                          signature_after_calibration)
+from harness.sglang.node_dir import node_dir_for
+from harness.sglang.plan import build_plan
+from harness.sglang.profile import profile_decode
+from harness.sglang.running_batch import wait_for_running_batch
+from harness.sglang.server_actor import Deployment, DeploymentError, launch
+from harness.sglang.spec import deployment_spec
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """A DeploymentError raised inside an actor arrives wrapped in RayTaskError; show its own text."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class SGLangEngine(Engine):
+    expected_errors = (DeploymentError,)
+
+    def __init__(self, ctx: RunContext, sglang_version: str | None = None):
+        """sglang_version: the release the plan is spelled for (versions.yaml; None: the default)."""
+        super().__init__(ctx)
+        self.sglang_version = sglang_version
+        self.node_dir = node_dir_for(self.run_dir.name)
+        self.trace_dir = f"{self.node_dir}/traces"
+        self.spec = self.plan = None
+        self.dep: Deployment | None = None
+        self.load: BackgroundLoad | None = None
+
+    def start(self) -> None:
+        """Plan (plan.sh), then every node's SGLang checks the command and starts; node 0 answers
+        /health_generate. With profile.capture_traces, the capture traces the start wrote are copied."""
+        s, m = self.scenario, self.manifest
+        m["node_dir"] = self.node_dir
+        with self.progress.phase("plan"):
+            self.spec = deployment_spec(s.engine.model_dump(mode="json"), s.cluster.model_dump(mode="json"),
+                                        profile=s.profile.model_dump(mode="json"))
+            self.plan = build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version)
+            m["sglang_version"] = self.plan.sglang.version
+            m["plan"] = self.plan.to_manifest()  # secrets masked
+            write_atomic(self.run_dir / "plan.sh", self.plan.render())
+        with self.progress.phase(f"start SGLang on {self.spec.nodes} node(s)"):
+            try:
+                self.dep = launch(self.plan, f"{self.node_dir}/logs", ready_timeout_s=s.engine.ready_timeout_s,
+                                  logs_to=self.run_dir / "logs")
+            except DeploymentError as exc:
+                raise RunFailed(str(exc)) from None
+            m["node_check"] = {str(r): c for r, c in (self.dep.node_checks or {}).items()}
+            m["nodes"] = ray.get([a.where.remote() for a in self.dep.actors], timeout=60)
+            m["server_url"] = self.dep.url
+            self.progress.note(f"node 0 at {self.dep.url}; " + ", ".join(f"node {n['node_rank']} on {n['ip']}"
+                                                                        for n in m["nodes"]))
+        if self.spec.capture_traces:
+            with self.progress.phase("copy CUDA-graph capture traces"):
+                m["capture_traces"] = copy_capture_traces(self.dep, self.trace_dir, self.run_dir)
+
+    def reach_steady_state(self) -> None:
+        """`workload.batch_size` streaming requests in flight until the server reports them all running."""
+        w = self.scenario.workload
+        with self.progress.phase(f"load to a running batch of {w.batch_size}"):
+            self.load = BackgroundLoad(self.dep.url, w.batch_size, w.input_len, w.output_len,
+                                       str(self.run_dir / "load" / "requests.jsonl"),
+                                       ramp_s=min(10.0, 0.01 * w.batch_size),
+                                       loads_path=self.plan.sglang.endpoints["loads"])
+            self.manifest["running_batch"] = wait_for_running_batch(self.dep, self.load, w.batch_size,
+                                                                    self.scenario.profile.timeout_s, self.progress)
+
+    def profile(self) -> Traces:
+        """A decode-only window (harness/sglang/profile.py); each node's ranks' traces stay on that node."""
+        prof, spec, m = self.scenario.profile, self.spec, self.manifest
+        prefix = self.scenario.outputs.trace_prefix or self.run_dir.name
+        with self.progress.phase(f"profile {prof.num_steps} decode steps on every rank"):
+            self.progress.note(f"new requests paused; SGLang profiler {self.plan.profiler}")
+            try:
+                outcome = profile_decode(self.dep, self.load, self.trace_dir, prefix, prof.num_steps, prof.timeout_s,
+                                         with_stack=prof.with_stack, record_shapes=prof.record_shapes)
+            except DeploymentError as exc:
+                self.dep.check_alive()
+                raise RunFailed(str(_unwrap(exc))) from None
+            m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
+                            "running_at_start": outcome.running_at_start,
+                            "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
+            m["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in outcome.traces.items()}
+            m["accept_length"] = outcome.accept_length if spec.speculative else None
+            if spec.speculative:
+                self.progress.note(f"MTP accept length over the profiled window: "
+                                   f"{outcome.accept_length if outcome.accept_length is not None else 'not reported'}")
+        return Traces(on_nodes=outcome.traces)
+
+    def finish(self) -> None:
+        """The load stops and its requests end (load/summary.json); every server stops and its log is fetched.
+        The node actors stay: they still hold the traces."""
+        prof, load = self.scenario.profile, self.load
+        with self.progress.phase("finish requests"):
+            finished = load.stop_and_wait(prof.timeout_s)
+            records = [asdict(r) for r in load.records]
+            summary = summarize(records, num_gpus=self.spec.world_size, accept_length=self.manifest["accept_length"])
+            write_atomic(self.run_dir / "load" / "summary.json", json.dumps(summary, indent=2) + "\n")
+            self.dep.check_alive()
+            if not finished:
+                raise RunFailed(f"requests still running {prof.timeout_s:.0f} s after the load stopped")
+            failure = load.first_failure()
+            if failure:
+                raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+            self.progress.counts(completed_delta=summary["completed"], running=0)
+            self.progress.note(f"{summary['completed']} requests, "
+                               f"{summary.get('output_tok_per_s_per_gpu') or 0:.1f} output tokens/s per GPU")
+        with self.progress.phase("stop servers"):
+            ray.get([a.stop.remote() for a in self.dep.actors], timeout=60)
+            self.dep.fetch_logs(self.run_dir / "logs")
+
+    def collect(self, traces: Traces) -> Traces:
+        """With outputs.keep_traces, every rank's trace into traces/ (read through its node's actor)."""
+        if not self.scenario.outputs.keep_traces:
+            return traces
+        with self.progress.phase("copy traces to the run directory"):
+            kept = []
+            for rank, paths in sorted(traces.on_nodes.items()):
+                for p in paths:
+                    data = ray.get(self.dep.actors[rank].read_file.remote(p), timeout=self.scenario.profile.timeout_s)
+                    kept.append(write_atomic(self.run_dir / "traces" / Path(p).name, data))
+            self.manifest["traces"] = [p.name for p in kept]
+        return Traces(in_run_dir=kept, on_nodes=traces.on_nodes)
+
+    def analyse(self, traces: Traces) -> str:
+        """Each node analyses its own ranks (after calibrating the signature against its capture traces,
+        where usable); the driver combines the rows into the D4 column and writes analysis/."""
+        timeout_s = self.scenario.profile.timeout_s
+        with self.progress.phase("analyse each node's ranks"):
+            capture_dir, capture_note = capture_use(self.dep.plan, self.spec, self.trace_dir)
+            options = analysis_options(self.scenario, self.run_dir.name, capture_dir=capture_dir)
+            calibrations = None
+            if capture_dir:
+                self.progress.note(f"calibrating {options['signature']} against each node's capture traces")
+                calibrations = ray.get([self.dep.actors[rank].calibrate_signature.remote(paths, options)
+                                        for rank, paths in sorted(traces.on_nodes.items())], timeout=timeout_s)
+                options["signature"] = signature_after_calibration(options["signature"], calibrations)
+            refs = [self.dep.actors[rank].analyze_traces.remote(paths, options)
+                    for rank, paths in sorted(traces.on_nodes.items())]
+            try:
+                parts = ray.get(refs, timeout=timeout_s)
+            except DeploymentError as exc:
+                raise RunFailed(str(_unwrap(exc))) from None
+            sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
+            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol)
+            from analysis.api import write_outputs
+            files = write_outputs(result, self.run_dir / "analysis")
+            self.manifest["analysis_outputs"] = {k: str(v) for k, v in files.items()}
+            table = Path(files["d4.md"]).read_text(encoding="utf-8")
+            if sol is None:
+                table += f"\nNo SOL columns: {no_sol_reason}.\n"
+            if calibrations is not None:
+                table += self._write_calibration(calibrations, options["signature"])
+            else:
+                table += f"\nNot calibrated: {capture_note}.\n"
+                self.manifest["calibration"] = {"not_calibrated": capture_note}
+            if result.problems:
+                table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
+        return table
+
+    def _write_calibration(self, calibrations: list[dict], used: str) -> str:
+        """analysis/calibration.md and .json, the manifest's per-node summary; the line under the table."""
+        md, entries, line = calibration_report(calibrations, used)
+        out = self.run_dir / "analysis"
+        write_atomic(out / "calibration.md", md)
+        write_atomic(out / "calibration.json", json.dumps(entries, indent=2) + "\n")
+        self.manifest["analysis_outputs"]["calibration.md"] = str(out / "calibration.md")
+        self.manifest["calibration"] = [{k: e[k] for k in ("node", "decode_trace")} | (
+            {"error": e["error"]} if "error" in e else {"chosen": e["result"]["chosen"], "reason": e["result"]["reason"]})
+            | {"used": e["used"]} for e in entries]
+        return f"\nCalibration against the capture traces ({self.run_dir.name}/analysis/calibration.md): {line}.\n"
+
+    def discard_traces(self, traces: Traces) -> None:
+        """Every node-local trace goes: copied (keep_traces) or not, each has been analysed."""
+        ray.get([self.dep.actors[rank].remove_files.remote(paths) for rank, paths in traces.on_nodes.items()],
+                timeout=60)
+        self.manifest["node_traces_removed"] = True
+
+    def stop(self) -> None:
+        """The load, then every server (logs fetched once they are complete), then the actors and the
+        placement group."""
+        load, dep = self.load, self.dep
+        self.load = self.dep = None
+        if load is not None:
+            load.stop()
+        if dep is not None:
+            try:
+                ray.get([a.stop.remote() for a in dep.actors], timeout=60)  # servers first: logs are then complete
+                dep.fetch_logs(self.run_dir / "logs")
+            finally:
+                dep.stop()
+        if load is not None:
+            load.thread.join(timeout=30)

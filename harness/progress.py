@@ -1,0 +1,44 @@
+"""A run's progress: one line per phase with its elapsed time, and request counts for live metrics.
+
+Why its own module: the driver (harness/run.py) and every engine's stages (harness/engines/) report
+through the same object; the phase names are what a failure's manifest entry names.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class Progress:
+    """Phase lines with elapsed times (rich), readable both on a terminal and in a Ray job's log."""
+
+    def __init__(self, quiet: bool = False):
+        from rich.console import Console
+
+        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
+        self.timings_s: dict[str, float] = {}
+        self.current: str | None = None
+        self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
+        self.count_listeners: list[Any] = []  # called with (completed_delta, running) request counts
+
+    def counts(self, completed_delta: int = 0, running: int | None = None) -> None:
+        """Request counts for live progress: requests just completed, requests now running."""
+        for listener in self.count_listeners:
+            listener(completed_delta, running)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self.current = name
+        for listener in self.listeners:
+            listener(name)
+        started = time.perf_counter()
+        self.console.print(f"[bold]>[/bold] {name} ...")
+        try:
+            yield
+        finally:
+            self.timings_s[name] = round(time.perf_counter() - started, 3)
+        self.console.print(f"  [green]done[/green] {name} ({self.timings_s[name]:.1f} s)")
+
+    def note(self, text: str) -> None:
+        self.console.print(f"  {text}")
