@@ -166,3 +166,32 @@ def test_mtp_verify_steps_hold_every_layer():
     assert len(extend) == PROFILED_STEPS
     assert len(result.kernel_rows) == _gpu_activity(MTP)
     assert any(r.group == "mtp" and r.module == "draft extend" for r in result.d4.mtp_rows)
+
+
+# Eager decode (--disable-cuda-graph) with stacks from the same server: SGLang's own nn.Module ranges
+# are the truth the shipped signature and the structure are held against.
+EAGER = sorted((DATA / "eager").glob("*-decode.trace.json.gz"))
+
+
+@pytest.mark.parametrize("path", EAGER, ids=[p.name.split("-eager-")[1].split("-TP-")[0] for p in EAGER])
+@pytest.mark.parametrize("signature", ["sglang-sm90-tp-fp8", "generic"])
+def test_sglangs_own_module_ranges_agree_with_the_signature_and_the_structure(path, signature):
+    from analysis.attribution.calibration import AGREE_PP, calibrate
+
+    cal = calibrate(signature, truth_trace=str(path))
+    chosen = cal.candidates[0]
+    assert chosen.signature == signature and chosen.agrees, cal.reason
+    assert chosen.worst_pp <= AGREE_PP and cal.chosen == signature
+    truth = chosen.agreement.truth
+    per_step = [LAYERS, 1] if "-mtp-" in path.name else [LAYERS]  # MTP: the target's forward, then NextN's
+    assert truth.layered == per_step * (len(truth.layered) // len(per_step)) and len(truth.layered) >= 3
+
+
+def test_an_eager_mtp_trace_cuts_the_target_and_the_draft_forward_apart():
+    """The target model's and the NextN model's forwards are both model calls: one step each, staged
+    as SGLang annotated them, as the graph replays of the same server are cut."""
+    path = next(p for p in EAGER if "-mtp-" in p.name)
+    steps = analyze([str(path)]).step_rows
+    assert [(s.stage, s.layers_found, s.moe_layers_found) for s in steps] == [
+        ("target_verify", LAYERS, MOE), ("draft_extend", 1, 1)] * 4
+    assert {s.segmented_by for s in steps} == {"module_range"}

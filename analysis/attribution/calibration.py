@@ -34,7 +34,7 @@ class Candidate:
     @property
     def agrees(self) -> bool:
         a = self.agreement
-        return self.worst_pp <= AGREE_PP and a.found.layers == a.truth.layers
+        return self.worst_pp <= AGREE_PP and a.layers_agree
 
 
 @dataclass
@@ -104,7 +104,7 @@ def calibrate(signature: str, truth_trace: str | None = None, decode_trace: str 
         chosen = best.signature
         group, gap = shipped.agreement.worst_group
         reason = (f"{shipped.signature} disagrees with the calibration ({group} {gap:+.1f} pp"
-                  + ("" if shipped.agreement.found.layers == shipped.agreement.truth.layers else
+                  + ("" if shipped.agreement.layers_agree else
                      f", layers {shipped.agreement.found.layers} against {shipped.agreement.truth.layers}")
                   + f"): using {chosen}" + ("" if best.agrees else " (which does not agree either: check the calibration)"))
     notes = [n for c in candidates for n in c.agreement.notes]

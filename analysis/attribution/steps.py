@@ -151,8 +151,17 @@ def _model_calls(trace: RankTrace) -> list[Range]:
 
     # the model's forward holds the decoder layers; a sampler or a rotary module called on its own does not
     layers = [r for r in trace.module_ranges if standard_map().layer.search(_module_class(r.name))]
+
+    def holds_layers(calls: list[Range]) -> bool:
+        return any(c.tid == lay.tid and c.start_us <= lay.start_us <= c.end_us for c in calls for lay in layers)
+
+    # every model class that holds layers is a forward of its own: with MTP, the target model's and
+    # the draft (NextN) model's calls are separate steps, as their stage annotations make them
+    models = [calls for cls, calls in by_class.items() if model.search(cls) and holds_layers(calls)]
+    if models:
+        return sorted((c for calls in models for c in calls), key=lambda r: r.start_us)
     for _cls, calls in sorted(by_class.items(), key=rank, reverse=True):
-        if any(c.tid == lay.tid and c.start_us <= lay.start_us <= c.end_us for c in calls for lay in layers[:50]):
+        if holds_layers(calls):
             return sorted(calls, key=lambda r: r.start_us)
     return []
 

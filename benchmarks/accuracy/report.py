@@ -98,6 +98,18 @@ def main() -> int:
         layers = sorted({(s.layers_found - (s.moe_layers_found or 0), s.moe_layers_found) for s in main})
         print(f"| {path.name.split('-TP-')[0]} | {len(main)} | {', '.join(f'{d}+{m}' for d, m in layers)} | "
               f"{SHORT.get(group, group)} {b.get(group, 0) - a.get(group, 0):+.2f} |")
+    print()
+    print("| real SGLang 0.5.17 eager trace, against its own ranges | layered steps (truth) | "
+          "sglang-sm90-tp-fp8: worst group (pp) | structure: worst group (pp) |")
+    print("|---|---|---|---|")
+    for path in sorted((ROOT / "tests" / "data" / "sglang-real" / "eager").glob("*.trace.json.gz")):
+        cells = []
+        for sig in ("sglang-sm90-tp-fp8", "generic"):
+            r = compare_with_ranges(str(path), signature=sig)
+            g, gap = r.worst_group
+            cells.append(f"{SHORT.get(g, g)} {gap:+.2f}" + ("" if r.layers_agree else " (layers differ)"))
+        truth = compare_with_ranges(str(path)).truth
+        print(f"| {path.name.split('-TP-')[0]} | {'/'.join(str(n) for n in truth.layered)} | {cells[0]} | {cells[1]} |")
     return 0
 
 

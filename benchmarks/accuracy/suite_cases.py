@@ -47,6 +47,14 @@ BUNDLED = [
     ("embedded-cpu-demo", "embedded-cpu-demo-TP-0-DECODE.trace.json.gz", 3, 4, 3, "deepseek_v3", "CPU"),
     ("embedded-h100-demo_gpu", "embedded-h100-demo_gpu-TP-0-DECODE.trace.json.gz", 5, 4, 3, "deepseek_v3", "H100"),
     ("embedded-h200-demo_gpu", "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz", 5, 4, 3, "deepseek_v3", "H200"),
+    # real SGLang 0.5.17 eager decode with stacks (tests/data/README.md, docs/gpu-runs.md): DeepSeek-V3
+    # widths, 1 dense + 3 MoE layers, FP8; experts through DeepGEMM, and through Triton's fused_moe
+    ("sglang-0.5.17-eager-deepgemm-moe",
+     "sglang-real/eager/sglang-0.5.17-dsv3-4l-fp8-h200-eager-deepgemm-moe-TP-0-decode.trace.json.gz",
+     4, 4, 3, "deepseek_v3", "H200"),
+    ("sglang-0.5.17-eager-fused-moe",
+     "sglang-real/eager/sglang-0.5.17-dsv3-4l-fp8-h200-eager-fused-moe-TP-0-decode.trace.json.gz",
+     4, 4, 3, "deepseek_v3", "H200"),
 ]
 
 PUBLIC = [

@@ -156,12 +156,14 @@ def main(argv=None) -> int:
         keep_facts(url, facts, "loaded")
         status["phase"] = "profile"
         prefix = a.label
-        # the classic by-stage profiler, as the 0.5.17 run used (the harness's own run prefers V2)
-        body = start_profile_body(str(trace_dir), a.num_steps, prefix, "v1", plan.sglang.profile["v2_decode_stage"])
+        # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
+        # request and the file names agree: V2 writes -decode, the classic one -DECODE
+        body = start_profile_body(str(trace_dir), a.num_steps, prefix, plan.profiler, plan.sglang.profile["v2_decode_stage"])
         status_code, answer = _post(url + plan.sglang.endpoints["start_profile"], body, 30.0)
         (facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
         labels = expected_rank_labels(plan.spec)[0]
-        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage="DECODE",
+        stage = plan.sglang.profile["v2_decode_stage"] if plan.profiler == "v2" else "DECODE"
+        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage=stage,
                                 alive=lambda: server.exit_code() is None)
         timings["traces_s"] = time.monotonic() - t0
         print("traces:", paths, flush=True)
