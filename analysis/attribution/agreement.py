@@ -103,8 +103,7 @@ def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[Kern
     Why order works: a CUDA graph replays the kernels its capture launched, in the same order;
     kernels the two runs do not share (a replay has no host-side copies) stay unattributed.
     """
-    import difflib
-
+    from analysis.attribution.align import matching_pairs
     from analysis.attribution.rows import SOURCE_UNATTRIBUTED, UNATTRIBUTED
 
     by_step: dict[int, list[KernelRow]] = {}
@@ -118,13 +117,10 @@ def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[Kern
     for step, indices in target_steps.items():
         source = sorted(by_step.get(step, []), key=lambda r: r.start_us)
         ordered = sorted(indices, key=lambda i: target[i].start_us)
-        matcher = difflib.SequenceMatcher(a=[r.kernel_name for r in source],
-                                          b=[target[i].kernel_name for i in ordered], autojunk=False)
-        for block in matcher.get_matching_blocks():
-            for k in range(block.size):
-                src, i = source[block.a + k], ordered[block.b + k]
-                out[i] = msgspec.structs.replace(target[i], section=src.section, layer=src.layer, group=src.group,
-                                                 module=src.module, source=src.source)
+        for a, b in matching_pairs([r.kernel_name for r in source], [target[i].kernel_name for i in ordered]):
+            src, i = source[a], ordered[b]
+            out[i] = msgspec.structs.replace(target[i], section=src.section, layer=src.layer, group=src.group,
+                                             module=src.module, source=src.source)
     return out
 
 

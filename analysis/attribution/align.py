@@ -7,6 +7,7 @@ template's order; optional slots may be skipped, repeat slots may take a run of 
 """
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 
 from analysis.attribution.signature import Entry
@@ -94,3 +95,10 @@ def align_scored(
                 raise AssertionError(f"alignment backtrack stuck at ({i}, {j})")
             layer_inside = bool(from_inside)
     return final, result
+
+
+def matching_pairs(a: Sequence, b: Sequence) -> list[tuple[int, int]]:
+    """Index pairs (position in a, position in b) of equal items, in order: difflib's matching
+    blocks, without its junk heuristic (a layer repeats the same kernel names many times)."""
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    return [(block.a + k, block.b + k) for block in matcher.get_matching_blocks() for k in range(block.size)]

@@ -17,14 +17,15 @@ A capture that cannot be used is never skipped silently: the reason becomes a pr
 """
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.errors import AnalysisError, TraceLoadError
+from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
+from analysis.attribution.module_attribution import module_class
 from analysis.attribution.module_roles import ModuleRoleNamer, RangeForest, roles_from_ranges, slots_from_roles, standard_map
 from analysis.attribution.rows import SOURCE_CAPTURE
 from analysis.ingest.trace_loader import load_trace
@@ -103,7 +104,7 @@ def load_capture(path: Path) -> Capture:
     if trace.module_ranges:
         spec = standard_map()
         namer = ModuleRoleNamer(RangeForest(trace.module_ranges, trace.function_ranges, spec))
-        layers = sum(1 for r in trace.module_ranges if spec.layer.search(r.name.rpartition("_")[0] or r.name))
+        layers = sum(1 for r in trace.module_ranges if spec.layer.search(module_class(r.name)))
     return Capture(str(path), batch, mode, rank, launches, namer, layers)
 
 
@@ -148,9 +149,8 @@ def map_capture(kernels: list[Kernel], replayed: list[int], captures: list[Captu
     elif named:
         best = None
         for c in usable:
-            matcher = difflib.SequenceMatcher(a=[kernels[i].name for i in ordered],
-                                              b=[launch.kernel_name for launch in c.launches], autojunk=False)
-            found = [(ordered[b.a + k], c.launches[b.b + k]) for b in matcher.get_matching_blocks() for k in range(b.size)]
+            found = [(ordered[i], c.launches[j]) for i, j in matching_pairs([kernels[i].name for i in ordered],
+                                                                          [launch.kernel_name for launch in c.launches])]
             if best is None or len(found) > len(best[1]):
                 best = (c, found)
         chosen, pairs = best

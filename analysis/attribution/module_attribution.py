@@ -8,9 +8,9 @@ range gives its layer.
 from __future__ import annotations
 
 import bisect
-import difflib
 from dataclasses import dataclass
 
+from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
 from analysis.attribution.signature import ModuleRanges
 from analysis.attribution.rows import (
@@ -193,14 +193,11 @@ def slots_from_capture(kernels: list[Kernel], capture: CaptureMap) -> tuple[list
 
     Returns the slots (None if too little matched) and the number of replayed kernels matched.
     """
-    replay_names = [k.name for k in kernels]
-    matcher = difflib.SequenceMatcher(a=replay_names, b=capture.kernel_names, autojunk=False)
     mapped: list[_Named | None] = [None] * len(kernels)
-    matched = 0
-    for block in matcher.get_matching_blocks():
-        for offset in range(block.size):
-            mapped[block.a + offset] = capture.named[block.b + offset]
-            matched += 1
+    pairs = matching_pairs([k.name for k in kernels], capture.kernel_names)
+    for i, j in pairs:
+        mapped[i] = capture.named[j]
+    matched = len(pairs)
     if matched < 0.5 * len(kernels):
         return None, matched
     slots = _slots_from_names(kernels, mapped, [short_label(k.name) for k in kernels], SOURCE_CAPTURE)

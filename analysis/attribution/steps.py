@@ -22,6 +22,7 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+from analysis.attribution.module_attribution import module_class
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
 
 STEP_ANNOTATION = re.compile(
@@ -142,7 +143,7 @@ def _model_calls(trace: RankTrace) -> list[Range]:
             end_by_tid[r.tid] = max(end_by_tid[r.tid], r.end_us)
     by_class: dict[str, list[Range]] = {}
     for r in roots:
-        by_class.setdefault(_module_class(r.name), []).append(r)
+        by_class.setdefault(module_class(r.name), []).append(r)
     model = standard_map().model
 
     def rank(item: tuple[str, list[Range]]):
@@ -150,7 +151,7 @@ def _model_calls(trace: RankTrace) -> list[Range]:
         return (bool(model.search(cls)), len(calls), sum(c.dur_us for c in calls))
 
     # the model's forward holds the decoder layers; a sampler or a rotary module called on its own does not
-    layers = [r for r in trace.module_ranges if standard_map().layer.search(_module_class(r.name))]
+    layers = [r for r in trace.module_ranges if standard_map().layer.search(module_class(r.name))]
 
     def holds_layers(calls: list[Range]) -> bool:
         return any(c.tid == lay.tid and c.start_us <= lay.start_us <= c.end_us for c in calls for lay in layers)
@@ -164,11 +165,6 @@ def _model_calls(trace: RankTrace) -> list[Range]:
         if holds_layers(calls):
             return sorted(calls, key=lambda r: r.start_us)
     return []
-
-
-def _module_class(name: str) -> str:
-    head, sep, tail = name.rpartition("_")
-    return head if sep and tail.isdigit() else name
 
 
 def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules: bool = True) -> list[Step]:
@@ -222,14 +218,15 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
     # GPU ones only by time, and a replay can outrun its window. So the CPU ones win wherever they
     # place nearly every kernel.
     cpu_windows = _step_windows(trace.cpu_annotations)
+    cpu_kept = []
     if cpu_windows:
         buckets = _by_windows(kernels, cpu_windows, cpu_point)
-        kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
-        placed = sum(len(b) for b, _ in kept)
-        if kept and placed >= 0.9 * len(kernels):
-            steps = [b for b, _ in kept]
+        cpu_kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
+        placed = sum(len(b) for b, _ in cpu_kept)
+        if cpu_kept and placed >= 0.9 * len(kernels):
+            steps = [b for b, _ in cpu_kept]
             _place_the_rest(kernels, steps)
-            return make(steps, "cpu_annotation", [n for _, n in kept])
+            return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
 
     gpu_windows = _merged(_step_windows(trace.gpu_annotations))
     if gpu_windows:
@@ -240,13 +237,10 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             _place_the_rest(kernels, steps)
             return make(steps, "gpu_annotation", [n for _, n in kept])
 
-    if cpu_windows:
-        buckets = _by_windows(kernels, cpu_windows, cpu_point)
-        kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
-        if kept:
-            steps = [b for b, _ in kept]
-            _place_the_rest(kernels, steps)
-            return make(steps, "cpu_annotation", [n for _, n in kept])
+    if cpu_kept:  # CPU windows that place fewer kernels, when there are no GPU ones
+        steps = [b for b, _ in cpu_kept]
+        _place_the_rest(kernels, steps)
+        return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
 
     graph: dict[int, list[Kernel]] = {}
     for kernel in kernels:
@@ -283,22 +277,19 @@ def _refine_gap_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
     steps = split_at_step_borders(everything)
     if len(steps) > 1:
         return steps
-    return _join_short_pieces(groups)
+    return _join_short_pieces(groups, counts)
 
 
-def _join_short_pieces(groups: list[list[Kernel]]) -> list[list[Kernel]]:
+def _join_short_pieces(groups: list[list[Kernel]], counts: list[int]) -> list[list[Kernel]]:
     """Join gap-cut pieces until each holds as many attention cores as the fullest piece.
 
     Why: a step is one pass over every layer, so every step has the same number of attention
     cores; an idle gap inside a step (the host stalled) leaves two pieces whose counts add up to
     that number. Pieces without any core (sampling after the model, a stray copy) join the
-    neighbour they are closer to in time.
+    neighbour they are closer to in time. `counts`: the attention cores of each piece.
     """
     if len(groups) < 2:
         return groups
-    from analysis.attribution.structure import count_attention_cores
-
-    counts = [count_attention_cores(g) for g in groups]
     full = max(counts)
     if full == 0:
         return groups

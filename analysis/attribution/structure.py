@@ -50,6 +50,13 @@ class _Unit:
     names: tuple[str, ...]
 
 
+def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Unit]]:
+    """The busiest stream, the positions of its kernels, and those kernels as units."""
+    main = main_stream(kernels)
+    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    return main, main_idx, _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+
+
 def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> list[_Unit]:
     units: list[_Unit] = []
     pos, n = 0, len(main_idx)
@@ -469,10 +476,7 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     """Layers and roles of one step's kernels, or None when no attention core is found."""
     if not kernels:
         return None
-    main = main_stream(kernels)
-    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    classes = [kernel_class(kernels[i]) for i in main_idx]
-    units = _units(kernels, main_idx, classes)
+    main, main_idx, units = _main_stream_units(kernels)
     clusters = _attention_clusters(units)
     if not clusters:
         return None
@@ -574,9 +578,7 @@ def count_attention_cores(kernels: list[Kernel]) -> int:
     """Attention cores on the busiest stream: the layer count a step of these kernels would have."""
     if not kernels:
         return 0
-    main = main_stream(kernels)
-    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    return len(_attention_clusters(_units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])))
+    return len(_attention_clusters(_main_stream_units(kernels)[2]))
 
 
 def split_at_step_borders(kernels: list[Kernel]) -> list[list[Kernel]]:
@@ -591,9 +593,7 @@ def split_at_step_borders(kernels: list[Kernel]) -> list[list[Kernel]]:
     """
     if not kernels:
         return []
-    main = main_stream(kernels)
-    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    units = _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+    _main, main_idx, units = _main_stream_units(kernels)
     clusters = _attention_clusters(units)
     if len(clusters) < 3:
         return [kernels]
