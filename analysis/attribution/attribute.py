@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.attribution.capture import Capture, map_capture
-from analysis.attribution.layers import LayerCut, cut_by_template, cut_generic
+from analysis.attribution.layers import LayerCut, cut_by_template, cut_generic, layer_units
 from analysis.ingest.model_spec import ModelSpec
 from analysis.attribution.module_attribution import (
     CaptureMap,
@@ -18,6 +18,7 @@ from analysis.attribution.module_roles import (
     annotated_rows,
     apply_annotations,
     launch_points,
+    parse_annotations,
     roles_from_ranges,
     slots_from_roles,
     standard_map,
@@ -82,7 +83,6 @@ class _RangeSource:
     and `group.module` annotations."""
 
     def __init__(self, trace: RankTrace, sig: Signature):
-        self.trace = trace
         self.sig = sig
         self.launches = trace.launch_by_correlation()
         self.legacy = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
@@ -90,28 +90,35 @@ class _RangeSource:
         if sig.module_ranges is None and trace.module_ranges:
             forest = RangeForest(trace.module_ranges, trace.function_ranges, standard_map())
             self.namer = ModuleRoleNamer(forest)
+        self.annotated = parse_annotations(trace.cpu_annotations, trace.gpu_annotations)
+        self._points_of: tuple[Step, list] | None = None
 
     def __bool__(self) -> bool:
         return self.legacy is not None or self.namer is not None
 
+    def _points(self, step: Step) -> list:
+        """Where the step's kernels were launched: computed once per step, for the roles and the annotations."""
+        if self._points_of is None or self._points_of[0] is not step:
+            self._points_of = (step, launch_points(step.kernels, self.launches))
+        return self._points_of[1]
+
     def cut(self, step: Step) -> LayerCut | None:
         if self.legacy is not None:
             slots = slots_from_module_ranges(step.kernels, self.launches, self.sig.module_ranges, self.legacy)
-            if slots is None:
-                return None
-            return LayerCut(slots, len({s.unit for s in slots if s.section == SECTION_LAYER}))
-        points = launch_points(step.kernels, self.launches)
-        layers, roles = roles_from_ranges(step.kernels, points, self.namer)
+            return LayerCut.counted(slots) if slots is not None else None
+        layers, roles = roles_from_ranges(step.kernels, self._points(step), self.namer)
         slots, moe_layers = slots_from_roles(step.kernels, layers, roles)
         if slots is None:
             return None
-        found = len({s.unit for s in slots if s.section == SECTION_LAYER})
+        found = layer_units(slots)
         return LayerCut(slots, found, f"{found} layers by module ranges ({moe_layers} MoE, {found - moe_layers} dense)",
                         moe_layers=moe_layers)
 
     def annotations(self, step: Step):
-        points = launch_points(step.kernels, self.launches)
-        return annotated_rows(step.kernels, points, self.trace.cpu_annotations, self.trace.gpu_annotations)
+        """Per kernel, the row a `group.module` annotation gives it; None when the rank has none."""
+        if self.annotated is None:
+            return None
+        return annotated_rows(step.kernels, self._points(step), self.annotated)
 
 
 def attribute_rank(
@@ -148,14 +155,13 @@ def attribute_rank(
             if replayed:
                 capture_slots, _matched = slots_from_capture(step.kernels, capture)
                 if capture_slots is not None:
-                    cut = LayerCut(capture_slots, len({s.unit for s in capture_slots if s.section == SECTION_LAYER}))
+                    cut = LayerCut.counted(capture_slots)
                     how = "capture"
         capture_note = ""
         if cut is None and options.attribution != "template" and captures is not None and replayed:
             match = map_capture(step.kernels, replayed, captures, step.batch_size)
             if match.slots is not None:
-                found = len({s.unit for s in match.slots if s.section == SECTION_LAYER})
-                cut = LayerCut(match.slots, found, match.note, moe_layers=match.moe_layers)
+                cut = LayerCut.counted(match.slots, match.note, moe_layers=match.moe_layers)
                 how = "capture"
             else:
                 capture_reasons[match.note] = capture_reasons.get(match.note, 0) + 1

@@ -64,6 +64,16 @@ class LayerCut:
     detail: str = ""
     moe_layers: int | None = None  # layers with experts, where the cut can tell
 
+    @classmethod
+    def counted(cls, slots: list[Slot], detail: str = "", moe_layers: int | None = None) -> LayerCut:
+        """A cut whose layer count is the number of layer units its slots hold."""
+        return cls(slots, layer_units(slots), detail, moe_layers)
+
+
+def layer_units(slots: list[Slot]) -> int:
+    """How many distinct layer units the slots hold."""
+    return len({s.unit for s in slots if s.section == SECTION_LAYER})
+
 
 def _assign_region(
     region: list[int],

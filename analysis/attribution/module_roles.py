@@ -442,21 +442,32 @@ def _name_routed(members: list[int], kernels: list[Kernel], classes: list[str], 
         roles[i] = role
 
 
-def annotated_rows(kernels: list[Kernel], points: list[tuple[int, float] | None],
-                   cpu_annotations: list[Range], gpu_annotations: list[Range]) -> list[tuple[str, str] | None] | None:
-    """`group.module` annotations: a CPU range around the launch, or a GPU range around the kernel."""
+@dataclass(frozen=True)
+class Annotations:
+    """A rank's `group.module` annotations, parsed once: (range, (group, module)) pairs."""
+
+    cpu: list[tuple[Range, tuple[str, str]]]
+    gpu: list[tuple[Range, tuple[str, str]]]
+
+
+def parse_annotations(cpu_annotations: list[Range], gpu_annotations: list[Range]) -> Annotations | None:
+    """The annotations named like a D4 row; None when there are none (the common case)."""
     cpu = [(r, m) for r in cpu_annotations if (m := _annotation_row(r.name))]
     gpu = [(r, m) for r in gpu_annotations if (m := _annotation_row(r.name))]
-    if not cpu and not gpu:
-        return None
+    return Annotations(cpu, gpu) if cpu or gpu else None
+
+
+def annotated_rows(kernels: list[Kernel], points: list[tuple[int, float] | None],
+                   annotations: Annotations) -> list[tuple[str, str] | None]:
+    """Per kernel, its annotation's row: a CPU range around the launch, or a GPU range around the kernel."""
     out: list[tuple[str, str] | None] = []
     for k, point in zip(kernels, points):
         row = None
-        for r, m in gpu:
+        for r, m in annotations.gpu:
             if r.start_us <= k.start_us <= r.end_us:
                 row = m
         if row is None and point is not None:
-            for r, m in cpu:
+            for r, m in annotations.cpu:
                 if r.tid == point[0] and r.start_us <= point[1] <= r.end_us:
                     row = m
         out.append(row)
@@ -488,13 +499,15 @@ def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str |
     (None, 0) when no kernel is in a layer."""
     from analysis.attribution.layers import Slot
 
-    layer_calls = sorted({layer for layer in layers if layer >= 0},
-                         key=lambda n: min(k.start_us for k, lay in zip(kernels, layers) if lay == n))
-    if not layer_calls:
+    first_start: dict[int, float] = {}  # per layer call, its first kernel's start
+    for k, layer in zip(kernels, layers):
+        if layer >= 0 and k.start_us < first_start.get(layer, float("inf")):
+            first_start[layer] = k.start_us
+    if not first_start:
         return None, 0
-    unit = {call: u for u, call in enumerate(layer_calls)}
+    unit = {call: u for u, call in enumerate(sorted(first_start, key=first_start.__getitem__))}
     moe_calls = {layer for layer, role in zip(layers, roles) if layer >= 0 and role and is_moe_role(role)}
-    first_layer_start = min(k.start_us for k, lay in zip(kernels, layers) if lay >= 0)
+    first_layer_start = min(first_start.values())
     slots = []
     for k, layer, role in zip(kernels, layers, roles):
         label = kernel_label(k)
