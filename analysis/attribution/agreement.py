@@ -128,25 +128,39 @@ def _attribute(trace: RankTrace, sig: Signature, attribution: str):
     return attribute_rank(trace, sig, None, RankOptions(attribution=attribution))
 
 
-def compare_with_ranges(path: str, truth_path: str | None = None, signature: str = "generic") -> Agreement:
-    """Attribution of `path` without its ranges against the ranges of `truth_path` (default: itself).
+class RangeTruth:
+    """A trace's own nn.Module ranges as the truth, loaded and attributed once, against which
+    attributions from kernels alone (one per signature) are compared.
 
-    A CUDA-graph replay has no ranges; its truth is an eager trace of the same model and batch,
-    whose shares of busy time it is compared with.
+    A CUDA-graph replay has no ranges; its truth is an eager trace of the same model and batch
+    (`truth_path`), whose shares of busy time it is compared with.
     """
-    sig = load_signature(signature)
-    trace = load_trace(path)
-    truth_trace = load_trace(truth_path) if truth_path else trace
-    if not truth_trace.module_ranges:
-        raise AnalysisError(f"{truth_path or path}: no nn.Module ranges to compare with (record with with_stack=True)")
-    truth_rows, truth_steps = _attribute(truth_trace, load_signature("generic"), "modules")
-    rows, steps = _attribute(strip_ranges(trace), sig, "template" if not sig.generic else "auto")
-    if truth_path:
-        # the twin's names, kernel by kernel, on this trace's own durations: a replay waits and
-        # overlaps differently from the eager run, so only its own times are a fair comparison
-        truth_rows, truth_steps = transfer_names(truth_rows, rows), steps
-    how = "structure" if sig.generic else f"signature {sig.name}"
-    notes = []
-    if any(s.segmented_by == "gap" for s in steps):
-        notes.append("steps without markers were cut by gaps and the layer structure")
-    return Agreement(path, shares(truth_rows, truth_steps), shares(rows, steps), how, notes)
+
+    def __init__(self, path: str, truth_path: str | None = None):
+        self.path = path
+        self.truth_path = truth_path
+        trace = load_trace(path)
+        truth_trace = load_trace(truth_path) if truth_path else trace
+        if not truth_trace.module_ranges:
+            raise AnalysisError(f"{truth_path or path}: no nn.Module ranges to compare with (record with with_stack=True)")
+        self.truth = _attribute(truth_trace, load_signature("generic"), "modules")
+        self.stripped = strip_ranges(trace)
+
+    def against(self, sig: Signature) -> Agreement:
+        rows, steps = _attribute(self.stripped, sig, "template" if not sig.generic else "auto")
+        truth_rows, truth_steps = self.truth
+        if self.truth_path:
+            # the twin's names, kernel by kernel, on this trace's own durations: a replay waits and
+            # overlaps differently from the eager run, so only its own times are a fair comparison
+            truth_rows, truth_steps = transfer_names(truth_rows, rows), steps
+        how = "structure" if sig.generic else f"signature {sig.name}"
+        notes = []
+        if any(s.segmented_by == "gap" for s in steps):
+            notes.append("steps without markers were cut by gaps and the layer structure")
+        return Agreement(self.path, shares(truth_rows, truth_steps), shares(rows, steps), how, notes)
+
+
+def compare_with_ranges(path: str, truth_path: str | None = None, signature: str = "generic") -> Agreement:
+    """Attribution of `path` without its ranges against the ranges of `truth_path` (default: itself)."""
+    sig = load_signature(signature)  # a bad signature fails before any trace is read
+    return RangeTruth(path, truth_path).against(sig)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.attribution.agreement import GROUPS, Agreement, compare_with_ranges, shares, strip_ranges
+from analysis.attribution.agreement import GROUPS, Agreement, RangeTruth, shares, strip_ranges
 from analysis.attribution.attribute import RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, load_capture
 from analysis.errors import AnalysisError
-from analysis.attribution.signature import load_signature
+from analysis.attribution.signature import Signature, load_signature
 from analysis.ingest.trace_loader import load_trace
 
 AGREE_PP = 3.0  # a candidate agrees when every group's share is within this many percentage points
@@ -59,18 +59,26 @@ class Calibration:
         }
 
 
-def _capture_agreement(decode_path: str, capture_refs: list[str], signature: str) -> Agreement:
-    """Truth: the decode trace named through its capture traces; found: `signature` on the same kernels."""
-    trace = load_trace(decode_path)
-    captures = [load_capture(f) for f in capture_files(capture_refs)]
-    options = RankOptions()
-    truth_rows, truth_steps = attribute_rank(trace, load_signature(STRUCTURE), None, options, captures=captures)
-    if not any(s.note.startswith("attributed by capture") for s in truth_steps):
-        raise AnalysisError(f"{decode_path}: the capture traces name none of its steps: " + "; ".join(options.notes))
-    sig = load_signature(signature)
-    rows, steps = attribute_rank(strip_ranges(trace), sig, None, RankOptions(attribution="template"))
-    return Agreement(decode_path, shares(truth_rows, truth_steps), shares(rows, steps),
-                     "structure" if sig.generic else f"signature {sig.name}", list(options.notes))
+class _CaptureTruth:
+    """Truth: the decode trace named through its capture traces, loaded and attributed once;
+    each signature is then tried on the same kernels without them."""
+
+    def __init__(self, decode_path: str, capture_refs: list[str]):
+        self.decode_path = decode_path
+        trace = load_trace(decode_path)
+        captures = [load_capture(f) for f in capture_files(capture_refs)]
+        options = RankOptions()
+        self.truth_rows, self.truth_steps = attribute_rank(trace, load_signature(STRUCTURE), None, options,
+                                                           captures=captures)
+        if not any(s.note.startswith("attributed by capture") for s in self.truth_steps):
+            raise AnalysisError(f"{decode_path}: the capture traces name none of its steps: " + "; ".join(options.notes))
+        self.notes = list(options.notes)
+        self.stripped = strip_ranges(trace)
+
+    def against(self, sig: Signature) -> Agreement:
+        rows, steps = attribute_rank(self.stripped, sig, None, RankOptions(attribution="template"))
+        return Agreement(self.decode_path, shares(self.truth_rows, self.truth_steps), shares(rows, steps),
+                         "structure" if sig.generic else f"signature {sig.name}", list(self.notes))
 
 
 def calibrate(signature: str, truth_trace: str | None = None, decode_trace: str | None = None,
@@ -78,24 +86,22 @@ def calibrate(signature: str, truth_trace: str | None = None, decode_trace: str 
     """Compare `signature` and the structural attribution with the truth; choose the one that agrees.
 
     The truth is either `truth_trace` (its own nn.Module ranges: an eager pass recorded with
-    stacks) or `decode_trace` named through `capture_refs` (CUDA-graph capture traces).
+    stacks) or `decode_trace` named through `capture_refs` (CUDA-graph capture traces). It is
+    read and attributed once, then compared with each candidate.
     """
-    if capture_refs:
-        if decode_trace is None:
-            raise AnalysisError("calibrating with capture traces needs the decode trace they were captured for")
-        truth = f"{decode_trace} named by its capture traces"
-
-        def compare(sig: str) -> Agreement:
-            return _capture_agreement(decode_trace, capture_refs, sig)
-    elif truth_trace is not None:
-        truth = f"{truth_trace} (its nn.Module ranges)"
-
-        def compare(sig: str) -> Agreement:
-            return compare_with_ranges(truth_trace, signature=sig)
-    else:
-        raise AnalysisError("calibration needs a trace with module ranges or capture traces")
     names = [signature] if signature == STRUCTURE else [signature, STRUCTURE]
-    candidates = [Candidate(name, compare(name)) for name in names]
+    if capture_refs and decode_trace is None:
+        raise AnalysisError("calibrating with capture traces needs the decode trace they were captured for")
+    if not capture_refs and truth_trace is None:
+        raise AnalysisError("calibration needs a trace with module ranges or capture traces")
+    sigs = [load_signature(name) for name in names]  # a bad signature fails before any trace is read
+    if capture_refs:
+        truth = f"{decode_trace} named by its capture traces"
+        source: _CaptureTruth | RangeTruth = _CaptureTruth(decode_trace, capture_refs)
+    else:
+        truth = f"{truth_trace} (its nn.Module ranges)"
+        source = RangeTruth(truth_trace)
+    candidates = [Candidate(name, source.against(sig)) for name, sig in zip(names, sigs)]
     shipped = candidates[0]
     if shipped.agrees:
         chosen, reason = shipped.signature, f"{shipped.signature} agrees with the calibration (every group within {AGREE_PP:g} pp)"

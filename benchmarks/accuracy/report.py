@@ -15,7 +15,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent))
-from analysis.attribution.agreement import GROUPS, compare_with_ranges, shares  # noqa: E402
+from analysis.attribution.agreement import GROUPS, RangeTruth, compare_with_ranges, shares  # noqa: E402
+from analysis.attribution.signature import load_signature  # noqa: E402
 from analysis.api import AnalysisOptions, analyze  # noqa: E402
 from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
 from tests.real_traces import real_traces_dir  # noqa: E402
@@ -104,11 +105,12 @@ def main() -> int:
     print("|---|---|---|---|")
     for path in sorted((ROOT / "tests" / "data" / "sglang-real" / "eager").glob("*.trace.json.gz")):
         cells = []
+        ranges = RangeTruth(str(path))  # read and attributed once for both signatures
         for sig in ("sglang-sm90-tp-fp8", "generic"):
-            r = compare_with_ranges(str(path), signature=sig)
+            r = ranges.against(load_signature(sig))
             g, gap = r.worst_group
             cells.append(f"{SHORT.get(g, g)} {gap:+.2f}" + ("" if r.layers_agree else " (layers differ)"))
-        truth = compare_with_ranges(str(path)).truth
+        truth = r.truth
         print(f"| {path.name.split('-TP-')[0]} | {'/'.join(str(n) for n in truth.layered)} | {cells[0]} | {cells[1]} |")
     return 0
 
