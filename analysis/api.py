@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.attribution.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
-from analysis.attribution.capture import Capture, capture_files, load_capture
+from analysis.attribution.capture import capture_files, capture_rank, load_capture
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
@@ -83,18 +83,20 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
     if capture_refs and sig.module_ranges is not None:  # the signature's own map, names aligned
         capture = build_capture_map(load_trace(capture_refs[min(index, len(capture_refs) - 1)]), sig.module_ranges)
     elif capture_refs:
-        captures = _captures_for_rank([load_capture(f) for f in capture_files(capture_refs)], rank, index)
+        captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
     trace = load_trace(path, rank=rank)
     options = dataclasses.replace(rank_options, notes=[])
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
     return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes
 
 
-def _captures_for_rank(captures: list[Capture], rank, index: int) -> list[Capture]:
-    """The captures of this rank (by the rank in their file names), or all of them when they do not say."""
+def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
+    """The capture traces of this rank (by the rank in their file names), or all of them when no
+    name says; chosen before any is read, so each rank reads only its own."""
     number = rank.tp if rank.tp is not None else index
-    own = [c for c in captures if c.rank == number]
-    return own if own or any(c.rank is not None for c in captures) else captures
+    ranks = [capture_rank(f) for f in files]
+    own = [f for f, r in zip(files, ranks) if r == number]
+    return own if own or any(r is not None for r in ranks) else files
 
 
 def analyze(

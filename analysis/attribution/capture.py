@@ -72,6 +72,12 @@ def capture_files(refs: list[str]) -> list[Path]:
     return files
 
 
+def capture_rank(path: Path) -> int | None:
+    """The rank a capture trace's file name says it was recorded on (`..._rank3.json.gz`), or None."""
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
 def _details(folder: Path) -> dict[str, dict]:
     """execution_details.json beside vLLM capture traces: file -> {batch_size, mode}."""
     path = folder / "execution_details.json"
@@ -98,7 +104,7 @@ def load_capture(path: Path) -> Capture:
             batch, mode = int(m.group(1)), m.group(2)
     if batch is None and (m := _BATCH_IN_NAME.search(path.name)):
         batch = int(m.group(1))
-    rank = int(m.group(1)) if (m := _RANK_IN_NAME.search(path.name)) else None
+    rank = capture_rank(path)
     namer = None
     layers = 0
     if trace.module_ranges:
