@@ -81,7 +81,7 @@ class Agreement:
         return group, self.group_gap_pp(group)
 
     def module_gaps_pp(self) -> dict[tuple[str, str], float]:
-        keys = set(self.truth.modules) | set(self.found.modules)
+        keys = sorted(set(self.truth.modules) | set(self.found.modules))  # sorted: ties print in one order every run
         return {k: self.found.modules.get(k, 0.0) - self.truth.modules.get(k, 0.0) for k in keys}
 
     @property
