@@ -151,6 +151,14 @@ def test_source_without_flags_fails_loudly():
         parse_cli_sources({"server_args.py": "x = 1\n"}, "0.0.0")
 
 
+def test_unparsable_source_is_a_flag_error_naming_the_file():
+    # a choices-only file is parsed too (for its constant lists): its syntax error names it, no traceback
+    with pytest.raises(FlagError, match=r"SGLang 0\.0\.0: cannot parse choices\.py"):
+        parse_cli_sources({"server_args.py": "x = 1\n"}, "0.0.0", {"choices.py": "def (\n"})
+    with pytest.raises(FlagError, match=r"cannot parse server_args\.py"):
+        parse_cli_sources({"server_args.py": "def (\n"}, "0.0.0")
+
+
 def test_dockerfile_base_image_follows_the_default_release():
     dockerfile = (REPO / "Dockerfile").read_text()
     from_lines = [l for l in dockerfile.splitlines() if l.startswith(("FROM", "ARG SGLANG_IMAGE"))]

@@ -64,10 +64,9 @@ def _strings(node: ast.AST, constants: Constants) -> tuple[str, ...] | None:
     return constants.get(name) if name else None
 
 
-def collect_constants(sources: list[str]) -> Constants:
+def collect_constants(trees: list[ast.Module]) -> Constants:
     """Module-level `NAME = [...]` and class-level `Class.NAME = [...]` string lists, across files."""
     found = Constants()
-    trees = [ast.parse(s) for s in sources]
     for _ in range(3):  # later lists may be built from earlier ones, in any file order
         for tree in trees:
             for scope, prefix in [(tree.body, "")] + [(n.body, n.name + ".") for n in tree.body
@@ -225,16 +224,23 @@ def _field_specs(tree: ast.Module, constants) -> list[FlagSpec]:
     return specs
 
 
+def _parse(path: str, text: str, version: str) -> ast.Module:
+    try:
+        return ast.parse(text)
+    except SyntaxError as exc:
+        raise FlagError(f"SGLang {version}: cannot parse {path}: {exc}") from None
+
+
 def parse_cli_sources(sources: dict[str, str], version: str = "?",
                       choice_sources: dict[str, str] | None = None) -> FlagTable:
-    """Every flag declared in `sources` ({path: text}); later declarations of a name win, like argparse."""
-    constants = collect_constants(list((choice_sources or {}).values()) + list(sources.values()))
+    """Every flag declared in `sources` ({path: text}); later declarations of a name win, like argparse.
+    `choice_sources` only lend their constant lists (flag choices); each file is parsed once."""
+    extra = {path: text for path, text in (choice_sources or {}).items() if path not in sources}
+    trees = {path: _parse(path, text, version) for path, text in {**extra, **sources}.items()}
+    constants = collect_constants(list(trees.values()))
     table = FlagTable(version)
-    for path, text in sources.items():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError as exc:
-            raise FlagError(f"SGLang {version}: cannot parse {path}: {exc}") from None
+    for path in sources:
+        tree = trees[path]
         for spec in _field_specs(tree, constants) + _add_argument_specs(tree, constants):
             for name in spec.names:
                 table.flags[name] = spec

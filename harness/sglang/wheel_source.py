@@ -104,8 +104,8 @@ def flag_table(version: str | None = None, cache_root: Path | None = None) -> Fl
     """The release's launch flags, read from its own source (see harness/sglang/cli_source.py)."""
     row = load_version(version)
     root = sglang_source_dir(row, cache_root)
-    return parse_cli_sources(read_sources(root, row.cli_sources), row.version,
-                             read_sources(root, row.choice_sources))
+    choices_only = tuple(m for m in row.choice_sources if m not in row.cli_sources)  # each file read once
+    return parse_cli_sources(read_sources(root, row.cli_sources), row.version, read_sources(root, choices_only))
 
 
 def environ_names(version: str | None = None, cache_root: Path | None = None) -> set[str]:
