@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from harness.sglang.secrets import is_secret_name, mask_text
+from harness.sglang.secrets import mask_text, secret_values
 
 SCRIPT_PATH = Path(__file__).with_name("node_check_script.py")
 MARK = "MOE_HARNESS_NODE_CHECK "
@@ -34,16 +34,6 @@ def run_node_check(python: str, server_args: list[str], env: dict[str, str], tim
     return {"error": f"the check with {python} printed no answer (exit status {proc.returncode}): " + " | ".join(tail)}
 
 
-def _secrets_of(argv: list[str], env: dict[str, str]) -> dict[str, str]:
-    """Values that must not be echoed: secret-looking variables and values of secret-looking flags."""
-    found = {k: v for k, v in env.items() if is_secret_name(k)}
-    for i, token in enumerate(argv):
-        name, eq, value = token.partition("=")
-        if name.startswith("--") and is_secret_name(name):
-            found[name.lstrip("-").replace("-", "_").upper()] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-    return found
-
-
 def describe(results: dict[int, dict], plan) -> list[str]:
     """One line per refusal, naming the node, the flag, its scenario key and SGLang's message."""
     from harness.sglang.version import supported_versions
@@ -51,7 +41,7 @@ def describe(results: dict[int, dict], plan) -> list[str]:
     lines = []
     for rank, result in sorted(results.items()):
         node = plan.nodes[rank]
-        secrets = _secrets_of(list(node.argv), node.env)
+        secrets = secret_values(list(node.argv), node.env)
         if result.get("error"):
             lines.append(f"node {rank}: {mask_text(result['error'], secrets)}")
             continue

@@ -36,6 +36,17 @@ def mask_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def secret_values(argv: list[str], env: dict[str, str]) -> dict[str, str]:
+    """What must not be echoed, named for mask_text: secret-looking variables, and the values of the
+    flags mask_argv masks (--api-key X, --api-key=X)."""
+    found = {k: v for k, v in env.items() if is_secret_name(k)}
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if name.startswith("--") and is_secret_name(name):
+            found[name] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+    return found
+
+
 def mask_text(text: str, env: dict[str, str]) -> str:
     """Replace every secret value of env that occurs in text (for log lines and error messages)."""
     for name, value in env.items():
