@@ -235,11 +235,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "~/moe-harness/runs on the driver's node, since the job's working directory is temporary)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
-    from harness.sglang.version import load_table, supported_versions
+    from harness.sglang.version import add_version_argument
 
-    parser.add_argument("--sglang-version", default=None, choices=supported_versions(),
-                        help=f"SGLang scenarios: the release installed on the nodes, which the launch flags are "
-                        f"spelled for (default {load_table()['default']}; harness/sglang/versions.yaml)")
+    add_version_argument(parser, "SGLang scenarios: the release installed on the nodes, which the launch flags "
+                                 "are spelled for")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments

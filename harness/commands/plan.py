@@ -72,15 +72,13 @@ def run(args) -> int:
 
 
 def register(subparsers) -> None:
-    from harness.sglang.version import load_table, supported_versions
+    from harness.sglang.version import add_version_argument
     p = subparsers.add_parser("plan", help="print the per-node SGLang launch commands of a scenario",
                               description="Print each node's SGLang launch command and environment "
                                           "(secrets masked), spelled for one SGLang release. Node 0's IP is "
                                           "filled in at launch.")
     p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or path")
-    p.add_argument("--sglang-version", default=None, choices=supported_versions(),
-                   help=f"the SGLang release to plan for (default {load_table()['default']}; "
-                        "harness/sglang/versions.yaml)")
+    add_version_argument(p, "the SGLang release to plan for")
     p.add_argument("--check-flags", action="store_true",
                    help="also check every flag (unknown or deprecated) and SGLANG_* variable against that "
                         "release's own source, read from its wheel (downloaded once, cached)")

@@ -61,6 +61,12 @@ def supported_versions() -> list[str]:
     return list(load_table()["versions"])
 
 
+def add_version_argument(parser, what: str) -> None:
+    """--sglang-version: the supported releases as choices, the default named in the help after `what`."""
+    parser.add_argument("--sglang-version", default=None, choices=supported_versions(),
+                        help=f"{what} (default {load_table()['default']}; harness/sglang/versions.yaml)")
+
+
 def _merged(common: dict, own: dict) -> dict:
     """A release's keys over the common ones, one level deep (its flags replace single flags)."""
     out = dict(common)
