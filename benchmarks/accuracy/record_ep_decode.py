@@ -32,7 +32,6 @@ import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -43,8 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from record_traces import first_seen_module_ranges, loader_counts, module_call_names, profiler_module_names  # noqa: E402
-from slim_trace import slim_trace_file  # noqa: E402
+from record_traces import export_slim, first_seen_module_ranges, module_call_names, profiler_module_names  # noqa: E402
 from torch import nn  # noqa: E402
 
 # DeepSeek-V3's own widths; 4 layers (1 dense + 3 MoE), 64 routed experts, top-8 from 4 of 8 groups.
@@ -226,21 +224,6 @@ def build_config(preset: str):
                             attn_implementation="sdpa", use_cache=True)
 
 
-def _export(prof, out_dir: str, file_name: str) -> dict[str, Any]:
-
-    with tempfile.TemporaryDirectory(prefix="acc-ep-") as work:
-        raw = os.path.join(work, "raw.json")
-        prof.export_chrome_trace(raw)
-        raw_bytes = os.path.getsize(raw)
-        stats = slim_trace_file(raw, os.path.join(out_dir, file_name))
-        counts = loader_counts(raw)
-        counts_slim = loader_counts(os.path.join(out_dir, file_name))
-        if counts != counts_slim:
-            raise RuntimeError(f"slimming changed what the loader sees: raw {counts}, slim {counts_slim}")
-    return {"raw_json_bytes": raw_bytes, "bytes": stats["bytes_out"], "raw_events": stats["events_in"],
-            "slim_events": stats["events_out"], "loader_counts": counts}
-
-
 def _profile_steps(run_step, steps: int, batch: int, on_gpu: bool):
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -339,7 +322,7 @@ def run_rank(rank: int, args: argparse.Namespace, command: str) -> None:
             dist.barrier()
             prof, step_ms = _profile_steps(eager_step, args.steps, batch, on_gpu)
             eager_name = f"{name_base}-bs{batch}-eager-TP-{rank}-EP-{rank}-DECODE.trace.json.gz"
-            export = _export(prof, args.out_dir, eager_name)
+            export = export_slim(prof, args.out_dir, eager_name)
             # Map the profiler's Class_N range names to module names (a forward at the same position: it
             # rewrites the same cache slot and leaves tokens and position as they are).
             calls = module_call_names(model, lambda: model(tokens, position, cache))
@@ -373,7 +356,7 @@ def run_rank(rank: int, args: argparse.Namespace, command: str) -> None:
             print(f"rank {rank}: bs {batch} graph captured and replayed", flush=True)
             prof, step_ms = _profile_steps(graph.replay, args.steps, batch, on_gpu)
             graph_name = f"{name_base}-bs{batch}-graph-TP-{rank}-EP-{rank}-DECODE.trace.json.gz"
-            write_meta(graph_name, batch, True, eager_name, _export(prof, args.out_dir, graph_name), step_ms)
+            write_meta(graph_name, batch, True, eager_name, export_slim(prof, args.out_dir, graph_name), step_ms)
             print(f"rank {rank}: {graph_name} step ms {step_ms}", flush=True)
             del graph
     dist.barrier()

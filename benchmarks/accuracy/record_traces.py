@@ -267,6 +267,25 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def export_slim(prof, out_dir: str, file_name: str, keep_raw_as: str | None = None) -> dict[str, Any]:
+    """The profiler's trace, slimmed into out_dir/file_name, checked to hold what the loader sees in
+    the raw one (else RuntimeError); with keep_raw_as, the raw trace gzipped beside it. Returns its sizes."""
+    with tempfile.TemporaryDirectory(prefix="acc-trace-") as work:
+        raw = os.path.join(work, "raw.json")
+        prof.export_chrome_trace(raw)
+        raw_bytes = os.path.getsize(raw)
+        stats = slim_trace_file(raw, os.path.join(out_dir, file_name))
+        counts = loader_counts(raw)
+        counts_slim = loader_counts(os.path.join(out_dir, file_name))
+        if counts != counts_slim:
+            raise RuntimeError(f"slimming changed what the loader sees: raw {counts}, slim {counts_slim}")
+        if keep_raw_as:
+            with open(raw, "rb") as src, gzip.open(os.path.join(out_dir, keep_raw_as), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    return {"raw_json_bytes": raw_bytes, "bytes": stats["bytes_out"], "raw_events": stats["events_in"],
+            "slim_events": stats["events_out"], "loader_counts": counts}
+
+
 def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: str | None = None) -> dict[str, Any]:
     """Build, prefill, warm up, profile `case.steps` decode steps; write the slimmed trace and its meta."""
     import torch
@@ -324,21 +343,7 @@ def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: 
 
     os.makedirs(out_dir, exist_ok=True)
     file_name = f"{case.name}-TP-0-DECODE.trace.json.gz"
-    workdir = tempfile.mkdtemp(prefix="acc-trace-")
-    try:
-        raw = os.path.join(workdir, "raw.json")
-        prof.export_chrome_trace(raw)
-        raw_bytes = os.path.getsize(raw)
-        stats = slim_trace_file(raw, os.path.join(out_dir, file_name))
-        counts_raw = loader_counts(raw)
-        counts_slim = loader_counts(os.path.join(out_dir, file_name))
-        if counts_raw != counts_slim:
-            raise RuntimeError(f"slimming changed what the loader sees: raw {counts_raw}, slim {counts_slim}")
-        if keep_raw:
-            with open(raw, "rb") as src, gzip.open(os.path.join(out_dir, f"{case.name}.raw.json.gz"), "wb") as dst:
-                shutil.copyfileobj(src, dst)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    exported = export_slim(prof, out_dir, file_name, keep_raw_as=f"{case.name}.raw.json.gz" if keep_raw else None)
 
     call_sequence, module_names = profiler_module_names(calls)
     # Routing changes between steps (a per-expert loop calls act_fn once per hit expert), so compare
@@ -372,11 +377,11 @@ def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: 
         "module_names": module_names,
         "step_ms": [round(ms, 3) for ms in step_ms],
         "build_s": round(build_s, 1),
-        "loader_counts": counts_raw,  # from the unslimmed trace (None: project not importable there)
-        "raw_json_bytes": raw_bytes,
-        "slim_events": stats["events_out"],
-        "raw_events": stats["events_in"],
-        "bytes": stats["bytes_out"],
+        "loader_counts": exported["loader_counts"],  # from the unslimmed trace (None: project not importable there)
+        "raw_json_bytes": exported["raw_json_bytes"],
+        "slim_events": exported["slim_events"],
+        "raw_events": exported["raw_events"],
+        "bytes": exported["bytes"],
     }
     with open(os.path.join(out_dir, f"{case.name}.meta.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
