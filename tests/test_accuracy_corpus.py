@@ -17,6 +17,7 @@ import yaml
 
 from analysis.ingest.trace_loader import load_trace
 from analysis.ingest.trace_model import Range
+from benchmarks.accuracy.suite_cases import case_name
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "accuracy"
@@ -34,8 +35,7 @@ ENTRIES = _suite()
 
 
 def _ids(entries: list[dict]) -> list[str]:
-    return [Path(e["file"]).name.split("-TP-")[0] + ("" if e.get("world_size", 1) == 1 else f"-r{e['rank']}")
-            for e in entries]
+    return [case_name(e) for e in entries]
 
 
 def outermost_ranges(ranges: list[Range]) -> list[Range]:
@@ -119,7 +119,7 @@ def test_trace_loads_and_matches_its_manifest_entry(entry):
     assert decoder_layers_per_step(trace.module_ranges, steps) == [entry["layers"]["total"]] * entry["steps"]
     names = {r.name.rsplit("_", 1)[0] for r in trace.module_ranges}
     assert any("Experts" in n or n.endswith("Dispatch") for n in names), sorted(names)
-    assert meta.get("module_names_verified", True), "module name map does not follow the trace's call order"
+    assert meta["module_names_verified"], "module name map does not follow the trace's call order"
 
 
 def _load_script(name: str):

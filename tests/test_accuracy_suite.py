@@ -99,8 +99,7 @@ def test_the_standard_map_names_modules_as_their_attributes(case):
     from analysis.attribution.steps import segment_steps
     from analysis.ingest.trace_loader import load_trace
 
-    meta = json.loads(case.path.with_name(case.path.name.split("-TP-")[0] + (
-        f"-r{case.name.rsplit('-r', 1)[1]}" if "ep" in case.name.split("-")[0] else "") + ".meta.json").read_text())
+    meta = json.loads(case.meta.read_text())
     names = meta["module_names"]
     trace = load_trace(str(case.path))
     forest = RangeForest(trace.module_ranges, trace.function_ranges, standard_map())

@@ -26,6 +26,12 @@ class Case:
     model: str
     hardware: str
     origin: str  # corpus | bundled | public
+    meta: Path | None = None  # corpus: the recording's meta file (module attribute names, counts)
+
+
+def case_name(entry: dict) -> str:
+    """A suite.yaml entry's name: its file's model part, and the rank of a multi-GPU recording."""
+    return Path(entry["file"]).name.split("-TP-")[0] + ("" if entry.get("world_size", 1) == 1 else f"-r{entry['rank']}")
 
 
 def corpus_cases() -> list[Case]:
@@ -34,11 +40,9 @@ def corpus_cases() -> list[Case]:
     cases = []
     for e in suite:
         truth = e.get("ground_truth")
-        path = CORPUS / e["file"]
-        name = Path(e["file"]).name.split("-TP-")[0] + ("" if e.get("world_size", 1) == 1 else f"-r{e['rank']}")
         truth_path = CORPUS / by_file[truth]["file"] if truth else None
-        cases.append(Case(name, path, truth_path, e["steps"], e["layers"]["total"], e["layers"]["moe"],
-                          e["family"], e["recorded"]["hardware"], "corpus"))
+        cases.append(Case(case_name(e), CORPUS / e["file"], truth_path, e["steps"], e["layers"]["total"],
+                          e["layers"]["moe"], e["family"], e["recorded"]["hardware"], "corpus", CORPUS / e["meta"]))
     return cases
 
 
