@@ -130,8 +130,7 @@ class SGLangEngine(Engine):
             self.progress.note(f"{summary['completed']} requests, "
                                f"{summary.get('output_tok_per_s_per_gpu') or 0:.1f} output tokens/s per GPU")
         with self.progress.phase("stop servers"):
-            ray.get([a.stop.remote() for a in self.dep.actors], timeout=60)
-            self.dep.fetch_logs(self.run_dir / "logs")
+            self.dep.stop_servers(logs_to=self.run_dir / "logs")
 
     def collect(self, traces: Traces) -> Traces:
         """With outputs.keep_traces, every rank's trace into traces/ (read through its node's actor)."""
@@ -201,17 +200,13 @@ class SGLangEngine(Engine):
         self.manifest["node_traces_removed"] = True
 
     def stop(self) -> None:
-        """The load, then every server (logs fetched once they are complete), then the actors and the
-        placement group."""
+        """The load, then every server still running (logs fetched once they are complete), then the
+        actors and the placement group."""
         load, dep = self.load, self.dep
         self.load = self.dep = None
         if load is not None:
             load.stop()
         if dep is not None:
-            try:
-                ray.get([a.stop.remote() for a in dep.actors], timeout=60)  # servers first: logs are then complete
-                dep.fetch_logs(self.run_dir / "logs")
-            finally:
-                dep.stop()
+            dep.stop(logs_to=self.run_dir / "logs")
         if load is not None:
             load.thread.join(timeout=30)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -168,6 +168,7 @@ class Deployment:
     node0_ip: str
     url: str
     node_checks: dict | None = None      # {node rank: the node check's answer}
+    servers_stopped: bool = field(default=False, init=False)
 
     def fetch_logs(self, dest_dir: str | Path) -> list[Path]:
         """Copy every node's server log into dest_dir (best effort: a dead actor's log is skipped)."""
@@ -182,10 +183,20 @@ class Deployment:
             out.append(write_atomic(Path(dest_dir) / f"sglang-node{rank}.log", data))
         return out
 
-    def stop(self) -> None:
-        """Stop every node's server (process groups), then free the actors and the placement group."""
+    def stop_servers(self, logs_to: str | Path | None = None) -> None:
+        """Stop every node's server (process groups); then, with logs_to, copy their logs, complete now.
+        Once: after a run's finish stage has done it, stop() only frees the actors."""
+        if self.servers_stopped:
+            return
+        ray.get([a.stop.remote() for a in self.actors], timeout=60)
+        self.servers_stopped = True
+        if logs_to is not None:
+            self.fetch_logs(logs_to)
+
+    def stop(self, logs_to: str | Path | None = None) -> None:
+        """Stop the servers (and fetch their logs, see stop_servers), then free the actors and the placement group."""
         try:
-            ray.get([a.stop.remote() for a in self.actors], timeout=60)
+            self.stop_servers(logs_to)
         finally:
             for a in self.actors:
                 ray.kill(a)
