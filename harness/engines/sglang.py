@@ -16,10 +16,11 @@ from pathlib import Path
 import ray
 
 from harness.engines.base import Engine, RunContext, Traces
+from harness.engines.table_files import write_table_files
 from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.run_dir import write_atomic
-from harness.run_errors import RunFailed
+from harness.run_errors import RunFailed, actor_error
 from harness.scenario_sol import sol_settings_for
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
 from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
@@ -30,12 +31,6 @@ from harness.sglang.profile import profile_decode
 from harness.sglang.running_batch import wait_for_running_batch
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
 from harness.sglang.spec import deployment_spec
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """A DeploymentError raised inside an actor arrives wrapped in RayTaskError; show its own text."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
 
 
 class SGLangEngine(Engine):
@@ -100,7 +95,7 @@ class SGLangEngine(Engine):
                                          with_stack=prof.with_stack, record_shapes=prof.record_shapes)
             except DeploymentError as exc:
                 self.dep.check_alive()
-                raise RunFailed(str(_unwrap(exc))) from None
+                raise RunFailed(str(actor_error(exc))) from None
             m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
                             "running_at_start": outcome.running_at_start,
                             "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
@@ -163,22 +158,19 @@ class SGLangEngine(Engine):
             try:
                 parts = ray.get(refs, timeout=timeout_s)
             except DeploymentError as exc:
-                raise RunFailed(str(_unwrap(exc))) from None
+                raise RunFailed(str(actor_error(exc))) from None
             sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
             result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol)
-            from analysis.api import write_outputs
-            files = write_outputs(result, self.run_dir / "analysis")
-            self.manifest["analysis_outputs"] = {k: str(v) for k, v in files.items()}
-            table = Path(files["d4.md"]).read_text(encoding="utf-8")
-            if sol is None:
-                table += f"\nNo SOL columns: {no_sol_reason}.\n"
+            out = self.run_dir / "analysis"
             if calibrations is not None:
-                table += self._write_calibration(calibrations, options["signature"])
+                note = self._write_calibration(calibrations, options["signature"])
             else:
-                table += f"\nNot calibrated: {capture_note}.\n"
+                note = f"\nNot calibrated: {capture_note}.\n"
                 self.manifest["calibration"] = {"not_calibrated": capture_note}
-            if result.problems:
-                table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
+            table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
+            if calibrations is not None:
+                files["calibration.md"] = str(out / "calibration.md")
+            self.manifest["analysis_outputs"] = files
         return table
 
     def _write_calibration(self, calibrations: list[dict], used: str) -> str:
@@ -187,7 +179,6 @@ class SGLangEngine(Engine):
         out = self.run_dir / "analysis"
         write_atomic(out / "calibration.md", md)
         write_atomic(out / "calibration.json", json.dumps(entries, indent=2) + "\n")
-        self.manifest["analysis_outputs"]["calibration.md"] = str(out / "calibration.md")
         self.manifest["calibration"] = [{k: e[k] for k in ("node", "decode_trace")} | (
             {"error": e["error"]} if "error" in e else {"chosen": e["result"]["chosen"], "reason": e["result"]["reason"]})
             | {"used": e["used"]} for e in entries]

@@ -18,8 +18,9 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
     """
     import msgspec
 
-    from analysis.api import AnalysisOptions, analyze, write_outputs
+    from analysis.api import AnalysisOptions, analyze
 
+    from harness.engines.table_files import write_table_files
     from harness.scenario_sol import hardware_for_device, sol_settings_for
 
     a = scenario.analysis
@@ -35,11 +36,4 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
         model=a.model,
         options=AnalysisOptions(run=run_name, rank_policy=a.rank_policy, sol=sol),
     )
-    files = write_outputs(result, out_dir)
-    table = Path(files["d4.md"]).read_text(encoding="utf-8")
-    if sol is None:
-        table += f"\nNo SOL columns: {no_sol_reason}.\n"
-    table += sol_note
-    if result.problems:
-        table += f"\n{len(result.problems)} problem(s) reported by the analysis: see {files['problems.csv']}\n"
-    return table, {name: str(path) for name, path in files.items()}
+    return write_table_files(result, out_dir, no_sol_reason if sol is None else None, sol_note)
