@@ -20,7 +20,7 @@ from harness.load.client import LoadRun, wait_for_running_batch
 from harness.load.summary import load_records
 from harness.run_errors import RunFailed
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan
-from harness.sglang.profile import profile_decode, start_profile_body
+from harness.sglang.profile import post_json, profile_decode, start_profile_body
 from harness.sglang.server_actor import DeploymentError, launch
 from tests.ray_cluster import two_node_cluster
 
@@ -56,13 +56,7 @@ def _get(url):
 
 
 def _post(url, body=None):
-    req = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return post_json(url, body, 10.0)
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,6 @@ class Engine(ABC):
     expected_errors: tuple[type[BaseException], ...] = ()  # besides RunFailed: failures shown without a traceback
 
     def __init__(self, ctx: RunContext):
-        self.ctx = ctx
         self.scenario, self.run_dir = ctx.scenario, ctx.run_dir
         self.manifest, self.progress = ctx.manifest, ctx.progress
 

@@ -3,9 +3,11 @@
 Paths: each node writes its server log and its ranks' traces under a node-local folder
 (harness/sglang/node_dir.py). Nodes share no file system, so logs and, with `outputs.keep_traces`,
 traces come back to the run directory through Ray. Each node analyses its own ranks; the driver
-combines their rows into the D4 column (harness/sglang/node_analysis.py). Node-local traces are
-removed once copied and analysed; after a failure they stay.
-The helpers of each stage live in harness/sglang/; this module only sequences them.
+combines their rows into the D4 column (harness/sglang/node_analysis.py). Node-local decode traces
+are removed once copied and analysed (after a failure they stay); the CUDA-graph capture traces stay
+in the node folder, and with `profile.capture_traces` are copied into the run directory at start.
+The helpers of each stage live in harness/sglang/; this module sequences them and records what the
+run keeps (manifest entries, analysis/ with the calibration files).
 """
 from __future__ import annotations
 
@@ -145,7 +147,7 @@ class SGLangEngine(Engine):
         where usable); the driver combines the rows into the D4 column and writes analysis/."""
         timeout_s = self.scenario.profile.timeout_s
         with self.progress.phase("analyse each node's ranks"):
-            capture_dir, capture_note = capture_use(self.dep.plan, self.spec, self.trace_dir)
+            capture_dir, capture_note = capture_use(self.dep.plan, self.trace_dir)
             options = analysis_options(self.scenario, self.run_dir.name, capture_dir=capture_dir)
             calibrations = None
             if capture_dir:

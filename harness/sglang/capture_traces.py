@@ -19,7 +19,7 @@ from harness.sglang.server_actor import Deployment
 def copy_capture_traces(dep: Deployment, trace_dir: str, run_dir: Path) -> list[str]:
     """The capture traces each node's servers wrote while starting, into capture_traces/node<N>/."""
     capture = dep.plan.sglang.capture_trace
-    folder = f"{trace_dir}/{capture.subdir}"
+    folder = capture_folder(dep.plan, trace_dir)
     kept = []
     for rank, actor in enumerate(dep.actors):
         _, tp_ranks = node_ranges(dep.plan.spec, rank)  # this node's own files (a shared disk holds all)
@@ -35,17 +35,22 @@ def copy_capture_traces(dep: Deployment, trace_dir: str, run_dir: Path) -> list[
     return kept
 
 
-def capture_use(plan, spec, trace_dir: str) -> tuple[str | None, str]:
+def capture_folder(plan, trace_dir: str) -> str:
+    """Where on each node the release writes its capture traces (versions.yaml's capture_trace.subdir)."""
+    return f"{trace_dir}/{plan.sglang.capture_trace.subdir}"
+
+
+def capture_use(plan, trace_dir: str) -> tuple[str | None, str]:
     """(the node-local capture folder the analysis reads, or None; why not, when None).
 
     Capture traces recorded without Python stacks (SGLang 0.5.17) hold no nn.Module ranges, so they
     cannot name kernels; they are still copied to the run directory, and the table says so."""
     capture = plan.sglang.capture_trace
-    if not spec.capture_traces:
+    if not plan.spec.capture_traces:
         return None, ("profile.capture_traces is off, so the signature was not checked against the "
                       "CUDA-graph capture traces; turn it on, or run `moe-harness calibrate --truth EAGER_TRACE`")
     if not capture.with_stack:
         return None, (f"SGLang {plan.sglang.version} records its capture traces without Python stacks "
                       "(no module ranges to name kernels with): they are kept in capture_traces/ but not used; "
                       "run `moe-harness calibrate --truth EAGER_TRACE` with an eager pass recorded with stacks")
-    return f"{trace_dir}/{capture.subdir}", ""
+    return capture_folder(plan, trace_dir), ""

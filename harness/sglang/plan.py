@@ -108,6 +108,12 @@ class LaunchPlan:
     def launcher_len(self) -> int:
         return len(self.spec.launcher)
 
+    @property
+    def decode_stage(self) -> str:
+        """The stage in the decode traces' file names: V2's lower-case stage, else the classic profiler's suffix."""
+        profile = self.sglang.profile
+        return profile["v2_decode_stage"] if self.profiler == "v2" else profile["v1_decode_suffix"]
+
     def expected_rank_files(self) -> dict[int, list[str]]:
         """Per node, the rank part of each trace name SGLang writes (TP-t[-DP-d][-PP-p][-EP-e])."""
         return expected_rank_labels(self.spec)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.load.client import window_accept_length
-from harness.run_errors import RunFailed
+from harness.run_errors import RunFailed, actor_error
 
 if TYPE_CHECKING:  # Ray only where a deployment runs through actors: the request bodies need none
     from harness.sglang.server_actor import Deployment
@@ -39,7 +39,8 @@ class ProfileOutcome:
     stop_profile: str | None = None          # v1: what /stop_profile answered
 
 
-def _post(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
+def post_json(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
+    """(HTTP status, text) of one POST with a JSON body (none when body is None); HTTP errors are answers too."""
     data = json.dumps(body).encode() if body is not None else b""
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
     try:
@@ -120,17 +121,16 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     drain_prefills(dep, load, timeout_s,
                    tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2))
     before, started = load.spec_snapshot(), time.monotonic()
-    decode_stage = profile["v2_decode_stage"] if plan.profiler == "v2" else profile["v1_decode_suffix"]
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
                               with_stack, record_shapes)
     try:
         try:
-            status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+            status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
             if status != 200 and plan.profiler == "v1":
                 # A classic capture left running (by-stage state outlives /stop_profile: a later prefill
                 # starts an EXTEND capture) refuses every start with a bare 500: stop it, try once more.
-                _post(dep.url + endpoints["stop_profile"], None, 60.0)
-                status, text = _post(dep.url + endpoints["start_profile"], body, 30.0)
+                post_json(dep.url + endpoints["stop_profile"], None, 60.0)
+                status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
         except OSError as exc:
             dep.check_alive()  # a dead node explains it best
             raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
@@ -140,18 +140,17 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                             f"node 0 says: {_server_says(dep)}")
         outcome.running_at_start = load.running_batch()
         try:
-            outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=decode_stage,
+            outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=plan.decode_stage,
                                             rename_to=profile["v1_decode_suffix"])
         except Exception as exc:
             if load.running_batch() == 0:
-                cause = getattr(exc, "cause", None) or exc  # an actor's DeploymentError comes wrapped by Ray
-                raise RunFailed(f"{cause}; by then the running batch had drained, before {num_steps} decode steps "
+                raise RunFailed(f"{actor_error(exc)}; by then the running batch had drained, before {num_steps} decode steps "
                                 "were profiled (is workload.output_len long enough for profile.num_steps?)") from None
             raise
     finally:
         if plan.profiler == "v1":  # never leave a classic capture running: the next start would get a 500
             try:
-                status, text = _post(dep.url + endpoints["stop_profile"], None, 60.0)
+                status, text = post_json(dep.url + endpoints["stop_profile"], None, 60.0)
                 outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
             except OSError as exc:
                 outcome.stop_profile = f"not answered: {exc}"

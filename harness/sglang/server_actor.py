@@ -115,7 +115,7 @@ class SGLangNodeActor:
         """
         from analysis.api import AnalysisOptions, analyze
         from analysis.errors import AnalysisError
-        captures = [d for d in options.get("capture_traces") or [] if Path(d).is_dir() and any(Path(d).iterdir())]
+        captures = _capture_folders_with_files(options.get("capture_traces") or [])
         signature = options.get("signature", "generic")
         try:
             result = analyze(paths, signature=signature, model=options.get("model"),
@@ -134,7 +134,7 @@ class SGLangNodeActor:
         from analysis.errors import AnalysisError
         signature = options.get("signature", "generic")
         asked = options.get("capture_traces") or []
-        captures = [d for d in asked if Path(d).is_dir() and any(Path(d).iterdir())]
+        captures = _capture_folders_with_files(asked)
         decode_path = sorted(paths)[0]
         where = {"node": self.node_rank, "decode_trace": Path(decode_path).name}
         if not captures:
@@ -158,6 +158,11 @@ class SGLangNodeActor:
 
     def stop(self) -> int | None:
         return self.server.stop() if self.server else None
+
+
+def _capture_folders_with_files(folders: list[str]) -> list[str]:
+    """The node's capture folders that exist and hold files (a release that wrote none leaves it empty)."""
+    return [d for d in folders if Path(d).is_dir() and any(Path(d).iterdir())]
 
 
 @dataclass
@@ -221,7 +226,7 @@ def check_nodes(dep: Deployment, timeout_s: float = 660.0) -> None:
     dep.node_checks = {rank: ray.get(ref, timeout=timeout_s) for rank, ref in refs.items()}
     refusals = describe(dep.node_checks, plan)
     if refusals:
-        raise DeploymentError(f"SGLang refuses the planned command; no server was started:\n  " + "\n  ".join(refusals))
+        raise DeploymentError("SGLang refuses the planned command; no server was started:\n  " + "\n  ".join(refusals))
 
 
 def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_timeout_s: float = 60.0,
@@ -269,12 +274,14 @@ def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_tim
 
 
 def _wait_all_ready(dep: Deployment, timeout_s: float, poll_s: float = 0.5) -> None:
-    """Node 0 answers /health_generate; every other node must stay up meanwhile. First failure wins.
+    """Node 0 answers the release's health endpoint (/health_generate); every other node must stay
+    up meanwhile. First failure wins.
 
     Every node is polled while node 0 is still starting, so a node that dies early is named as the
     cause instead of node 0's readiness time-out that its death brings about.
     """
-    pending = {rank: a.wait_ready.remote(f"{dep.url}/health_generate" if rank == 0 else None, timeout_s)
+    health = dep.url + dep.plan.sglang.endpoints["health"]
+    pending = {rank: a.wait_ready.remote(health if rank == 0 else None, timeout_s)
                for rank, a in enumerate(dep.actors)}
     ref_rank = {ref: rank for rank, ref in pending.items()}
     refs = list(pending.values())

@@ -17,7 +17,7 @@ class TraceWaitError(RuntimeError):
 
 
 def matches(name: str, label: str, stage: str | None) -> bool:
-    """Does a trace file name belong to one rank label (TP-t[-DP-d][-EP-e]) and, if given, one stage?"""
+    """Does a trace file name belong to one rank label (TP-t[-DP-d][-PP-p][-EP-e]) and, if given, one stage?"""
     if stage is not None:
         return name.endswith(f"-{label}-{stage}.trace.json.gz")
     return f"-{label}-" in name or name.endswith(f"-{label}.trace.json.gz")

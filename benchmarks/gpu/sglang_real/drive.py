@@ -25,7 +25,7 @@ from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
 from harness.sglang.process import ServerProcess, ServerStartError
-from harness.sglang.profile import _post, start_profile_body
+from harness.sglang.profile import post_json, start_profile_body
 from harness.sglang.trace_files import TraceWaitError, wait_for_traces
 
 
@@ -81,13 +81,10 @@ def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
                           **({"launcher": tuple(shlex.split(a.launcher))} if a.launcher else {}))
 
 
-def http(url: str, body: dict | None = None, timeout_s: float = 30) -> tuple[int, str]:
-    """(status, text) of one GET (or POST with a JSON body); errors as status -1 with the reason."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
-                                 method="GET" if body is None else "POST")
+def http_get(url: str, timeout_s: float = 30) -> tuple[int, str]:
+    """(status, text) of one GET; errors as status -1 with the reason (POSTs go through the harness's post_json)."""
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
             return r.status, r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")
@@ -100,7 +97,7 @@ def keep_facts(url: str, facts: Path, tag: str) -> None:
     for name, path in (("metrics", "/metrics"), ("get_server_info", "/get_server_info"),
                        ("server_info", "/server_info"), ("v1_loads", "/v1/loads"), ("model_info", "/get_model_info"),
                        ("health", "/health")):
-        code, text = http(url + path)
+        code, text = http_get(url + path)
         (facts / f"{tag}-{name}.txt").write_text(f"HTTP {code}\n{text}")
 
 
@@ -159,11 +156,10 @@ def main(argv=None) -> int:
         # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
         # request and the file names agree: V2 writes -decode, the classic one -DECODE
         body = start_profile_body(str(trace_dir), a.num_steps, prefix, plan.profiler, plan.sglang.profile["v2_decode_stage"])
-        status_code, answer = _post(url + plan.sglang.endpoints["start_profile"], body, 30.0)
+        status_code, answer = post_json(url + plan.sglang.endpoints["start_profile"], body, 30.0)
         (facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
         labels = expected_rank_labels(plan.spec)[0]
-        stage = plan.sglang.profile["v2_decode_stage"] if plan.profiler == "v2" else "DECODE"
-        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage=stage,
+        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage=plan.decode_stage,
                                 alive=lambda: server.exit_code() is None)
         timings["traces_s"] = time.monotonic() - t0
         print("traces:", paths, flush=True)
