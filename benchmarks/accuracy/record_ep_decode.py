@@ -159,14 +159,24 @@ class ExpertParallelMoE(nn.Module):
                                     config.moe_intermediate_size, ACT2FN[config.hidden_act])
         self.combine = AllToAllCombine()
         self.shared_experts = DeepseekV3MLP(config, intermediate_size=config.moe_intermediate_size * config.n_shared_experts)
+        self.side_stream: torch.cuda.Stream | None = None  # set: the shared experts overlap the routed path
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         shape = hidden_states.shape
         flat = hidden_states.reshape(-1, shape[-1])
+        if self.side_stream is not None:
+            # As SGLang's dual-stream MoE: the shared experts on a second stream, joined after combine.
+            # Captured in a CUDA graph, the replay may run such branches on streams of the graph's own.
+            self.side_stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side_stream):
+                shared = self.shared_experts(flat)
         _, topk_weights, topk_indices = self.gate(flat)
         received, slots = self.dispatch(flat, topk_indices)
         expert_out = self.experts(received)
         routed = self.combine(expert_out, slots, topk_weights)
+        if self.side_stream is not None:
+            torch.cuda.current_stream().wait_stream(self.side_stream)
+            return (routed + shared).view(shape)
         return (routed + self.shared_experts(flat)).view(shape)
 
 
@@ -271,7 +281,13 @@ def run_rank(rank: int, args: argparse.Namespace, command: str) -> None:
                         p.data.normal_(0.0, p.shape[1] ** -0.5)
     finally:
         torch.set_default_dtype(previous)
-    name_base = f"dsv3ep-{args.tag}-e{config.n_routed_experts}k{config.num_experts_per_tok}"
+    if args.shared_stream and on_gpu:
+        side = torch.cuda.Stream(device=device)
+        for layer in model.layers:
+            if isinstance(layer.mlp, ExpertParallelMoE):
+                layer.mlp.side_stream = side
+    name_base = (f"dsv3ep-{args.tag}-e{config.n_routed_experts}k{config.num_experts_per_tok}"
+                 + ("-sidestream" if args.shared_stream and on_gpu else ""))
     world = args.world_size
     hardware = (f"{world}x {torch.cuda.get_device_name(device)}" if on_gpu else f"{world} CPU processes (gloo)")
     layers_moe = config.num_hidden_layers - config.first_k_dense_replace
@@ -375,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, help="hardware tag in file names (default: h200x2 on GPU, cpu)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-graph", action="store_true", help="eager traces only")
+    parser.add_argument("--shared-stream", action="store_true",
+                        help="GPU: the shared experts on a side stream, overlapping dispatch, experts and combine")
     parser.add_argument("--comm-timeout-s", type=int, default=120, help="NCCL timeout: a hung collective fails")
     parser.add_argument("--port", type=int, default=29517)
     parser.add_argument("--out-dir", required=True)
