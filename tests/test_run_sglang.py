@@ -317,3 +317,14 @@ def test_a_prefill_heavy_load_still_gives_the_decode_trace(cluster, env, tmp_pat
     names = [p.name for p in (run_dir / "traces").iterdir()]
     assert len(names) == 1 and names[0].endswith("-TP-0-DECODE.trace.json.gz")
     assert not list((tmp_path / "nodes").rglob("*EXTEND*")), "a prefill was captured"
+
+
+def test_a_server_without_tokenizer_gets_token_id_requests(cluster, env, tmp_path):
+    """A model directory with no tokenizer files is served with --skip-tokenizer-init (as the real
+    GPU run does): SGLang then refuses text prompts, so the load must send input_ids."""
+    scenario, path = _scenario(tmp_path, profile_timeout_s=120, engine={"extra_args": ["--skip-tokenizer-init"]})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    summary = json.loads((run_dir / "load" / "summary.json").read_text())
+    assert summary["failed"] == 0 and summary["completed"] > 0

@@ -35,6 +35,12 @@ from harness.sglang.server_actor import Deployment, DeploymentError, launch
 from harness.sglang.spec import deployment_spec
 
 
+def load_api(extra_args) -> str:
+    """The load's request form: token ids when the server has no tokenizer (`--skip-tokenizer-init`,
+    which a model directory without tokenizer files needs), else text prompts."""
+    return "generate_ids" if "--skip-tokenizer-init" in tuple(extra_args or ()) else "generate"
+
+
 class SGLangEngine(Engine):
     expected_errors = (DeploymentError,)
 
@@ -82,6 +88,7 @@ class SGLangEngine(Engine):
             self.load = BackgroundLoad(self.dep.url, w.batch_size, w.input_len, w.output_len,
                                        str(self.run_dir / "load" / "requests.jsonl"),
                                        ramp_s=min(10.0, 0.01 * w.batch_size),
+                                       api=load_api(self.spec.extra_args),
                                        loads_path=self.plan.sglang.endpoints["loads"])
             self.manifest["running_batch"] = wait_for_running_batch(self.dep, self.load, w.batch_size,
                                                                     self.scenario.profile.timeout_s, self.progress)

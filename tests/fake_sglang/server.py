@@ -56,6 +56,7 @@ def parse_args(argv):
     p.add_argument("--speculative-algorithm", default=None)
     p.add_argument("--max-running-requests", type=int, default=None)
     p.add_argument("--enable-profile-cuda-graph", action="store_true")
+    p.add_argument("--skip-tokenizer-init", action="store_true")
     p.add_argument("--cuda-graph-bs-decode", "--cuda-graph-bs", dest="cuda_graph_bs", type=int, nargs="+")
     p.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
     args, _ = p.parse_known_args(argv)  # every other flag was judged by the node check already
@@ -452,7 +453,24 @@ def make_handler(state):
                     return self._send(400, {"error": f"unknown field `{unknown[0]}`, expected one of {listed}"})
                 max_new = int(sampling.get("max_new_tokens") or 128)
             stream = bool(body.get("stream"))
-            prompt_tokens = len(str(body.get("prompt") or body.get("text") or "").split())
+            if args.skip_tokenizer_init and not openai and body.get("input_ids") is None:
+                # tokenizer_manager._tokenize_one_request: no tokenizer, so text prompts are refused
+                # (a streamed request gets the error as its one chunk, http_server.generate_request).
+                error = {"message": "The engine initialized with skip_tokenizer_init=True cannot accept text "
+                                    "prompts. Please provide input_ids or re-initialize the engine with "
+                                    "skip_tokenizer_init=False.",
+                         "type": "invalid_request_error", "code": 400, "retryable": False}
+                if not stream:
+                    return self._send(400, {"error": error})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(f"data: {json.dumps({'error': error})}\n\n".encode() + b"data: [DONE]\n\n")
+                self.close_connection = True
+                return
+            prompt_tokens = (len(body["input_ids"]) if body.get("input_ids") is not None
+                             else len(str(body.get("prompt") or body.get("text") or "").split()))
             with state.lock:
                 state.started_requests += 1
                 n = state.started_requests
