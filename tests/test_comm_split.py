@@ -101,11 +101,30 @@ def test_comm_csv_and_the_split_survive_compare(tmp_path):
     assert "| wait / transfer | dispatch | wait |" in text and "Stragglers" in text
 
 
+def test_a_collective_missing_on_one_rank_is_not_split_and_said_so(tmp_path):
+    injected = write_ep_ranks(tmp_path, jitter_us=1.0)
+    result = _analyze(injected.paths)
+    dropped = next(r for r in result.kernel_rows if r.rank == "TP1-EP1" and (r.step, r.layer, r.module) == (1, 3, "combine")
+                   and r.group == "moe")
+    rows = [r for r in result.kernel_rows if r is not dropped]
+    from analysis.attribution.comm_split import split_collectives
+    from analysis.tables.comm_table import with_comm
+
+    comm = split_collectives(rows, result.step_rows)
+    unsplit = [c for c in comm if c.wait_us is None]
+    assert [(c.rank, c.step, c.layer, c.module) for c in unsplit] == [("TP0-EP0", 1, 3, "combine")]
+    column = with_comm(result.d4, comm, result.step_rows)
+    assert "1 of 23 communication kernels are not split into wait and transfer: they have no copy on some rank" in \
+        render_markdown([column])
+
+
 def test_single_rank_has_no_split(tmp_path):
     injected = write_ep_ranks(tmp_path, ranks=2)
     result = _analyze(injected.paths[:1])
     assert result.comm_rows and all(c.wait_us is None and c.last_rank is None for c in result.comm_rows)
     assert result.d4.comm_rows == [] and result.d4.stragglers == []
+    assert "12 of 12 communication kernels are not split into wait and transfer: one rank cannot tell" in \
+        render_markdown([result.d4])
     write_outputs(result, tmp_path / "out")
     with open(tmp_path / "out" / "comm.csv", newline="") as fh:
         assert {row["wait_us"] for row in csv.DictReader(fh)} == {""}
@@ -130,6 +149,7 @@ def test_real_two_h200_expert_parallel_traces(case):
     rows = result.comm_rows
     # 2 steps x 3 MoE layers x (dispatch, combine) x 2 ranks, all NCCL send/recv, all matched.
     assert len(rows) == 24 and all(c.kernel.startswith("ncclDevKernel_SendRecv") for c in rows)
+    assert (result.d4.comm_kernels, result.d4.comm_unsplit) == (24, 0)
     assert {c.module for c in rows} == {"dispatch", "combine"}
     _check_invariants(rows, ranks=2)
     # The alignment assumption holds on real hardware: aligned ends agree within a few us, and the

@@ -34,7 +34,8 @@ def with_comm(column, comm_rows: list[CommRow], step_rows: list[StepRow], strict
     from analysis.tables.d4 import D4Row, _per_rank_stat, _policy  # d4 renders what this builds
 
     used = used_steps(step_rows, column.stage, strict)
-    split = [c for c in comm_rows if c.wait_us is not None and (c.rank, c.step) in used]
+    in_used = [c for c in comm_rows if (c.rank, c.step) in used and c.stage == column.stage]
+    split = [c for c in in_used if c.wait_us is not None]
     per_step: dict[tuple[str, str], dict[tuple[str, int], list]] = defaultdict(dict)
     for c in split:
         cell = per_step[(c.group, c.module)].setdefault((c.rank, c.step), [0.0, 0.0, set()])
@@ -52,7 +53,8 @@ def with_comm(column, comm_rows: list[CommRow], step_rows: list[StepRow], strict
                               median_us=_policy(_per_rank_stat(samples, "median"), column.rank_policy),
                               p90_us=_policy(_per_rank_stat(samples, "p90"), column.rank_policy),
                               layers=statistics.fmean(len(cell[2]) for cell in cells.values())))
-    return msgspec.structs.replace(column, comm_rows=rows, comm_layers=_layers(split),
+    return msgspec.structs.replace(column, comm_rows=rows, comm_layers=_layers(split), comm_kernels=len(in_used),
+                                   comm_unsplit=len(in_used) - len(split),
                                    stragglers=[s for s in stragglers(split) if s.others_wait_us > 0][:STRAGGLERS_SHOWN], expert_load=expert_load)
 
 
@@ -101,6 +103,11 @@ def markdown_sections(columns) -> list[str]:
     expert load."""
     lines: list[str] = []
     for c in columns:
+        if c.comm_unsplit:
+            why = ("one rank cannot tell waiting from moving data" if len(c.ranks) < 2
+                   else "they have no copy on some rank of their step")
+            lines += ["", f"{c.name}: {c.comm_unsplit} of {c.comm_kernels} communication kernels are not split "
+                          f"into wait and transfer: {why} (comm.csv)"]
         if c.stragglers:
             lines += ["", f"Stragglers ({c.name}): the rank the others wait for, largest wait first", "",
                       "| layer | collective | last rank | last in | others wait (us) | it ran just before | idle before (us) |",

@@ -72,6 +72,8 @@ class D4Column(msgspec.Struct):
     comm_layers: list[CommLayer] = []
     stragglers: list[Straggler] = []
     expert_load: ExpertLoad | None = None
+    comm_kernels: int = 0  # communication kernels in the used steps
+    comm_unsplit: int = 0  # of those, the ones with no copy on some rank of their step: no split
 
 
 def _stat(values: list[float], how: str) -> float:

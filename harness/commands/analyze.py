@@ -80,7 +80,6 @@ def run(args) -> int:
             return 2
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
-    options = options_from(args, name, labels)
     if args.expert_load:
         from analysis.ingest.expert_load import load_expert_load
 
@@ -89,8 +88,9 @@ def run(args) -> int:
         except AnalysisError as exc:
             print(f"moe-harness analyze: --expert-load: {exc}", file=sys.stderr)
             return 2
-        options.expert_load = args.expert_load
     try:
+        options = options_from(args, name, labels)
+        options.expert_load = args.expert_load
         result = analyze(args.traces, signature=args.signature, model=args.model,
                          options=options, progress=sys.stderr.isatty())
     except AnalysisError as exc:
