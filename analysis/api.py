@@ -13,6 +13,9 @@ import msgspec
 
 from analysis.attribution.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
+from analysis.attribution.comm_split import CommRow, split_collectives
+from analysis.ingest.expert_load import load_expert_load
+from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
@@ -44,6 +47,7 @@ class AnalysisOptions:
     sol: SolSettings | None = None  # hardware + deployment: adds SOL columns to the D4 table
     layers: int | None = None  # expected decoder layers per step; overrides the model file's count
     strict: bool = False  # True: steps whose layer count differs from the expected one stay out of the table
+    expert_load: str | None = None  # expert_load.json of the run (analysis/ingest/expert_load.py)
 
 
 
@@ -57,6 +61,7 @@ class Analysis:
     problems: list[RankProblem]
     d4: D4Column
     json_bytes: int = 0
+    comm_rows: list[CommRow] = field(default_factory=list)  # comm.csv: collectives split into wait / transfer
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -116,6 +121,7 @@ def analyze(
     spec: ModelSpec | None = load_model_spec(model) if model else None
     if options.sol is not None:
         _check_sol(options.sol)
+    load = load_expert_load(options.expert_load) if options.expert_load else None
     files = expand_paths(paths)
     if not files:
         raise AnalysisError("no trace files given")
@@ -165,7 +171,10 @@ def analyze(
         from analysis.tables.d4_sol import with_sol
 
         d4 = with_sol(d4, options.sol)
-    return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes)
+    comm_rows = split_collectives(kernel_rows, step_rows)
+    d4 = with_comm(d4, comm_rows, step_rows, options.strict, load)
+    return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
+                    comm_rows)
 
 
 def _check_sol(settings: SolSettings) -> None:
@@ -246,10 +255,12 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
-    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, analysis.json."""
+    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, comm.csv, analysis.json."""
     out = Path(out_dir)
-    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv", ANALYSIS_FILE)
+    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv",
+             "comm.csv", ANALYSIS_FILE)
     files = {name: out / name for name in names}
+    _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
     _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
     _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)

@@ -150,6 +150,8 @@ class Profile(_Strict):
         "profiler, stopped with /stop_profile on every exit; auto = v2 where the release has it")
     capture_traces: bool = Field(False, description="SGLang: also keep the CUDA-graph capture traces the server "
                                  "writes while it starts (0.5.23: one per batch size, with module stacks)")
+    expert_load: bool = Field(False, description="SGLang: record the expert distribution over the profiled window "
+                              "(start, stop, dump) and show per MoE layer the busiest expert's tokens against the mean")
     record_shapes: bool = True
     with_stack: bool = True
     timeout_s: float = Field(300.0, gt=0, description="bound on the profiled steps plus the trace export")
@@ -234,6 +236,8 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append("profile.stages: the embedded engine profiles DECODE only")
         if p.capture_traces:
             problems.append("profile.capture_traces: CUDA-graph capture traces are an SGLang feature")
+        if p.expert_load:
+            problems.append("profile.expert_load: the expert-distribution recorder is an SGLang feature")
         if w.max_warmup_steps + p.num_steps > w.output_len:
             problems.append(
                 f"workload.output_len ({w.output_len}) is shorter than workload.max_warmup_steps "

@@ -328,3 +328,42 @@ def test_a_server_without_tokenizer_gets_token_id_requests(cluster, env, tmp_pat
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
     summary = json.loads((run_dir / "load" / "summary.json").read_text())
     assert summary["failed"] == 0 and summary["completed"] > 0
+
+
+def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_layer(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, profile={"expert_load": True})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    argv = manifest["plan"]["nodes"][0]["argv"]
+    assert argv[argv.index("--expert-distribution-recorder-mode") + 1] == "stat"
+    assert argv[argv.index("--expert-distribution-recorder-buffer-size") + 1] == "-1"
+    # SGLang's own dump (torch.save by rank 0, on node 0) is kept beside the JSON the analysis reads.
+    recorded = manifest["expert_load"]
+    assert recorded["dump"].startswith("expert_load/expert_distribution_recorder_") and recorded["dump"].endswith(".pt")
+    doc = json.loads((run_dir / recorded["file"]).read_text())
+    # 4 layers of 256 experts (the fake's model); the dense layer 0 got no token.
+    assert [len(layer["tokens_per_expert"]) for layer in doc["layers"]] == [256] * 4
+    assert sum(doc["layers"][0]["tokens_per_expert"]) == 0
+    passes = doc["forward_passes"]
+    assert passes >= 3  # at least the profiled steps; new requests were paused, so decode passes only
+    totals = {sum(layer["tokens_per_expert"]) for layer in doc["layers"][1:]}
+    # every MoE layer sees the same tokens, each routed to 8 experts; each pass runs at most the 8
+    # requests' 3 verify tokens (fewer once requests finish inside the window)
+    assert len(totals) == 1 and 0 < min(totals) <= passes * 8 * 3 * 8 and min(totals) % (8 * 3) == 0
+    for layer in doc["layers"][1:]:
+        per_rank = layer["tokens_per_rank"]
+        assert len(per_rank) == 4 and sum(per_rank) == min(totals)  # EP 4, contiguous placement
+    d4 = (run_dir / "analysis" / "d4.md").read_text()
+    for layer in (1, 2, 3):
+        row = next(l for l in d4.splitlines() if l.startswith(f"| expert load | layer {layer} | busiest / mean tokens |"))
+        tokens = doc["layers"][layer]["tokens_per_expert"]
+        assert f"{max(tokens)} / {sum(tokens) / 256:.1f}" in row
+    assert "| 0 | " not in d4.split("Per layer")[-1]  # the dense layer has no expert load line
+    assert "busiest expert (tokens)" in d4 and "tokens per rank" in d4
+    # compare reads it back from analysis.json
+    from analysis.api import load_column
+    column = load_column(run_dir / "analysis")
+    assert [r.layer for r in column.expert_load.layers] == [1, 2, 3]
+    assert "| expert load | layer 2 |" in render_markdown([column, column])
+    _no_secret_in(run_dir)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 import msgspec
 
 from analysis.sol.estimate import SolSettings
+from analysis.attribution.comm_split import CommLayer, Straggler
+from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 
 STATS = ("mean", "median", "p90")
@@ -65,6 +67,13 @@ class D4Column(msgspec.Struct):
     signature: str = ""
     model: str | None = None
     sol: SolSettings | None = None  # set when the rows carry SOL columns
+    # Communication wait / transfer and expert load (analysis/tables/comm_table.py fills them).
+    comm_rows: list[D4Row] = []
+    comm_layers: list[CommLayer] = []
+    stragglers: list[Straggler] = []
+    expert_load: ExpertLoad | None = None
+    comm_kernels: int = 0  # communication kernels in the used steps
+    comm_unsplit: int = 0  # of those, the ones with no copy on some rank of their step: no split
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -327,6 +336,9 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
             out.append([group_name(group), key[1], key[2], *cells([_fmt(h.value_us) if h else "" for h in hits], hits)])
         sums = [sum(look[k].value_us for k in members if k in look) for look in lookup]
         out.append([group_name(group), text["sum"], "", *cells([_fmt(s) for s in sums])])
+    from analysis.tables.comm_table import extra_rows  # beside the groups, not in their sums
+
+    out += [[group_name(g), m, k, *cells(v)] for g, m, k, v in extra_rows(columns)]
     mtp_keys: dict[tuple[str, str], None] = {}
     for c in columns:
         for r in c.mtp_rows:
@@ -367,4 +379,6 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
                          f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
-    return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"
+    from analysis.tables.comm_table import markdown_sections
+
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)) + "\n"

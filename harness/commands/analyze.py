@@ -42,6 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
     p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")
     p.add_argument("--list-signatures", action="store_true", help="list built-in signatures and models, then exit")
+    p.add_argument("--expert-load", default=None, metavar="FILE",
+                   help="a run's expert_load/expert_load.json: per MoE layer the busiest expert's tokens against "
+                        "the mean, beside the dispatch and combine wait / transfer")
     add_analysis_options(p)
     p.set_defaults(func=run)
 
@@ -77,9 +80,19 @@ def run(args) -> int:
             return 2
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
+    if args.expert_load:
+        from analysis.ingest.expert_load import load_expert_load
+
+        try:
+            load_expert_load(args.expert_load)  # a bad file is the user's input: exit 2 before any trace is read
+        except AnalysisError as exc:
+            print(f"moe-harness analyze: --expert-load: {exc}", file=sys.stderr)
+            return 2
     try:
+        options = options_from(args, name, labels)
+        options.expert_load = args.expert_load
         result = analyze(args.traces, signature=args.signature, model=args.model,
-                         options=options_from(args, name, labels), progress=sys.stderr.isatty())
+                         options=options, progress=sys.stderr.isatty())
     except AnalysisError as exc:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 1

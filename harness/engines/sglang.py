@@ -24,6 +24,8 @@ from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed, actor_error
 from harness.scenario_sol import sol_settings_for
+from analysis.ingest.expert_load import load_expert_load
+from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
 from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
                                           signature_after_calibration)
@@ -110,10 +112,25 @@ class SGLangEngine(Engine):
                             "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
             m["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in outcome.traces.items()}
             m["accept_length"] = outcome.accept_length if spec.speculative else None
+            if spec.expert_load:
+                m["expert_load"] = self._dump_expert_load(outcome.expert_record)
             if spec.speculative:
                 self.progress.note(f"MTP accept length over the profiled window: "
                                    f"{outcome.accept_length if outcome.accept_length is not None else 'not reported'}")
         return Traces(on_nodes=outcome.traces)
+
+    def _dump_expert_load(self, recorded: str | None) -> dict:
+        """expert_load/ (SGLang's dump and expert_load.json), or why there is none (said under the table)."""
+        if recorded != "recorded":
+            return {"error": recorded or "not recorded"}
+        try:
+            dump = expert_load.dump(self.dep, self.trace_dir, self.run_dir)
+            doc = expert_load.record_files(dump, self.spec.ep, self.spec.extra_args)
+        except expert_load.ExpertRecordError as exc:
+            self.dep.check_alive()
+            return {"error": str(exc)}
+        self.progress.note(f"expert load over the profiled window: {doc.relative_to(self.run_dir)}")
+        return {"dump": str(dump.relative_to(self.run_dir)), "file": str(doc.relative_to(self.run_dir))}
 
     def finish(self) -> None:
         """The load stops and its requests end (load/summary.json); every server stops and its log is fetched.
@@ -169,13 +186,17 @@ class SGLangEngine(Engine):
             except DeploymentError as exc:
                 raise RunFailed(str(actor_error(exc))) from None
             sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
-            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol)
+            recorded = self.manifest.get("expert_load") or {}
+            load = load_expert_load(self.run_dir / recorded["file"]) if "file" in recorded else None
+            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol, expert_load=load)
             out = self.run_dir / "analysis"
             if calibrations is not None:
                 note = self._write_calibration(calibrations, options["signature"])
             else:
                 note = f"\nNot calibrated: {capture_note}.\n"
                 self.manifest["calibration"] = {"not_calibrated": capture_note}
+            if "error" in recorded:
+                note += f"\nNo expert load: {recorded['error']}.\n"
             table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
             if calibrations is not None:
                 files["calibration.md"] = str(out / "calibration.md")

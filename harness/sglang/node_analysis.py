@@ -8,6 +8,9 @@ added here too (analysis.tables.d4_sol), from the settings the driver reads off 
 from __future__ import annotations
 
 from analysis.api import Analysis
+from analysis.attribution.comm_split import split_collectives
+from analysis.ingest.expert_load import ExpertLoad
+from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import build_column
 from analysis.tables.d4_sol import with_sol
 from analysis.ingest.model_spec import load_model_spec
@@ -52,8 +55,9 @@ def calibration_report(calibrations: list[dict], used: str) -> tuple[str, list[d
 
 
 def combine(node_results: list[dict], options: dict, accept_length: float | None = None,
-            sol: SolSettings | None = None) -> Analysis:
-    """The D4 column over every node's rows; with `sol`, its SOL columns as analysis.api adds them."""
+            sol: SolSettings | None = None, expert_load: ExpertLoad | None = None) -> Analysis:
+    """The D4 column over every node's rows; with `sol`, its SOL columns as analysis.api adds them;
+    the collectives split into wait and transfer over every node's ranks, with the expert load."""
     sig = load_signature(options["signature"])
     model = load_model_spec(options["model"]) if options.get("model") else None
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
@@ -64,4 +68,7 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
                       model=model.name if model else None)
     if sol is not None:
         d4 = with_sol(d4, sol)
-    return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4)
+    comm_rows = split_collectives(kernel_rows, step_rows)
+    d4 = with_comm(d4, comm_rows, step_rows, expert_load=expert_load)
+    return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4,
+                    comm_rows=comm_rows)

@@ -68,6 +68,7 @@ class DeploymentSpec:
     dist_init_port: int = 5000
     extra_args: tuple[str, ...] = ()
     capture_traces: bool = False           # CUDA-graph capture traces at start (profile.capture_traces)
+    expert_load: bool = False              # expert-distribution recorder over the profiled window (profile.expert_load)
     profiler: str = "auto"                 # auto | v2 | v1: which SGLang profiler records the decode steps
     env: dict[str, str] = field(default_factory=dict)
     passthrough_env: tuple[str, ...] = ("HF_TOKEN",)
@@ -197,6 +198,8 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], r
         env.update(row.profile["v2_env"])
     if spec.capture_traces:
         env.update(row.capture_trace.env)
+    if spec.expert_load:
+        env[row.expert_record["dir_env"]] = expert_record_dir(profile_dir)
     if spec.nodes > 1:
         env.update(d["multinode"])
     if spec.moe_a2a_backend == "deepep":
@@ -215,6 +218,11 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], r
         if environ.get(name):
             env[name] = environ[name]
     return env
+
+
+def expert_record_dir(profile_dir: str) -> str:
+    """Where the node's SGLang dumps the expert distribution (its traces' folder's sibling)."""
+    return f"{profile_dir.rstrip('/')}-expert-load"
 
 
 def _placeholders(text: str) -> str:

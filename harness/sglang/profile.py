@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.load.client import window_accept_length
+from harness.sglang import expert_load
 from harness.run_errors import RunFailed, actor_error
 
 if TYPE_CHECKING:  # Ray only where a deployment runs through actors: the request bodies need none
@@ -37,6 +38,7 @@ class ProfileOutcome:
     running_at_start: float | None = None
     running_at_end: float | None = None
     stop_profile: str | None = None          # v1: what /stop_profile answered
+    expert_record: str | None = None         # profile.expert_load: "recorded", or why not
 
 
 def post_json(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
@@ -109,6 +111,16 @@ def collect_traces(dep: "Deployment", trace_dir: str, prefix: str, timeout_s: fl
     return {rank: ray.get(ref, timeout=timeout_s + 30) for rank, ref in refs.items()}
 
 
+def _expert_record(call, dep: "Deployment") -> str:
+    """ "recorded", or why the recorder failed (the profile goes on: the table says what is missing)."""
+    try:
+        call(dep)
+        return "recorded"
+    except expert_load.ExpertRecordError as exc:
+        dep.check_alive()
+        return str(exc)
+
+
 def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_steps: int, timeout_s: float,
                    with_stack: bool = True, record_shapes: bool = True) -> ProfileOutcome:
     """The decode-only window, then num_steps profiled decode steps on every rank, traces found on every node."""
@@ -123,6 +135,8 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     before, started = load.spec_snapshot(), time.monotonic()
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
                               with_stack, record_shapes)
+    if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
+        outcome.expert_record = _expert_record(expert_load.start, dep)
     try:
         try:
             status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
@@ -142,6 +156,8 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
         try:
             outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=plan.decode_stage,
                                             rename_to=profile["v1_decode_suffix"])
+            if outcome.expert_record == "recorded":
+                outcome.expert_record = _expert_record(expert_load.stop, dep)
         except Exception as exc:
             if load.running_batch() == 0:
                 raise RunFailed(f"{actor_error(exc)}; by then the running batch had drained, before {num_steps} decode steps "

@@ -17,8 +17,8 @@ ABOVE_ONE = ("pp", "dp", "ep", "nodes")            # rendered only when larger t
 ORDER = ("model_path", "host", "port", "tp", "pp", "dp", "dp_attention", "ep", "moe_a2a_backend", "deepep_mode",
          "moe_runner_backend", "two_batch_overlap", "attention_backend", "cuda_graph_bs", "cuda_graph_max_bs",
          "load_format", "speculative", "max_running_requests", "context_length", "mem_fraction_static",
-         "trust_remote_code", "enable_metrics", "capture_traces", "nodes")
-SCENARIO_SECTION = {"nodes": "cluster", "gpus_per_node": "cluster", "capture_traces": "profile"}
+         "trust_remote_code", "enable_metrics", "capture_traces", "expert_load", "nodes")
+SCENARIO_SECTION = {"nodes": "cluster", "gpus_per_node": "cluster", "capture_traces": "profile", "expert_load": "profile"}
 
 
 def scenario_key(field: str) -> str:

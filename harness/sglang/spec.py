@@ -17,8 +17,9 @@ RENAMED = {}  # scenario key -> DeploymentSpec field, when they differ
 
 def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine",
                     profile: Mapping[str, Any] | None = None) -> DeploymentSpec:
-    """The deployment of a scenario; `profile` adds profile.capture_traces and profile.sglang_profiler."""
-    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "profiler"}
+    """The deployment of a scenario; `profile` adds profile.capture_traces, profile.expert_load and
+    profile.sglang_profiler."""
+    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "expert_load", "profiler"}
     kwargs: dict[str, Any] = {}
     unknown = []
     for key, value in engine.items():
@@ -45,4 +46,5 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
     profile = profile or {}
     return DeploymentSpec(nodes=int(cluster.get("nodes", 1)), gpus_per_node=int(cluster.get("gpus_per_node", 1)),
                           capture_traces=bool(profile.get("capture_traces", False)),
+                          expert_load=bool(profile.get("expert_load", False)),
                           profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)

@@ -5,7 +5,7 @@ stay the same; every consumer (plan, flag checks, profiling, Dockerfile test) re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ class SGLangVersion:
     capture_trace: CaptureTrace | None
     wheel_python_version: str
     wheel_platform: str
+    expert_record: dict[str, str] = field(default_factory=dict)  # dir_env, pattern of the expert-load dump
 
 
 @lru_cache(maxsize=1)
@@ -100,4 +101,5 @@ def load_version(version: str | None = None) -> SGLangVersion:
         endpoints=dict(row["endpoints"]), profile=dict(row["profile"]),
         capture_trace=CaptureTrace(dict(capture["env"]), capture["subdir"], capture["pattern"],
                                    bool(capture.get("with_stack"))) if capture else None,
-        wheel_python_version=str(wheel["python_version"]), wheel_platform=wheel["platform"])
+        wheel_python_version=str(wheel["python_version"]), wheel_platform=wheel["platform"],
+        expert_record=dict(row.get("expert_record") or {}))

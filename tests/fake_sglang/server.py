@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from expert_recorder import ExpertRecorder  # beside this script
+
 # A real SGLang decode trace the project recorded itself (tests/data/sglang-real, docs/gpu-runs.md).
 DEFAULT_TRACE = (Path(__file__).resolve().parent.parent / "data" / "sglang-real"
                  / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz")
@@ -36,6 +38,8 @@ SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "te
                    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
                    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
                    "sampling_seed", "custom_params", "beam_width", "watermark", "choice")
+EXPERT_RECORD_PATHS = ("/start_expert_distribution_record", "/stop_expert_distribution_record",
+                       "/dump_expert_distribution_record")
 WARMUP_VERIFY_STEPS = 2000  # one-token verify steps before the load (warm-up), in the cumulative figures
 
 
@@ -59,6 +63,8 @@ def parse_args(argv):
     p.add_argument("--skip-tokenizer-init", action="store_true")
     p.add_argument("--cuda-graph-bs-decode", "--cuda-graph-bs", dest="cuda_graph_bs", type=int, nargs="+")
     p.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
+    p.add_argument("--expert-distribution-recorder-mode", default=None)
+    p.add_argument("--expert-distribution-recorder-buffer-size", type=int, default=None)
     args, _ = p.parse_known_args(argv)  # every other flag was judged by the node check already
     # `--dp-size N --enable-dp-attention` is the deprecated spelling of `--attn-dp-size N`.
     args.dp_groups = args.attn_dp_size if args.attn_dp_size > 1 else (args.dp_size if args.enable_dp_attention else 1)
@@ -266,6 +272,8 @@ class State:
         self.prefill_chunk = int(os.environ.get("FAKE_SGLANG_PREFILL_CHUNK", "0"))  # 0: whole prompts at once
         profiler_cls = ProfilerV2 if os.environ.get("SGLANG_PROFILE_V2") == "1" else ClassicProfiler
         self.profiler = profiler_cls(self.emit_traces)
+        self.experts = ExpertRecorder(args.expert_distribution_recorder_mode,
+                                      args.expert_distribution_recorder_buffer_size, args.node_rank)
 
     def emit_traces(self, req, suffix):
         event = {"output_dir": req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
@@ -296,16 +304,19 @@ def scheduler_loop(state):
                 # Prefill first, as SGLang's scheduler does; with a chunk budget a long prompt takes
                 # several prefill batches (chunked prefill), shared in arrival order.
                 stage, budget = "prefill", state.prefill_chunk or sum(r.prompt_left for r in waiting)
+                tokens = 0
                 for r in waiting:
                     take = min(budget, r.prompt_left)
+                    tokens += take
                     r.prompt_left -= take
                     budget -= take
                     if r.prompt_left == 0:
                         r.phase, r.generated = "running", 1
                         r.out.put((1, r.generated, 0))
             elif state.running():
-                stage = "decode"
+                stage, tokens = "decode", 0
                 for r in [r for r in state.reqs.values() if r.phase == "running"]:
+                    tokens += state.accept if r.spec else 1  # a verify pass runs the draft tokens
                     k = min(state.accept if r.spec else 1, r.max_new - r.generated)
                     r.generated += k
                     state.gen_tokens += k
@@ -316,6 +327,7 @@ def scheduler_loop(state):
                     r.out.put((k, r.generated, r.verify_ct))
             else:
                 continue
+            state.experts.forward_pass(tokens)
             for r in [r for r in state.reqs.values() if r.phase == "running" and r.generated >= r.max_new]:
                 r.phase = "done"
             state.forward_ct += 1
@@ -367,6 +379,8 @@ def make_handler(state):
                 return self._send(200, self._server_info())
             if path == "/v1/loads":
                 return self._send(200, self._loads())
+            if path in EXPERT_RECORD_PATHS:
+                return self._expert_record(path)
             if path == "/metrics":
                 return self._send(200, self._metrics(), "text/plain; version=0.0.4")
             return self._send(404, {"detail": "Not Found"})
@@ -414,7 +428,24 @@ def make_handler(state):
                         lines.append(f"sglang:{name}{{{labels}}} {value_of(g)}")
             return "\n".join(lines) + "\n"
 
+        def _expert_record(self, path):
+            """http_server.py: GET or POST; the scheduler's recorder raises when no mode was set."""
+            with state.lock:
+                try:
+                    action = {"/start_expert_distribution_record": state.experts.start,
+                              "/stop_expert_distribution_record": state.experts.stop,
+                              "/dump_expert_distribution_record": state.experts.dump}[path]
+                    action()
+                except Exception as exc:  # noqa: BLE001 - as in SGLang: the scheduler dies
+                    crash(f"{type(exc).__name__}: {exc}")
+            text = {"/start_expert_distribution_record": b"Start recording the expert distribution.\n",
+                    "/stop_expert_distribution_record": b"Stop recording the expert distribution.\n",
+                    "/dump_expert_distribution_record": b"Dump expert distribution record.\n"}[path]
+            return self._send(200, text, "text/plain")
+
         def do_POST(self):
+            if self.path in EXPERT_RECORD_PATHS:
+                return self._expert_record(self.path)
             if self.path == "/start_profile":
                 req = self._json_body()
                 req["profile_id"] = req.get("profile_id") or str(time.time())
