@@ -18,7 +18,8 @@ class Found:
     steps: int
     layers: list[int]
     moe_layers: list[int | None]
-    kernel_rows: list  # the analysis' KernelRows, for the mutation tests
+    kernel_rows: list  # the analysis' KernelRows and StepRows, for the mutation tests
+    step_rows: list
 
 
 def found_of(path: str, signature: str = "generic") -> Found:
@@ -26,4 +27,4 @@ def found_of(path: str, signature: str = "generic") -> Found:
     rows, steps = attribute_rank(strip_ranges(load_trace(path)), sig, None,
                                  RankOptions(attribution="auto" if sig.generic else "template"))
     s = shares(rows, steps)
-    return Found(s.groups, s.modules, s.steps, s.layers, s.moe_layers, rows)
+    return Found(s.groups, s.modules, s.steps, s.layers, s.moe_layers, rows, steps)
