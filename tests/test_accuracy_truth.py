@@ -66,8 +66,8 @@ def test_importing_the_truth_loads_no_analysis_module():
 
 def _synthetic_trace(path: Path) -> None:
     """A hand-written GPU trace with known answers: one forward of one MoE layer, kernels of known
-    durations launched inside known module ranges (synthetic: it tests the truth's placement and
-    arithmetic, not any real stack)."""
+    durations launched inside known module ranges, one under a `group.module` annotation (synthetic:
+    it tests the truth's placement and arithmetic, not any real stack)."""
     events, t = [], 1000.0
 
     def rng(name, start, end):
@@ -103,7 +103,9 @@ def _synthetic_trace(path: Path) -> None:
     rng("nn.Module: SiLUActivation_0", t + 520, t + 530)
     kernel("silu_kernel", t + 521, 8, 10)  # silu: 8
     kernel("cutlass_grouped_gemm", t + 540, 30, 11)  # down: 30
-    kernel("index_add", t + 550, 7, 12)  # experts: 7
+    events.append({"ph": "X", "cat": "user_annotation", "name": "moe.expert_scatter", "pid": 1, "tid": 1,
+                   "ts": t + 549, "dur": 3})  # the user's own row for what it wraps
+    kernel("index_add", t + 550, 7, 12)  # moe/expert_scatter (annotated): 7
     rng("nn.Module: ToyMLP_0", t + 810, t + 880)
     kernel("nvjet_shared", t + 811, 12, 13)  # shared_experts: 12
     kernel("add_kernel", t + 895, 3, 14)  # the layer's own residual add: 3
@@ -121,7 +123,7 @@ def test_the_truth_is_right_on_a_trace_with_known_answers(tmp_path):
     expected_us = {("outside", "outside"): 35, ("attention", "input_layernorm"): 10, ("attention", "qkv_proj"): 20,
                    ("attention", "attn_core"): 30, ("attention", "o_proj"): 15, ("gate", "post_attention_layernorm"): 10,
                    ("gate", "router"): 4, ("gate", "topk"): 6, ("moe", "up_gate_gemm"): 40, ("moe", "silu"): 8,
-                   ("moe", "down_gemm"): 30, ("moe", "experts"): 7,
+                   ("moe", "down_gemm"): 30, ("moe", "expert_scatter"): 7,
                    ("combine/share overlap", "shared_experts"): 12, ("other", "residual_add"): 3}
     assert t.row_shares() == pytest.approx({k: 100 * v / busy for k, v in expected_us.items()})
 

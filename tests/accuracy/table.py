@@ -106,6 +106,8 @@ ROWS = {
     "residual_add": ("other", "residual_add"),
     "all_reduce": ("communication", "all_reduce"),
 }
+# A user's own `record_function("group.module")` range names its kernels' row (the D4 group must be one of GROUPS).
+ANNOTATION = re.compile(r"^(?P<group>[a-z][a-z /]*)\.(?P<module>[\w. /-]+)$")
 OUTSIDE = "outside"  # before and after the layers (embedding, final norm, LM head, sampling)
 GROUPS = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "outside")
 

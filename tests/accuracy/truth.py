@@ -71,6 +71,7 @@ class Unit:
     dur_us: float
     point: tuple | None  # (thread, time) of the launch
     op: str = ""  # what the code called: the kernel itself, or a CPU operator's outermost operator
+    annotated: tuple | None = None  # (group, module) of a `group.module` user annotation around the launch
     node: Node | None = None  # the innermost range around the launch
     step: int = -1
     layer: Node | None = None
@@ -182,8 +183,8 @@ class Truth:
     def row_shares(self) -> dict[tuple[str, str], float]:
         out: Counter = Counter()
         for u in self.units:
-            key = (T.OUTSIDE, T.OUTSIDE) if u.row == T.OUTSIDE else ("unnamed", "unnamed") if u.row is None \
-                else T.ROWS[u.row]
+            key = u.annotated if u.annotated and u.row != T.OUTSIDE else (T.OUTSIDE, T.OUTSIDE) if u.row == T.OUTSIDE \
+                else ("unnamed", "unnamed") if u.row is None else T.ROWS[u.row]
             out[key] += u.dur_us
         return {k: 100 * v / self.busy_us for k, v in out.items()}
 
@@ -221,6 +222,7 @@ def truth_of(path: str, module_names: dict[str, str] | None = None) -> Truth:
         u.layer = path_[layer_at]
         u.row = namer.row(u, path_[layer_at:])
     _name_expert_gemms(units, namer)
+    _apply_annotations(units, events)
     layers, moe = [], []
     for f in forwards:
         calls = [n for n in _descendants(f) if n.cls and T.LAYER_CLASS.search(n.cls)]
@@ -228,6 +230,19 @@ def truth_of(path: str, module_names: dict[str, str] | None = None) -> Truth:
         layers.append(len(calls))
         moe.append(sum(1 for n in calls if namer.moe_block(n) is not None))
     return Truth(path, units, len(forwards), layers, moe)
+
+
+def _apply_annotations(units: list[Unit], events: list[dict]) -> None:
+    """A user's `group.module` range (record_function) around a launch names its row outright."""
+    spans = []
+    for e in events:
+        m = T.ANNOTATION.match(e.get("name", "")) if e.get("cat") == "user_annotation" else None
+        if m and m.group("group") in T.GROUPS:
+            spans.append((e.get("tid"), float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), m.groups()))
+    for u in units if spans else []:
+        for tid, start, end, row in spans:
+            if u.point is not None and u.point[0] == tid and start <= u.point[1] <= end:
+                u.annotated = row
 
 
 def _forwards(forest: _Forest) -> list[Node]:
