@@ -166,6 +166,7 @@ def analyze(
         raise AnalysisError(f"no rank could be analysed: {details}")
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
+                      signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol

@@ -5,6 +5,11 @@ written from a signature's `example` kernel names: 61 layers (first 3 dense), a 
 stream (shared experts under the DeepEP combine), MTP on or off, two-batch overlap, several ranks
 with one straggler. Every duration is known, so the expected D4 values are computed here from the
 same definitions the analysis documents, independently of the analysis code.
+
+They test ARITHMETIC ONLY (sums per row, mean / max over ranks, exposed time under overlap, MTP per
+token, two-batch overlap): a trace written from a signature's own names is named right by that
+signature whatever the names are, so these fixtures cannot tell whether a signature matches a real
+stack. The signatures they use have no real trace (`evidence: unverified: no real trace`).
 """
 from __future__ import annotations
 

@@ -1,11 +1,15 @@
-"""Attribution that generalises: every eager trace with module ranges, analysed without them.
+"""Attribution that generalises: every eager trace with module ranges, analysed without them,
+against a truth that shares no code with the analysis.
 
 Each trace is analysed with its nn.Module ranges stripped (as a CUDA-graph replay shows it) and
-with no signature at all (the structural attribution learns nothing from any trace, so no trace
-is judged by something learned from it), then compared with its own ranges (a graph replay: with
-its eager twin's). Done when steps and layers (dense + MoE) are right and every D4 group's share
-of step busy time is within 3 percentage points. docs/accuracy.md holds the full table
-(benchmarks/accuracy/report.py).
+with no signature at all (the structural attribution learns nothing from any trace), then compared
+with the truth of tests/accuracy/truth.py: the trace's own ranges read with the standard library
+and named by a table kept in the tests (a graph replay: its eager twin's names on its own kernels).
+Done when steps and layers (dense + MoE) are right, every D4 group's share of step busy time is
+within 3 percentage points, and every D4 row the truth can name within max(1 point, 20% of the
+row) (tests/accuracy/table.py; docs/accuracy.md says which rows and why). Known attribution errors
+the truth exposed are strict xfails with their reason: they fail today, and turn the suite red
+when fixed until their mark goes.
 """
 from __future__ import annotations
 
@@ -13,40 +17,77 @@ from pathlib import Path
 
 import pytest
 
-from analysis.attribution.agreement import GROUPS, compare_with_ranges
+from accuracy.judge import judge, judge_case
+from accuracy.truth import compare
+from analysis.attribution.agreement import compare_with_ranges
 from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, public_cases
 from conftest import REAL, real_trace
 
-MAX_GROUP_GAP_PP = 3.0
 CASES = corpus_cases() + bundled_cases()
+PUBLIC = public_cases(Path(REAL))
+
+# Row errors of the tool that the independent truth exposed (tests/accuracy/truth.py); the modules
+# mode truth this suite used before shared them and saw none. (It also exposed the expert-parallel
+# dispatch / combine modules' own copies named experts, and vLLM's all-reduce buffer copies named
+# o_proj, 6.6 points of communication: both fixed in analysis/attribution/structure.py.)
+KNOWN_ROW_ERRORS = {
+    "gptoss-cpu-l4-e16k4-bs4-grouped-eagerattn-noann":
+        "the rotary embedding written as CPU arithmetic (narrow, split, chunk) is partly named attn_core",
+    "mixtral-cpu-l3-e8k2-bs4-loop-sdpa-noann":
+        "the per-expert loop's expert mask (one_hot, scatter inside the experts module) is named topk",
+    "sglang-0.5.17-eager-fused-moe":
+        "SGLang's TopK module's own kernels after the selection (id mapping, padding mask) are named experts",
+}
+KNOWN_GROUP_ERRORS: dict[str, str] = {}
 
 
-def _check(case, result):
-    assert result.found.steps == case.steps, f"steps: found {result.found.steps}, truth {case.steps}"
-    assert result.found.layers == [case.layers] * case.steps, result.found.layers
-    assert result.found.moe_layers == [case.moe_layers] * case.steps, result.found.moe_layers
-    gaps = {g: round(result.group_gap_pp(g), 2) for g in GROUPS}
-    assert all(abs(v) <= MAX_GROUP_GAP_PP for v in gaps.values()), gaps
+def _marked(cases, known):
+    return [pytest.param(c, id=c.name, marks=pytest.mark.xfail(strict=True, reason=known[c.name]))
+            if c.name in known else pytest.param(c, id=c.name) for c in cases]
+
+
+def _row_problems(j) -> list[str]:
+    return [p for p in compare(j.truth_groups, j.truth_rows, j.found_groups, j.found_rows) if p.startswith("row ")]
+
+
+def _group_problems(j) -> list[str]:
+    return [p for p in compare(j.truth_groups, j.truth_rows, j.found_groups, j.found_rows, rows=[])
+            if p.startswith("group ")]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_without_ranges_matches_the_ranges(case):
-    result = compare_with_ranges(str(case.path), str(case.truth) if case.truth else None)
+def test_steps_and_layers_match_the_truth(case):
+    j = judge_case(case)
+    assert j.unnamed_pct < 0.5, f"{j.unnamed_pct:.2f}% of the busy time has no name in the truth"
     if case.truth is None:  # the truth itself has the manifest's shape
-        assert result.truth.steps == case.steps and result.truth.layers == [case.layers] * case.steps
-        assert result.truth.moe_layers == [case.moe_layers] * case.steps
-    _check(case, result)
+        assert (j.truth_steps, j.truth_layers, j.truth_moe_layers) == (case.steps, case.step_layers, case.step_moe_layers)
+    assert j.found_layered == j.truth_layers, (j.found_layers, j.truth_layers)
+    found_moe = [m for n, m in zip(j.found_layers, j.found_moe_layers) if n]
+    assert found_moe == j.truth_moe_layers, (found_moe, j.truth_moe_layers)
+    assert j.found_steps == j.truth_steps or case.varied_layers, (j.found_steps, j.truth_steps)
 
 
-PUBLIC = public_cases(Path(REAL))
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_groups_match_the_truth(case):
+    assert not _group_problems(judge_case(case))
 
 
-@pytest.mark.parametrize("case", PUBLIC, ids=[c.name for c in PUBLIC])
-def test_public_eager_traces_without_ranges_match_their_ranges(case):
-    path = real_trace(str(case.path.relative_to(REAL)))
-    result = compare_with_ranges(path)
-    assert result.truth.layers == [case.layers] and result.truth.moe_layers == [case.moe_layers]
-    _check(case, result)
+@pytest.mark.parametrize("case", _marked(CASES, KNOWN_ROW_ERRORS))
+def test_module_rows_match_the_truth(case):
+    assert not _row_problems(judge_case(case))
+
+
+@pytest.mark.parametrize("case", _marked(PUBLIC, KNOWN_GROUP_ERRORS))
+def test_public_eager_traces_groups_match_the_truth(case):
+    j = judge(real_trace(str(case.path.relative_to(REAL))))
+    assert j.truth_layers == [case.layers] and j.truth_moe_layers == [case.moe_layers]
+    assert j.found_layered == j.truth_layers and j.found_steps == j.truth_steps
+    assert not _group_problems(j)
+
+
+@pytest.mark.parametrize("case", _marked(PUBLIC, KNOWN_ROW_ERRORS))
+def test_public_eager_traces_module_rows_match_the_truth(case):
+    assert not _row_problems(judge(real_trace(str(case.path.relative_to(REAL)))))
 
 
 def test_a_trace_without_ranges_cannot_be_its_own_truth():

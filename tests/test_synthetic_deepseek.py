@@ -1,4 +1,9 @@
-"""The analysis reproduces the known numbers of SYNTHETIC DeepSeek-V3 traces exactly."""
+"""The analysis reproduces the known numbers of SYNTHETIC DeepSeek-V3 traces exactly.
+
+Arithmetic only (tests/synthetic_deepseek.py): the traces are written from the signatures under
+test, so these tests check sums, rank statistics, exposed time and MTP per token, not whether the
+signatures name a real stack's kernels right (no real trace confirms them: test_signature_evidence.py).
+"""
 import statistics
 
 import pytest

@@ -11,6 +11,7 @@ from analysis.data_files import builtin_names, read_mapping, resolve, validation
 from analysis.errors import SignatureError
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
+UNVERIFIED = "unverified: no real trace"
 
 
 class _Strict(BaseModel):
@@ -123,6 +124,9 @@ class Signature(_Strict):
     families: list[Family] = []
     generic: bool = False
     module_ranges: ModuleRanges | None = None
+    # What real traces confirm it: "unverified: no real trace" where none does (written from kernel
+    # lists; only synthetic traces made from the signature itself exercise it), else the traces
+    evidence: str = ""
     source: str = ""
     _family_by_name: dict[str, Family | None] = PrivateAttr(default_factory=dict)
 
@@ -143,6 +147,11 @@ class Signature(_Strict):
             if any(e.anchor for e in getattr(self, key)):
                 raise ValueError(f"`anchor` is only allowed in `layer`, not in `{key}`")
         return self
+
+    @property
+    def unverified(self) -> bool:
+        """No real trace confirms it: its rows are its own names, checked only on traces made from it."""
+        return self.evidence.startswith(UNVERIFIED)
 
     @property
     def anchor_index(self) -> int:

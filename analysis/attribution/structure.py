@@ -235,7 +235,16 @@ class _LayerNamer:
         for j in range(core_lo, core_hi + 1):
             roles[j] = "attn_core"
         moe = self._post(core_hi + 1, hi + 1, absorbed_mla, roles)
+        self._buffer_copies(lo, hi + 1, roles)
         return roles, moe
+
+    def _buffer_copies(self, lo: int, end: int, roles: dict[int, str]) -> None:
+        """A copy right before or after an all-reduce moves data in or out of its buffer (vLLM's
+        symmetric-memory all-reduce launches it from inside the all-reduce): the all-reduce's time."""
+        units = self.units
+        for k in range(lo, end):
+            if units[k].kind == "memory" and any(lo <= n < end and units[n].kind == "allreduce" for n in (k - 1, k + 1)):
+                roles[k] = "all_reduce"
 
     # -- before the attention core
     def _pre(self, lo: int, end: int, roles: dict[int, str]) -> bool:
@@ -331,8 +340,8 @@ class _LayerNamer:
         j = o_end
         ffn = next((k for k in range(j, end) if units[k].kind in GEMM_LIKE | ROUTING | EXPERT_PATH | {"act"}), end)
         first_norm = next((k for k in range(j, ffn) if units[k].kind == "norm"), ffn)
-        # between o_proj and the post-attention norm: the tensor-parallel all-reduce with the copies
-        # in and out of its buffer (o_proj's), or else the residual add
+        # between o_proj and the post-attention norm: the tensor-parallel all-reduce (the copies in
+        # and out of its buffer are its own: _buffer_copies) and o_proj's other kernels, or else the residual add
         reduced = any(units[k].kind == "allreduce" for k in range(j, first_norm))
         for k in range(j, ffn):
             if units[k].kind == "allreduce":
@@ -420,8 +429,9 @@ class _LayerNamer:
                 roles[k] = "residual_add" if kind in MINOR else "experts"
             elif kind in GEMM_LIKE or kind == "softmax" or k > first_tail_gemm:
                 roles[k] = "shared_experts"  # a gate on the shared expert's output (Qwen2-MoE)
-            else:
-                roles[k] = "combine" if kind in ("moe_finalize", "combine", "a2a") else "experts"
+            else:  # after an all-to-all that brought the tokens back: the combine's (unpermute, weighted sum)
+                brought_back = units[routed_end].kind in ("combine", "a2a")
+                roles[k] = "combine" if brought_back or kind in ("moe_finalize", "combine", "a2a") else "experts"
         self._routed(experts_from, routed_end + 1, roles)
 
     def _router(self, start: int, end: int) -> int | None:
@@ -455,15 +465,19 @@ def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
     down (a per-expert loop repeats the pair), dispatch before the first, combine after the last."""
     numbered = [i for i, call in enumerate(gemm_calls) if call is not None]
     first, last = (numbered[0], numbered[-1]) if numbered else (None, None)
+    # an all-to-all before the first GEMM sends the tokens: what prepares it (counts, permutation,
+    # send buffers) is the dispatch's; one after the last GEMM brings them back: what follows is the combine's
+    sends = [i for i, k in enumerate(kinds) if k in ("dispatch", "a2a") and (first is None or i < first)]
+    backs = [i for i, k in enumerate(kinds) if k in ("combine", "a2a") and last is not None and i > last]
     roles = []
     for i, (kind, call) in enumerate(zip(kinds, gemm_calls)):
         if call is not None:
             roles.append("up_gate_gemm" if call % 2 == 1 else "down_gemm")
         elif kind == "act":
             roles.append("expert_act")
-        elif kind in ("dispatch", "a2a") and (first is None or i < first):
+        elif (kind in ("dispatch", "a2a") and (first is None or i < first)) or (sends and i < sends[-1]):
             roles.append("dispatch")
-        elif kind in ("combine", "a2a", "moe_finalize") and (last is None or i > last):
+        elif (kind in ("combine", "a2a", "moe_finalize") and (last is None or i > last)) or (backs and i > backs[0]):
             roles.append("combine")
         elif kind == "allreduce":
             roles.append("all_reduce")

@@ -65,6 +65,7 @@ class D4Column(msgspec.Struct):
     rank_spread_pct: float = 0.0
     straggler: str | None = None
     signature: str = ""
+    signature_evidence: str = ""  # the signature's `evidence:` (its note says when no real trace confirms it)
     model: str | None = None
     sol: SolSettings | None = None  # set when the rows carry SOL columns
     # Communication wait / transfer and expert load (analysis/tables/comm_table.py fills them).
@@ -129,6 +130,7 @@ def build_column(
     signature: str = "",
     model: str | None = None,
     strict: bool = False,
+    signature_evidence: str = "",
 ) -> D4Column:
     stage = main_stage(step_rows)
     usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
@@ -216,7 +218,7 @@ def build_column(
         steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
         sources={k: 100 * v / total for k, v in by_source.items()} if (total := sum(by_source.values())) else {},
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
-        signature=signature, model=model,
+        signature=signature, signature_evidence=signature_evidence, model=model,
     )
 
 
@@ -377,6 +379,9 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.steps_mismatched:
             notes.append(f"{c.name}: LAYER COUNT MISMATCH in {c.steps_mismatched} of {c.steps_used} steps "
                          f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
+        if c.signature_evidence.startswith("unverified"):
+            notes.append(f"{c.name}: signature {c.signature}: {c.signature_evidence}: its rows are the signature's "
+                         "names, checked on no real trace")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     from analysis.tables.comm_table import markdown_sections

@@ -27,6 +27,15 @@ class Case:
     hardware: str
     origin: str  # corpus | bundled | public
     meta: Path | None = None  # corpus: the recording's meta file (module attribute names, counts)
+    varied_layers: tuple[tuple[int, int], ...] | None = None  # per step (layers, MoE layers), where steps differ
+
+    @property
+    def step_layers(self) -> list[int]:
+        return [n for n, _ in self.varied_layers] if self.varied_layers else [self.layers] * self.steps
+
+    @property
+    def step_moe_layers(self) -> list[int]:
+        return [m for _, m in self.varied_layers] if self.varied_layers else [self.moe_layers] * self.steps
 
 
 def case_name(entry: dict) -> str:
@@ -60,6 +69,11 @@ BUNDLED = [
      "sglang-real/eager/sglang-0.5.17-dsv3-4l-fp8-h200-eager-fused-moe-TP-0-decode.trace.json.gz",
      4, 4, 3, "deepseek_v3", "H200"),
 ]
+# real SGLang 0.5.17 eager decode with MTP (EAGLE, the model's own NextN layer): each target verify
+# forward (4 layers) and each NextN draft-extend forward (1 MoE layer) is a step of its own
+MTP = Case("sglang-0.5.17-eager-mtp",
+           ROOT / "tests" / "data" / "sglang-real" / "eager" / "sglang-0.5.17-dsv3-4l-fp8-h200-eager-mtp-TP-0-decode.trace.json.gz",
+           None, 8, 4, 3, "deepseek_v3", "H200", "bundled", varied_layers=((4, 3), (1, 1)) * 4)
 
 PUBLIC = [
     # relative to shared/traces/real (see its SOURCES.md); eager, with nn.Module ranges
@@ -71,7 +85,7 @@ PUBLIC = [
 
 def bundled_cases() -> list[Case]:
     return [Case(name, ROOT / "tests" / "data" / f, None, steps, layers, moe, model, hw, "bundled")
-            for name, f, steps, layers, moe, model, hw in BUNDLED]
+            for name, f, steps, layers, moe, model, hw in BUNDLED] + [MTP]
 
 
 def public_cases(real_dir: Path) -> list[Case]:

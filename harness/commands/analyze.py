@@ -66,7 +66,11 @@ def run(args) -> int:
     from analysis.attribution.signature import builtin_signatures
 
     if args.list_signatures:
-        print("signatures:", ", ".join(builtin_signatures()))
+        from analysis.attribution.signature import load_signature
+
+        print("signatures:")
+        for name in builtin_signatures():
+            print(f"  {name}: {load_signature(name).evidence or 'evidence not stated'}")
         print("models:", ", ".join(builtin_models()))
         return 0
     if not args.traces:

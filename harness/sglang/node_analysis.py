@@ -65,7 +65,7 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     problems = [p for part in node_results for p in part["problems"]]
     d4 = build_column(kernel_rows, step_rows, name=options["run"], rank_policy=options["rank_policy"],
                       accept_length=accept_length, row_order=sig.template_order(), signature=sig.name,
-                      model=model.name if model else None)
+                      signature_evidence=sig.evidence, model=model.name if model else None)
     if sol is not None:
         d4 = with_sol(d4, sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
