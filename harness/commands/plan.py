@@ -57,6 +57,8 @@ def run(args) -> int:
     except (PlanError, VersionError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if plan.sglang.assumption:
+        print(f"warning: {plan.sglang.assumption}", file=sys.stderr)
     sys.stdout.write(plan.render())
     if args.check_flags:
         try:

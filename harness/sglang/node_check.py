@@ -36,7 +36,7 @@ def run_node_check(python: str, server_args: list[str], env: dict[str, str], tim
 
 def describe(results: dict[int, dict], plan) -> list[str]:
     """One line per refusal, naming the node, the flag, its scenario key and SGLang's message."""
-    from harness.sglang.version import supported_versions
+    from harness.sglang.version import VersionError, checked_version
 
     lines = []
     for rank, result in sorted(results.items()):
@@ -47,8 +47,10 @@ def describe(results: dict[int, dict], plan) -> list[str]:
             continue
         installed = result.get("sglang_version")
         if installed != plan.sglang.version:
-            advice = (f"run with --sglang-version {installed}" if installed in supported_versions()
-                      else f"it is not supported (supported: {', '.join(supported_versions())})")
+            try:
+                advice = f"run with --sglang-version {checked_version(str(installed))}, or without it"
+            except VersionError as exc:
+                advice = str(exc)
             lines.append(f"node {rank}: SGLang {installed} is installed, the plan is spelled for "
                          f"{plan.sglang.version}: {advice}")
         for p in result.get("problems") or []:
