@@ -209,6 +209,27 @@ def test_an_older_release_is_planned_in_its_own_spelling_and_runs(cluster, env, 
     assert manifest["node_check"]["0"] == {"sglang_version": "0.5.17", "problems": []}
 
 
+def test_a_given_release_other_than_the_installed_one_is_refused_before_any_server_starts(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.20")
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True, sglang_version="0.5.22")
+    manifest = _manifest(run_dir)
+    assert (status, manifest["error"]["phase"]) == (1, "start SGLang on 2 node(s)")
+    assert manifest["sglang_version_from"] == "--sglang-version"
+    for node in (0, 1):
+        assert (f"node {node}: SGLang 0.5.20 is installed, the plan is spelled for 0.5.22: run with --sglang-version "
+                "0.5.20, or without it") in manifest["error"]["message"]
+    assert not (run_dir / "logs").exists() and not _fake_servers()
+
+
+def test_installed_release_is_one_release_on_every_node():
+    from harness.sglang.node_check import installed_release
+    assert installed_release({0: {"sglang_version": "0.5.20"}, 1: {"sglang_version": "0.5.20"}}) == "0.5.20"
+    with pytest.raises(ValueError, match="the nodes have different SGLang releases: node 0 0.5.20, node 1 0.5.21"):
+        installed_release({0: {"sglang_version": "0.5.20"}, 1: {"sglang_version": "0.5.21"}})
+    with pytest.raises(ValueError, match="cannot tell which SGLang the nodes have: node 1: cannot import sglang"):
+        installed_release({0: {"sglang_version": "0.5.20"}, 1: {"error": "cannot import sglang: ModuleNotFoundError"}})
+
+
 def test_classic_profiler_run_gets_decode_traces_and_stops_the_profile(cluster, env, tmp_path):
     scenario, path = _scenario(tmp_path, profile={"sglang_profiler": "v1"})
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)

@@ -80,7 +80,7 @@ def register(subparsers) -> None:
                                           "(secrets masked), spelled for one SGLang release. Node 0's IP is "
                                           "filled in at launch.")
     p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or path")
-    add_version_argument(p, "the SGLang release to plan for")
+    add_version_argument(p, "the SGLang release to plan for (default: versions.yaml's default)")
     p.add_argument("--check-flags", action="store_true",
                    help="also check every flag (unknown or deprecated) and SGLANG_* variable against that "
                         "release's own source, read from its wheel (downloaded once, cached)")

@@ -39,7 +39,8 @@ class SGLangEngine(Engine):
     expected_errors = (DeploymentError,)
 
     def __init__(self, ctx: RunContext, sglang_version: str | None = None):
-        """sglang_version: the release the plan is spelled for (versions.yaml; None: the default)."""
+        """sglang_version: the release the plan is spelled for (versions.yaml; None: the one installed on
+        the nodes, asked before any server starts)."""
         super().__init__(ctx)
         self.sglang_version = sglang_version
         self.node_dir = node_dir_for(self.run_dir.name)
@@ -56,14 +57,13 @@ class SGLangEngine(Engine):
         with self.progress.phase("plan"):
             self.spec = deployment_spec(s.engine.model_dump(mode="json"), s.cluster.model_dump(mode="json"),
                                         profile=s.profile.model_dump(mode="json"))
-            self.plan = build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version)
-            m["sglang_version"] = self.plan.sglang.version
-            m["plan"] = self.plan.to_manifest()  # secrets masked
-            write_atomic(self.run_dir / "plan.sh", self.plan.render())
+            self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version),
+                           "--sglang-version" if self.sglang_version else "default (until the nodes say theirs)")
         with self.progress.phase(f"start SGLang on {self.spec.nodes} node(s)"):
             try:
                 self.dep = launch(self.plan, f"{self.node_dir}/logs", ready_timeout_s=s.engine.ready_timeout_s,
-                                  logs_to=self.run_dir / "logs")
+                                  logs_to=self.run_dir / "logs",
+                                  replan=None if self.sglang_version else self._plan_for_installed)
             except DeploymentError as exc:
                 raise RunFailed(str(exc)) from None
             m["node_check"] = {str(r): c for r, c in (self.dep.node_checks or {}).items()}
@@ -74,6 +74,23 @@ class SGLangEngine(Engine):
         if self.spec.capture_traces:
             with self.progress.phase("copy CUDA-graph capture traces"):
                 m["capture_traces"] = copy_capture_traces(self.dep, self.trace_dir, self.run_dir)
+
+    def _use_plan(self, plan, chosen_by: str) -> None:
+        """The plan the run follows: in the manifest (secrets masked) and plan.sh, with its release's warning."""
+        m = self.manifest
+        self.plan = plan
+        m["sglang_version"], m["sglang_version_from"] = plan.sglang.version, chosen_by
+        m["plan"] = plan.to_manifest()  # secrets masked
+        write_atomic(self.run_dir / "plan.sh", plan.render())
+        if plan.sglang.assumption:
+            m["sglang_assumed_as"] = plan.sglang.assumed_from
+            self.progress.note(f"warning: {plan.sglang.assumption}")
+
+    def _plan_for_installed(self, release: str):
+        """No --sglang-version: the plan is spelled for the release the nodes have installed."""
+        self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=release), "installed on the nodes")
+        self.progress.note(f"SGLang {release} is installed on the nodes: the plan is spelled for it")
+        return self.plan
 
     def reach_steady_state(self) -> None:
         """`workload.batch_size` streaming requests in flight until the server reports them all running."""
