@@ -27,7 +27,7 @@ def load_deployment_spec(name_or_path: str):
     if engine.get("kind") != "sglang":
         raise PlanError(f"{path}: engine.kind is {engine.get('kind')!r}; `plan` is for sglang scenarios")
     return deployment_spec(engine, data.get("cluster") or {}, where=f"{path}: engine",
-                           profile=data.get("profile") or {}), path
+                           profile=data.get("profile") or {}, workload=data.get("workload") or {}), path
 
 
 def check_plan_offline(plan, where: str) -> list[str]:

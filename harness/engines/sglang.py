@@ -56,7 +56,8 @@ class SGLangEngine(Engine):
         m["node_dir"] = self.node_dir
         with self.progress.phase("plan"):
             self.spec = deployment_spec(s.engine.model_dump(mode="json"), s.cluster.model_dump(mode="json"),
-                                        profile=s.profile.model_dump(mode="json"))
+                                        profile=s.profile.model_dump(mode="json"),
+                                        workload=s.workload.model_dump(mode="json"))
             self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version),
                            "--sglang-version" if self.sglang_version else "default (until the nodes say theirs)")
         with self.progress.phase(f"start SGLang on {self.spec.nodes} node(s)"):
@@ -117,7 +118,8 @@ class SGLangEngine(Engine):
                 raise RunFailed(str(actor_error(exc))) from None
             m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
                             "running_at_start": outcome.running_at_start,
-                            "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
+                            "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile,
+                            "whole_batch_outlasts_window": outcome.whole_batch}
             m["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in outcome.traces.items()}
             m["accept_length"] = outcome.accept_length if spec.speculative else None
             if spec.speculative:
@@ -180,17 +182,31 @@ class SGLangEngine(Engine):
                 raise RunFailed(str(actor_error(exc))) from None
             sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
             result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol)
+            batch_note = self._check_profiled_batch(result)
             out = self.run_dir / "analysis"
             if calibrations is not None:
                 note = self._write_calibration(calibrations, options["signature"])
             else:
                 note = f"\nNot calibrated: {capture_note}.\n"
                 self.manifest["calibration"] = {"not_calibrated": capture_note}
+            note += batch_note
             table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
             if calibrations is not None:
                 files["calibration.md"] = str(out / "calibration.md")
             self.manifest["analysis_outputs"] = files
         return table
+
+    def _check_profiled_batch(self, result) -> str:
+        """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
+        outside it become problems (problems.csv) and the line under the table names them."""
+        from analysis.attribution.rows import RankProblem
+        from analysis.tables.profiled_batch import check_profiled_batch
+
+        check = check_profiled_batch(result.step_rows, self.spec.scheduler_batch)
+        result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")
+                               for rank, message in check.problems())
+        self.manifest["profiled_batch"] = check.summary()
+        return f"\n{check.note()}\n"
 
     def _write_calibration(self, calibrations: list[dict], used: str) -> str:
         """analysis/calibration.md and .json, the manifest's per-node summary; the line under the table."""

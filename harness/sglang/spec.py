@@ -16,9 +16,11 @@ RENAMED = {}  # scenario key -> DeploymentSpec field, when they differ
 
 
 def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine",
-                    profile: Mapping[str, Any] | None = None) -> DeploymentSpec:
-    """The deployment of a scenario; `profile` adds profile.capture_traces and profile.sglang_profiler."""
-    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "profiler"}
+                    profile: Mapping[str, Any] | None = None,
+                    workload: Mapping[str, Any] | None = None) -> DeploymentSpec:
+    """The deployment of a scenario; `profile` adds profile.capture_traces and profile.sglang_profiler,
+    `workload` its batch_size (the batch the profiled steps must run at)."""
+    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "profiler", "batch_size"}
     kwargs: dict[str, Any] = {}
     unknown = []
     for key, value in engine.items():
@@ -43,6 +45,8 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
     if "env" in kwargs:
         kwargs["env"] = {str(k): str(v) for k, v in kwargs["env"].items()}
     profile = profile or {}
+    batch = (workload or {}).get("batch_size")
     return DeploymentSpec(nodes=int(cluster.get("nodes", 1)), gpus_per_node=int(cluster.get("gpus_per_node", 1)),
+                          batch_size=int(batch) if batch is not None else None,
                           capture_traces=bool(profile.get("capture_traces", False)),
                           profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)
