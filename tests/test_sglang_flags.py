@@ -101,17 +101,20 @@ def test_the_old_spelling_is_refused_by_0523_with_the_scenario_key(tables):
         "--cuda-graph-max-bs-prefill, --cuda-graph-bs-decode?"]
 
 
-def test_plan_command_checks_flags_for_the_chosen_release(capsys, sglang_sources):
+@pytest.mark.parametrize("path", SGLANG_SCENARIOS, ids=lambda p: p.stem)
+def test_plan_command_checks_flags_for_the_chosen_release(path, capsys, sglang_sources):
+    """`moe-harness plan SCENARIO --check-flags --sglang-version V` passes for every release in the range."""
     import argparse
 
     from harness.commands import plan as plan_command
     parser = argparse.ArgumentParser()
     plan_command.register(parser.add_subparsers())
     for version in VERSIONS:
-        args = parser.parse_args(["plan", "b200_mtp", "--check-flags", "--sglang-version", version])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        assert out.startswith(f"# SGLang {version} plan") and f"exists in SGLang {version}, none deprecated" in out
+        args = parser.parse_args(["plan", path.stem, "--check-flags", "--sglang-version", version])
+        assert args.func(args) == 0, capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert captured.out.startswith(f"# SGLang {version} plan") and \
+            f"exists in SGLang {version}, none deprecated" in captured.out and "warning" not in captured.err
 
 
 DUMPED = sorted(p.stem for p in (REPO / "tests" / "data" / "sglang_cli").glob("*.json"))

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.commands.plan import load_deployment_spec
 from harness.sglang.extract_release import (TABLES_DIR, changes, dumps, newer_than_table, release_table,
@@ -22,7 +23,8 @@ from harness.sglang.version import known_releases, load_version
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASES = known_releases()
-SCENARIOS = ("h800_deepep", "h200_deepep", "b200_mtp", "b200_no_mtp", "sglang_single_gpu")
+SCENARIOS = sorted(p.stem for p in (REPO / "scenarios").glob("*.yaml")
+                   if (yaml.safe_load(p.read_text()).get("engine") or {}).get("kind") == "sglang")
 
 
 def kept(version: str) -> dict:
@@ -40,6 +42,10 @@ def kept_flag_table(version: str) -> FlagTable:
 
 def test_there_is_one_table_per_release_and_no_other():
     assert sorted(p.stem for p in TABLES_DIR.glob("*.json")) == sorted(RELEASES)
+
+
+def test_the_scenario_loop_covers_every_sglang_scenario():
+    assert {"h800_deepep", "h200_deepep", "b200_mtp", "b200_no_mtp", "sglang_single_gpu"} <= set(SCENARIOS)
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -111,7 +117,12 @@ def test_a_changed_wheel_is_named_line_by_line():
     new["flags"]["--tp-size"]["deprecated"] = True
     new["environ"].append("SGLANG_NEW_THING")
     new["step_labels"]["stage_names"] = ["DRAFT", "VERIFY_V2"]
+    new["flags"]["--moe-a2a-backend"]["choices"] = [*old["flags"]["--moe-a2a-backend"]["choices"][1:], "new_backend"]
+    new["flags"]["--host"]["choices"] = ["0.0.0.0"]
     lines = changes(old, new)
+    removed = old["flags"]["--moe-a2a-backend"]["choices"][0]
+    assert f"flag choices changed: --moe-a2a-backend: added ['new_backend'], removed [{removed!r}]" in lines
+    assert "flag choices changed: --host: None -> ['0.0.0.0']" in lines
     assert "flag removed: --attn-dp-size" in lines and "flag now deprecated: --tp-size" in lines
     assert "environ added: SGLANG_NEW_THING" in lines and any(l.startswith("step_labels:") for l in lines)
     assert changes(old, old) == []

@@ -186,6 +186,13 @@ def changes(old: dict, new: dict) -> list[str]:
     out += [f"flag changed: {f}: {of[f]} -> {nf[f]}" for f in sorted(set(of) & set(nf))
             if {k: v for k, v in of[f].items() if k != "choices"} != {k: v for k, v in nf[f].items() if k != "choices"}
             and not (nf[f]["deprecated"] and not of[f]["deprecated"])]
+    for f in sorted(set(of) & set(nf)):
+        before, after = of[f]["choices"], nf[f]["choices"]
+        if before is not None and after is not None and set(before) != set(after):
+            out.append(f"flag choices changed: {f}: added {sorted(set(after) - set(before))}, "
+                       f"removed {sorted(set(before) - set(after))}")
+        elif (before is None) != (after is None):
+            out.append(f"flag choices changed: {f}: {before} -> {after}")
     for key in ("environ", "routes"):
         out += [f"{key} added: {x}" for x in sorted(set(new[key]) - set(old[key]))]
         out += [f"{key} removed: {x}" for x in sorted(set(old[key]) - set(new[key]))]
