@@ -241,6 +241,18 @@ def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(clu
            "per scheduler" in (run_dir / "table.md").read_text()
 
 
+def test_a_release_newer_than_the_table_on_the_nodes_runs_with_a_warning(cluster, env, tmp_path):
+    """Nodes with 9.9.9 (its flags lent by 0.5.23's wheel: PyPI has no 9.9.9): planned as 0.5.23, said so."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="9.9.9", FAKE_SGLANG_FLAGS_FROM="0.5.23")
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert (manifest["sglang_version"], manifest["sglang_assumed_as"]) == ("9.9.9", "0.5.23")
+    assert manifest["node_check"]["0"] == {"sglang_version": "9.9.9", "problems": []}
+    assert (run_dir / "plan.sh").read_text().startswith("# SGLang 9.9.9 plan")
+    assert manifest["profiled_batch"]["status"] == "ok"
+
+
 def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(cluster, env, tmp_path):
     scenario, path = _scenario(tmp_path, FAKE_SGLANG_FAIL="ramp_up")  # the first profiled step at half the batch
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)

@@ -1,4 +1,4 @@
-"""Fake SGLang server speaking 0.5.23's HTTP surface, with no model. See README.md in this folder.
+"""Fake SGLang server speaking one release's HTTP surface (0.5.23, or FAKE_SGLANG_VERSION), no model. See README.md here.
 
 One scheduler loop stands for every DP group's scheduler: each tick is a prefill batch when requests
 are waiting (they get their first token), else a decode batch (every running request gets one
