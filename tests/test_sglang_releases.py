@@ -145,3 +145,18 @@ def test_check_mode_fails_on_a_table_that_differs(tmp_path, capsys):
     assert "0.5.13.post1.json: differs from sglang-0.5.13.post1-" in out and "flag changed: --tp-size" in out
     (tmp_path / "0.5.13.post1.json").write_text(table_path("0.5.13.post1").read_text())
     assert main(["0.5.13.post1", "--check", "--offline", "--tables-dir", str(tmp_path)]) == 0
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_analysis_reads_stage_and_batch_from_each_releases_verify_label(version):
+    """The verify step's label as the release's label builder writes it (its templates, every optional
+    suffix applied) is read as a verify step with its bs: what the profiled-batch check compares."""
+    from analysis.attribution.steps import _batch_of, stage_of
+    from analysis.tables.profiled_batch import BATCH_STAGES
+    templates = kept(version)["step_labels"]["templates"]
+    head = next(t for t in templates if " bs={bs}" in t and "toks" not in t)
+    label = head.replace("{mode.name}", "{stage}").format(stage=load_version(version).step_labels["verify"], bs=7)
+    for suffix in (t for t in templates if t.startswith("{base}")):
+        label = suffix.format(base=label, forward_id=3, suffix="x=1")
+    assert label.startswith("step[") and label.endswith("]"), (templates, label)
+    assert stage_of(label) in BATCH_STAGES and _batch_of(label) == 7, label
