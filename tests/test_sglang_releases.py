@@ -145,6 +145,17 @@ def test_check_mode_fails_on_a_table_that_differs(tmp_path, capsys):
     assert "0.5.13.post1.json: differs from sglang-0.5.13.post1-" in out and "flag changed: --tp-size" in out
     (tmp_path / "0.5.13.post1.json").write_text(table_path("0.5.13.post1").read_text())
     assert main(["0.5.13.post1", "--check", "--offline", "--tables-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "1 kept table(s) match their wheels\n"
+
+
+def test_the_script_always_says_what_pypi_has(capsys):
+    """Never silent about newer releases: one is named, none is said, or PyPI could not be asked."""
+    from harness.sglang.extract_release import main
+    assert main(["0.5.23", "--check"]) == 0
+    captured = capsys.readouterr()
+    said = [line for line in (captured.out + captured.err).splitlines() if "PyPI" in line]
+    assert said and all(re.match(r"PyPI has (no SGLang release newer than 0\.5\.23|SGLang \S+, newer than)"
+                                 r"|could not ask PyPI", line) for line in said), said
 
 
 @pytest.mark.parametrize("version", RELEASES)

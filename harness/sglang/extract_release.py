@@ -283,11 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     except (FlagError, VersionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.check and status == 0:
+        print(f"{len(versions)} kept table(s) match their wheels")
     if not args.offline:
-        newer = newer_than_table(pypi_releases(), known_releases())
-        for version in newer:
+        available, newest = pypi_releases(), known_releases()[-1]
+        if not available:
+            print("could not ask PyPI which SGLang releases it has (pip index versions sglang): "
+                  "newer releases not checked", file=sys.stderr)
+        for version in newer_than_table(available, known_releases()):
             print(f"PyPI has SGLang {version}, newer than harness/sglang/versions.yaml: add it with "
                   f"`python -m harness.sglang.extract_release --add {version}`")
+        if available and not newer_than_table(available, known_releases()):
+            print(f"PyPI has no SGLang release newer than {newest}")
     return status
 
 
