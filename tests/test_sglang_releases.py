@@ -171,3 +171,19 @@ def test_the_analysis_reads_stage_and_batch_from_each_releases_verify_label(vers
         label = suffix.format(base=label, forward_id=3, suffix="x=1")
     assert label.startswith("step[") and label.endswith("]"), (templates, label)
     assert stage_of(label) in BATCH_STAGES and _batch_of(label) == 7, label
+
+
+def test_add_appends_an_empty_entry_for_a_newer_release_and_refuses_an_older_one(tmp_path, capsys):
+    """The one command of a new release: its entry (empty until the review fills it) goes last."""
+    from harness.sglang.extract_release import VERSIONS_PATH, add_release_entry, main
+    from harness.sglang.version import load_table
+    copy_path = tmp_path / "versions.yaml"
+    copy_path.write_text(VERSIONS_PATH.read_text())
+    add_release_entry("0.5.24", copy_path)
+    data = yaml.safe_load(copy_path.read_text())
+    assert list(data["releases"])[-2:] == ["0.5.23", "0.5.24"] and data["releases"]["0.5.24"] == {}
+    assert list(load_table(str(copy_path))["releases"])[-1] == "0.5.24"  # still a valid table, oldest first
+    load_table.cache_clear()
+    assert main(["--add", "0.5.22", "--offline"]) == 2
+    assert "0.5.22 is not newer than the newest release in versions.yaml (0.5.23)" in capsys.readouterr().err
+    assert VERSIONS_PATH.read_text().rstrip().endswith('"0.5.23": {}')
