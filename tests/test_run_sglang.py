@@ -279,6 +279,16 @@ def test_a_given_release_other_than_the_installed_one_is_refused_before_any_serv
     assert not (run_dir / "logs").exists() and not _fake_servers()
 
 
+def test_nodes_with_a_release_older_than_the_range_are_refused_before_any_server_starts(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.13")  # the release before 0.5.13.post1
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["error"]["phase"]) == (1, "start SGLang on 2 node(s)")
+    assert "SGLang 0.5.13 is not supported; supported: every release from 0.5.13.post1" in manifest["error"]["message"]
+    assert manifest["error"]["message"].endswith("no server was started")
+    assert not (run_dir / "logs").exists() and not _fake_servers()
+
+
 def test_installed_release_is_one_release_on_every_node():
     from harness.sglang.node_check import installed_release
     assert installed_release({0: {"sglang_version": "0.5.20"}, 1: {"sglang_version": "0.5.20"}}) == "0.5.20"
