@@ -102,7 +102,7 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
         metrics: MetricsOptions | None = None, sglang_version: str | None = None) -> tuple[int, Path]:
     """Run a scenario; returns (exit status, run directory). Never raises for a failed run.
 
-    sglang_version: the SGLang release an sglang scenario is planned for (None: versions.yaml's default)."""
+    sglang_version: the SGLang release an sglang scenario is planned for (None: the one installed on the nodes)."""
     metrics = metrics or MetricsOptions()
     progress = Progress(quiet=quiet)
     started_at = time.time()
@@ -237,8 +237,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines; still prints the D4 table")
     from harness.sglang.version import add_version_argument
 
-    add_version_argument(parser, "SGLang scenarios: the release installed on the nodes, which the launch flags "
-                                 "are spelled for")
+    add_version_argument(parser, "SGLang scenarios: the release the launch flags are spelled for, which must be "
+                                 "the one installed on the nodes (default: the nodes are asked)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments

@@ -209,6 +209,95 @@ def test_an_older_release_is_planned_in_its_own_spelling_and_runs(cluster, env, 
     assert manifest["node_check"]["0"] == {"sglang_version": "0.5.17", "problems": []}
 
 
+def _step_labels(trace: Path) -> set[str]:
+    import gzip
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    return {e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("step[")}
+
+
+@pytest.mark.parametrize("release,spelling,verify", [
+    ("0.5.17", "--dp-size 4 --enable-dp-attention", "TARGET_VERIFY"),
+    ("0.5.23", "--attn-dp-size 4", "VERIFY"),
+])
+def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(cluster, env, tmp_path, release,
+                                                                            spelling, verify):
+    """No --sglang-version: the nodes say which release they have; the plan is spelled for it, and every
+    profiled step's bs (the fake labels each step with its DP group's running requests) is the
+    scenario's batch per scheduler: 8 requests over 4 DP groups."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION=release)
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["profile"]["whole_batch_outlasts_window"] is True and manifest["profile"]["running_at_start"] == 8
+    assert (manifest["sglang_version"], manifest["sglang_version_from"]) == (release, "installed on the nodes")
+    assert spelling in " ".join(manifest["plan"]["nodes"][0]["argv"]) and f"SGLang {release} plan" in \
+        (run_dir / "plan.sh").read_text()
+    labels = set().union(*(_step_labels(p) for p in (run_dir / "traces").iterdir()))
+    assert labels == {f"step[{verify} bs=2]"}, labels
+    batch = manifest["profiled_batch"]
+    assert (batch["status"], batch["expected_per_scheduler"], batch["off_steps"]) == ("ok", [2, 2], [])
+    assert batch["checked_steps"] >= 4 * 3  # every rank's profiled verify steps
+    assert f"Profiled batch: all {batch['checked_steps']} decode/verify steps ran at the scenario's 2 requests " \
+           "per scheduler" in (run_dir / "table.md").read_text()
+
+
+def test_a_release_newer_than_the_table_on_the_nodes_runs_with_a_warning(cluster, env, tmp_path):
+    """Nodes with 9.9.9 (its flags lent by 0.5.23's wheel: PyPI has no 9.9.9): planned as 0.5.23, said so."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="9.9.9", FAKE_SGLANG_FLAGS_FROM="0.5.23")
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert (manifest["sglang_version"], manifest["sglang_assumed_as"]) == ("9.9.9", "0.5.23")
+    assert manifest["node_check"]["0"] == {"sglang_version": "9.9.9", "problems": []}
+    assert (run_dir / "plan.sh").read_text().startswith("# SGLang 9.9.9 plan")
+    assert manifest["profiled_batch"]["status"] == "ok"
+
+
+def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_FAIL="ramp_up")  # the first profiled step at half the batch
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")  # reported, not fatal
+    batch = manifest["profiled_batch"]
+    assert batch["status"] == "off" and {(s["rank"], s["step"], s["bs"]) for s in batch["off_steps"]} == \
+        {(f"TP{r}-DP{r}-EP{r}", 1, 1) for r in range(4)}  # step 0 is the draft pass before the first verify
+    table = (run_dir / "table.md").read_text()
+    assert "Profiled batch: 4 of" in table and "TP0-DP0-EP0 step 1 bs=1" in table
+    problems = (run_dir / "analysis" / "problems.csv").read_text()
+    assert "profiled batch: step 1 (verify): bs=1, the scenario's batch per scheduler is 2: a ramp-up step" in problems
+
+
+def test_a_given_release_other_than_the_installed_one_is_refused_before_any_server_starts(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.20")
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True, sglang_version="0.5.22")
+    manifest = _manifest(run_dir)
+    assert (status, manifest["error"]["phase"]) == (1, "start SGLang on 2 node(s)")
+    assert manifest["sglang_version_from"] == "--sglang-version"
+    for node in (0, 1):
+        assert (f"node {node}: SGLang 0.5.20 is installed, the plan is spelled for 0.5.22: run with --sglang-version "
+                "0.5.20, or without it") in manifest["error"]["message"]
+    assert not (run_dir / "logs").exists() and not _fake_servers()
+
+
+def test_nodes_with_a_release_older_than_the_range_are_refused_before_any_server_starts(cluster, env, tmp_path):
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.13")  # the release before 0.5.13.post1
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["error"]["phase"]) == (1, "start SGLang on 2 node(s)")
+    assert "SGLang 0.5.13 is not supported; supported: every release from 0.5.13.post1" in manifest["error"]["message"]
+    assert manifest["error"]["message"].endswith("no server was started")
+    assert not (run_dir / "logs").exists() and not _fake_servers()
+
+
+def test_installed_release_is_one_release_on_every_node():
+    from harness.sglang.node_check import installed_release
+    assert installed_release({0: {"sglang_version": "0.5.20"}, 1: {"sglang_version": "0.5.20"}}) == "0.5.20"
+    with pytest.raises(ValueError, match="the nodes have different SGLang releases: node 0 0.5.20, node 1 0.5.21"):
+        installed_release({0: {"sglang_version": "0.5.20"}, 1: {"sglang_version": "0.5.21"}})
+    with pytest.raises(ValueError, match="cannot tell which SGLang the nodes have: node 1: cannot import sglang"):
+        installed_release({0: {"sglang_version": "0.5.20"}, 1: {"error": "cannot import sglang: ModuleNotFoundError"}})
+
+
 def test_classic_profiler_run_gets_decode_traces_and_stops_the_profile(cluster, env, tmp_path):
     scenario, path = _scenario(tmp_path, profile={"sglang_profiler": "v1"})
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)

@@ -35,10 +35,43 @@ def test_the_five_deployment_scenarios_exist():
 
 
 def test_the_supported_releases_and_the_default():
-    assert VERSIONS[0] == "0.5.23" == load_version().version
-    assert {"0.5.17", "0.5.13.post1"} <= set(VERSIONS)
-    with pytest.raises(VersionError, match=r"SGLang 0.5.99 is not supported; supported: 0.5.23, 0.5.17"):
-        load_version("0.5.99")
+    assert VERSIONS[0] == "0.5.23" == load_version().version and VERSIONS[-1] == "0.5.13.post1"
+    # every release PyPI had from 0.5.13.post1 to 0.5.23 when the table was written
+    assert VERSIONS[::-1] == ["0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
+                              "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+    for older in ("0.5.13", "0.5.12.post1", "0.4.10"):
+        with pytest.raises(VersionError, match=rf"SGLang {older} is not supported; supported: every release "
+                                               r"from 0.5.13.post1 to 0.5.23"):
+            load_version(older)
+    with pytest.raises(VersionError, match="SGLang 0.5.15.post2 is not supported"):  # inside the range, not a release
+        load_version("0.5.15.post2")
+    with pytest.raises(VersionError, match="'latest' is not a release name"):
+        load_version("latest")
+
+
+def test_a_release_newer_than_the_table_is_planned_as_the_newest_with_a_warning():
+    newer = load_version("0.5.24")
+    assert (newer.version, newer.assumed_from, newer.docker_image) == ("0.5.24", "0.5.23", "lmsysorg/sglang:v0.5.24")
+    assert newer.flags == load_version("0.5.23").flags
+    assert "0.5.24 is newer than the newest release" in newer.assumption and "planned as 0.5.23" in newer.assumption
+    assert load_version("0.5.23").assumption is None and load_version("0.6.0").assumed_from == "0.5.23"
+
+
+def test_each_release_row_is_the_changes_up_to_it():
+    """What changed at which release (docs/sglang.md): each change holds from its release on."""
+    def at(version):
+        row = load_version(version)
+        return (row.flags["dp_attention"][0], row.flags["cuda_graph_bs"][0],
+                row.capture_trace.pattern if row.capture_trace else None, row.profile["decode_min_bs_env"],
+                row.step_labels["verify"], row.generate_contract)
+    assert at("0.5.13.post1") == ("--dp-size", "--cuda-graph-bs", None, None, "TARGET_VERIFY", False)
+    assert at("0.5.17") == ("--dp-size", "--cuda-graph-bs-decode", "cuda_graph_capture-*-TP-{tp}.json.gz", None,
+                            "TARGET_VERIFY", False)
+    assert at("0.5.18")[2] == "*_bs_*_rank{tp}.json.gz"
+    assert at("0.5.20") == ("--dp-size", "--cuda-graph-bs-decode", "*_bs_*_rank{tp}.json.gz",
+                            "SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS", "VERIFY", False)
+    assert at("0.5.22") == at("0.5.23") == ("--attn-dp-size", "--cuda-graph-bs-decode", "*_bs_*_rank{tp}.json.gz",
+                                            "SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS", "VERIFY", True)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -68,20 +101,30 @@ def test_the_old_spelling_is_refused_by_0523_with_the_scenario_key(tables):
         "--cuda-graph-max-bs-prefill, --cuda-graph-bs-decode?"]
 
 
-def test_plan_command_checks_flags_for_the_chosen_release(capsys, sglang_sources):
+@pytest.mark.parametrize("path", SGLANG_SCENARIOS, ids=lambda p: p.stem)
+def test_plan_command_checks_flags_for_the_chosen_release(path, capsys, sglang_sources):
+    """`moe-harness plan SCENARIO --check-flags --sglang-version V` passes for every release in the range."""
     import argparse
 
     from harness.commands import plan as plan_command
     parser = argparse.ArgumentParser()
     plan_command.register(parser.add_subparsers())
     for version in VERSIONS:
-        args = parser.parse_args(["plan", "b200_mtp", "--check-flags", "--sglang-version", version])
-        assert args.func(args) == 0
-        out = capsys.readouterr().out
-        assert out.startswith(f"# SGLang {version} plan") and f"exists in SGLang {version}, none deprecated" in out
+        args = parser.parse_args(["plan", path.stem, "--check-flags", "--sglang-version", version])
+        assert args.func(args) == 0, capsys.readouterr().err
+        captured = capsys.readouterr()
+        assert captured.out.startswith(f"# SGLang {version} plan") and \
+            f"exists in SGLang {version}, none deprecated" in captured.out and "warning" not in captured.err
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+DUMPED = sorted(p.stem for p in (REPO / "tests" / "data" / "sglang_cli").glob("*.json"))
+
+
+def test_sglangs_own_parser_was_dumped_for_the_first_middle_and_last_release():
+    assert {"0.5.13.post1", "0.5.17", "0.5.23"} <= set(DUMPED) <= set(VERSIONS)
+
+
+@pytest.mark.parametrize("version", DUMPED)
 def test_the_source_reading_agrees_with_sglangs_own_parser(version, tables):
     """Same flag names, value arity, deprecations; choices equal wherever the source names them."""
     dumped = json.loads((REPO / "tests" / "data" / "sglang_cli" / f"{version}.json").read_text())
@@ -171,3 +214,43 @@ def test_docs_named_by_the_sglang_data_files_exist():
     for data in (REPO / "harness" / "sglang").glob("*.yaml"):
         for doc in re.findall(r"docs/[\w./-]+\.md", data.read_text()):
             assert (REPO / doc).exists(), f"{data.name} cites {doc}, which does not exist"
+
+
+def test_run_and_plan_accept_every_release_in_the_range_and_refuse_others(capsys):
+    import argparse
+
+    from harness import run as run_module
+    from harness.commands import plan as plan_command
+    run_parser = argparse.ArgumentParser()
+    run_module.add_arguments(run_parser)
+    plan_parser = argparse.ArgumentParser()
+    plan_command.register(plan_parser.add_subparsers())
+    for version in [*VERSIONS, "0.5.24"]:
+        assert plan_parser.parse_args(["plan", "b200_mtp", "--sglang-version", version]).sglang_version == version
+        assert run_parser.parse_args(["--scenario", "b200_mtp", "--sglang-version", version]).sglang_version == version
+    for argv in (["plan", "b200_mtp", "--sglang-version", "0.5.13"], ["--scenario", "x", "--sglang-version", "0.5.13"]):
+        with pytest.raises(SystemExit) as exit_info:
+            (plan_parser if argv[0] == "plan" else run_parser).parse_args(argv)
+        assert exit_info.value.code == 2
+        assert "SGLang 0.5.13 is not supported; supported: every release from 0.5.13.post1" in capsys.readouterr().err
+
+
+def test_plan_for_a_newer_release_warns_and_checks_its_own_wheel(capsys, tmp_path, monkeypatch):
+    """9.9.9 stands for a release newer than the table that PyPI does not have (yet): the plan is
+    printed with the warning, and --check-flags fails because that wheel cannot be read."""
+    import argparse
+
+    from harness.commands import plan as plan_command
+    monkeypatch.setenv("MOE_HARNESS_WHEELS", str(tmp_path / "wheels"))
+    monkeypatch.setenv("MOE_HARNESS_CACHE", str(tmp_path / "cache"))
+    parser = argparse.ArgumentParser()
+    plan_command.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", "b200_mtp", "--sglang-version", "9.9.9"])
+    assert args.func(args) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("# SGLang 9.9.9 plan") and "--attn-dp-size 16" in captured.out
+    assert "warning: SGLang 9.9.9 is newer than the newest release in harness/sglang/versions.yaml (0.5.23)" \
+        in captured.err
+    args = parser.parse_args(["plan", "b200_mtp", "--check-flags", "--sglang-version", "9.9.9"])
+    assert args.func(args) == 1
+    assert "could not download sglang==9.9.9 to read its source" in capsys.readouterr().err

@@ -24,3 +24,9 @@ def test_per_request_tpot_has_0523s_name(sglang_sources):
     assert "sglang:request_time_per_output_token_seconds" in names and "sglang:time_per_output_token_seconds" not in names
     assert "sglang:request_time_per_output_token_seconds" in metric_names("0.5.23")
     assert not any("time_per_output_token" in n for n in metric_names("0.5.17") | metric_names("0.5.13.post1"))
+
+
+def test_a_name_listed_for_some_releases_is_registered_by_exactly_those(sglang_sources):
+    for m in (m for m in LISTED if "releases" in m):
+        registering = [v for v in supported_versions() if m["name"] in metric_names(v)]
+        assert sorted(m["releases"]) == sorted(registering), m["name"]

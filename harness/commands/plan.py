@@ -27,7 +27,7 @@ def load_deployment_spec(name_or_path: str):
     if engine.get("kind") != "sglang":
         raise PlanError(f"{path}: engine.kind is {engine.get('kind')!r}; `plan` is for sglang scenarios")
     return deployment_spec(engine, data.get("cluster") or {}, where=f"{path}: engine",
-                           profile=data.get("profile") or {}), path
+                           profile=data.get("profile") or {}, workload=data.get("workload") or {}), path
 
 
 def check_plan_offline(plan, where: str) -> list[str]:
@@ -57,6 +57,8 @@ def run(args) -> int:
     except (PlanError, VersionError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if plan.sglang.assumption:
+        print(f"warning: {plan.sglang.assumption}", file=sys.stderr)
     sys.stdout.write(plan.render())
     if args.check_flags:
         try:
@@ -78,7 +80,7 @@ def register(subparsers) -> None:
                                           "(secrets masked), spelled for one SGLang release. Node 0's IP is "
                                           "filled in at launch.")
     p.add_argument("scenario", help="scenario name (scenarios/NAME.yaml) or path")
-    add_version_argument(p, "the SGLang release to plan for")
+    add_version_argument(p, "the SGLang release to plan for (default: versions.yaml's default)")
     p.add_argument("--check-flags", action="store_true",
                    help="also check every flag (unknown or deprecated) and SGLANG_* variable against that "
                         "release's own source, read from its wheel (downloaded once, cached)")

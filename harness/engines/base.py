@@ -91,7 +91,7 @@ def engine_for(ctx: RunContext, sglang_version: str | None = None) -> Engine:
     """The engine `engine.kind` names. Imported here, not at the top: SGLang's needs Ray, which the
     driver connects to first (a missing Ray is then reported in that phase).
 
-    sglang_version: the SGLang release an sglang scenario is planned for (None: versions.yaml's default)."""
+    sglang_version: the SGLang release an sglang scenario is planned for (None: the one installed on the nodes)."""
     if ctx.scenario.engine.kind == "embedded":
         from harness.engines.embedded.ray_engine import EmbeddedRayEngine
 

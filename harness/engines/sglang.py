@@ -47,7 +47,8 @@ class SGLangEngine(Engine):
     expected_errors = (DeploymentError,)
 
     def __init__(self, ctx: RunContext, sglang_version: str | None = None):
-        """sglang_version: the release the plan is spelled for (versions.yaml; None: the default)."""
+        """sglang_version: the release the plan is spelled for (versions.yaml; None: the one installed on
+        the nodes, asked before any server starts)."""
         super().__init__(ctx)
         self.sglang_version = sglang_version
         self.node_dir = node_dir_for(self.run_dir.name)
@@ -63,15 +64,15 @@ class SGLangEngine(Engine):
         m["node_dir"] = self.node_dir
         with self.progress.phase("plan"):
             self.spec = deployment_spec(s.engine.model_dump(mode="json"), s.cluster.model_dump(mode="json"),
-                                        profile=s.profile.model_dump(mode="json"))
-            self.plan = build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version)
-            m["sglang_version"] = self.plan.sglang.version
-            m["plan"] = self.plan.to_manifest()  # secrets masked
-            write_atomic(self.run_dir / "plan.sh", self.plan.render())
+                                        profile=s.profile.model_dump(mode="json"),
+                                        workload=s.workload.model_dump(mode="json"))
+            self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version),
+                           "--sglang-version" if self.sglang_version else "default (until the nodes say theirs)")
         with self.progress.phase(f"start SGLang on {self.spec.nodes} node(s)"):
             try:
                 self.dep = launch(self.plan, f"{self.node_dir}/logs", ready_timeout_s=s.engine.ready_timeout_s,
-                                  logs_to=self.run_dir / "logs")
+                                  logs_to=self.run_dir / "logs",
+                                  replan=None if self.sglang_version else self._plan_for_installed)
             except DeploymentError as exc:
                 raise RunFailed(str(exc)) from None
             m["node_check"] = {str(r): c for r, c in (self.dep.node_checks or {}).items()}
@@ -82,6 +83,23 @@ class SGLangEngine(Engine):
         if self.spec.capture_traces:
             with self.progress.phase("copy CUDA-graph capture traces"):
                 m["capture_traces"] = copy_capture_traces(self.dep, self.trace_dir, self.run_dir)
+
+    def _use_plan(self, plan, chosen_by: str) -> None:
+        """The plan the run follows: in the manifest (secrets masked) and plan.sh, with its release's warning."""
+        m = self.manifest
+        self.plan = plan
+        m["sglang_version"], m["sglang_version_from"] = plan.sglang.version, chosen_by
+        m["plan"] = plan.to_manifest()  # secrets masked
+        write_atomic(self.run_dir / "plan.sh", plan.render())
+        if plan.sglang.assumption:
+            m["sglang_assumed_as"] = plan.sglang.assumed_from
+            self.progress.note(f"warning: {plan.sglang.assumption}")
+
+    def _plan_for_installed(self, release: str):
+        """No --sglang-version: the plan is spelled for the release the nodes have installed."""
+        self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=release), "installed on the nodes")
+        self.progress.note(f"SGLang {release} is installed on the nodes: the plan is spelled for it")
+        return self.plan
 
     def reach_steady_state(self) -> None:
         """`workload.batch_size` streaming requests in flight until the server reports them all running."""
@@ -109,7 +127,8 @@ class SGLangEngine(Engine):
                 raise RunFailed(str(actor_error(exc))) from None
             m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
                             "running_at_start": outcome.running_at_start,
-                            "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile}
+                            "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile,
+                            "whole_batch_outlasts_window": outcome.whole_batch}
             m["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in outcome.traces.items()}
             m["accept_length"] = outcome.accept_length if spec.speculative else None
             if spec.expert_load:
@@ -189,6 +208,7 @@ class SGLangEngine(Engine):
             recorded = self.manifest.get("expert_load") or {}
             load = load_expert_load(self.run_dir / recorded["file"]) if "file" in recorded else None
             result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol, expert_load=load)
+            batch_note = self._check_profiled_batch(result)
             out = self.run_dir / "analysis"
             if calibrations is not None:
                 note = self._write_calibration(calibrations, options["signature"])
@@ -197,11 +217,24 @@ class SGLangEngine(Engine):
                 self.manifest["calibration"] = {"not_calibrated": capture_note}
             if "error" in recorded:
                 note += f"\nNo expert load: {recorded['error']}.\n"
+            note += batch_note
             table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
             if calibrations is not None:
                 files["calibration.md"] = str(out / "calibration.md")
             self.manifest["analysis_outputs"] = files
         return table
+
+    def _check_profiled_batch(self, result) -> str:
+        """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
+        outside it become problems (problems.csv) and the line under the table names them."""
+        from analysis.attribution.rows import RankProblem
+        from analysis.tables.profiled_batch import check_profiled_batch
+
+        check = check_profiled_batch(result.step_rows, self.spec.scheduler_batch)
+        result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")
+                               for rank, message in check.problems())
+        self.manifest["profiled_batch"] = check.summary()
+        return f"\n{check.note()}\n"
 
     def _write_calibration(self, calibrations: list[dict], used: str) -> str:
         """analysis/calibration.md and .json, the manifest's per-node summary; the line under the table."""

@@ -65,6 +65,15 @@ class BackgroundLoad:
         """Tokens still to come for the youngest running request: how long the batch can last unfed."""
         return self.load.counters.most_tokens_left(self.load.output_len)
 
+    @property
+    def concurrency(self) -> int:
+        """The requests the load keeps in flight (the scenario's batch)."""
+        return self.load.concurrency
+
+    def fewest_tokens_left(self) -> tuple[int, int]:
+        """(requests in flight, tokens still to come for the oldest): whether the whole batch outlasts a window."""
+        return self.load.counters.fewest_tokens_left(self.load.output_len)
+
     def spec_snapshot(self) -> tuple[int, int]:
         """(speculative tokens, verify steps) summed over every request so far."""
         return self.load.counters.spec_snapshot()

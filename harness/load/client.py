@@ -50,6 +50,11 @@ class LoadCounters:
         received = list(self.tokens_in_flight.values())  # one C-level copy: safe beside the load's thread
         return max((output_len - t for t in received), default=0)
 
+    def fewest_tokens_left(self, output_len: int) -> tuple[int, int]:
+        """(requests in flight, tokens still to come for the oldest of them; 0 when none runs)."""
+        received = list(self.tokens_in_flight.values())
+        return len(received), min((output_len - t for t in received), default=0)
+
     def spec_snapshot(self) -> tuple[int, int]:
         return self.spec_tokens, self.spec_verify_steps
 

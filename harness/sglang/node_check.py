@@ -19,9 +19,11 @@ SCRIPT_PATH = Path(__file__).with_name("node_check_script.py")
 MARK = "MOE_HARNESS_NODE_CHECK "
 
 
-def run_node_check(python: str, server_args: list[str], env: dict[str, str], timeout_s: float = 600.0) -> dict:
-    """The script's JSON answer ({sglang_version, problems} or {error}); never raises."""
-    cmd = [python, "-c", SCRIPT_PATH.read_text(encoding="utf-8"), "check", "--", *server_args]
+def run_node_check(python: str, server_args: list[str], env: dict[str, str], timeout_s: float = 600.0,
+                   mode: str = "check") -> dict:
+    """The script's JSON answer ({sglang_version, problems} or {error}; mode "version": {sglang_version}
+    only); never raises."""
+    cmd = [python, "-c", SCRIPT_PATH.read_text(encoding="utf-8"), mode, "--", *server_args]
     try:
         proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
@@ -36,7 +38,7 @@ def run_node_check(python: str, server_args: list[str], env: dict[str, str], tim
 
 def describe(results: dict[int, dict], plan) -> list[str]:
     """One line per refusal, naming the node, the flag, its scenario key and SGLang's message."""
-    from harness.sglang.version import supported_versions
+    from harness.sglang.version import VersionError, checked_version
 
     lines = []
     for rank, result in sorted(results.items()):
@@ -47,8 +49,10 @@ def describe(results: dict[int, dict], plan) -> list[str]:
             continue
         installed = result.get("sglang_version")
         if installed != plan.sglang.version:
-            advice = (f"run with --sglang-version {installed}" if installed in supported_versions()
-                      else f"it is not supported (supported: {', '.join(supported_versions())})")
+            try:
+                advice = f"run with --sglang-version {checked_version(str(installed))}, or without it"
+            except VersionError as exc:
+                advice = str(exc)
             lines.append(f"node {rank}: SGLang {installed} is installed, the plan is spelled for "
                          f"{plan.sglang.version}: {advice}")
         for p in result.get("problems") or []:
@@ -57,3 +61,16 @@ def describe(results: dict[int, dict], plan) -> list[str]:
             lines.append(f"node {rank}: {where}: {p['kind']}: SGLang {installed} says: "
                          + mask_text(p["message"], secrets))
     return lines
+
+
+def installed_release(answers: dict[int, dict]) -> str:
+    """The one SGLang release every node has installed, from each node's `version` answer; a node that
+    cannot tell, or nodes that differ, are a ValueError naming them."""
+    errors = [f"node {rank}: {a['error']}" for rank, a in sorted(answers.items()) if a.get("error")]
+    if errors:
+        raise ValueError("cannot tell which SGLang the nodes have: " + "; ".join(errors))
+    found = {rank: str(a.get("sglang_version")) for rank, a in sorted(answers.items())}
+    if len(set(found.values())) != 1:
+        raise ValueError("the nodes have different SGLang releases: "
+                         + ", ".join(f"node {rank} {v}" for rank, v in found.items()))
+    return next(iter(found.values()))

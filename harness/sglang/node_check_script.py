@@ -9,6 +9,7 @@ passes this file's text with `python3 -c`. It builds the parser exactly as launc
                     (a Deprecated*Action, or help that starts with "Deprecated"), or invalid
                     (SGLang's parser refused the value: its own message)
   dump           -> {"sglang_version", "flags": {name: {takes_value, multiple, choices, deprecated}}}
+  version        -> {"sglang_version"}: the installed release only (no parser built)
 """
 import argparse
 import json
@@ -115,6 +116,14 @@ def main(args):
     argv = args[1:]
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    if mode == "version":
+        try:
+            import sglang
+            out = {"sglang_version": str(getattr(sglang, "__version__", "?"))}
+        except BaseException:  # noqa: BLE001 - reported to the harness, which names the node
+            out = {"error": "cannot import sglang: " + traceback.format_exc(limit=3).strip().splitlines()[-1]}
+        print(MARK + json.dumps(out), flush=True)
+        return 0
     try:
         parser, version = sglang_parser()
     except BaseException:  # noqa: BLE001 - reported to the harness, which names the node

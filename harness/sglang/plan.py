@@ -73,10 +73,21 @@ class DeploymentSpec:
     env: dict[str, str] = field(default_factory=dict)
     passthrough_env: tuple[str, ...] = ("HF_TOKEN",)
     launcher: tuple[str, ...] = DEFAULT_LAUNCHER
+    batch_size: int | None = None          # workload.batch_size: requests in flight over every DP group
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def scheduler_batch(self) -> tuple[int, int] | None:
+        """(fewest, most) requests one scheduler's decode batch holds at the scenario's batch: with DP
+        attention the requests are spread over the dp groups, each with its own scheduler and batch
+        (the `bs=` of its step labels). None: unknown (no batch given, or pipeline micro-batches)."""
+        if self.batch_size is None or self.pp > 1:
+            return None
+        groups = self.dp if self.dp_attention else 1
+        return self.batch_size // groups, -(-self.batch_size // groups)
 
     @property
     def tp_size(self) -> int:
@@ -196,6 +207,12 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], r
     env = {k: v.format(profile_dir=profile_dir) for k, v in d["always"].items()}
     if profiler == "v2":
         env.update(row.profile["v2_env"])
+    min_bs_env = row.profile.get("decode_min_bs_env")
+    if profiler == "v1" and min_bs_env and spec.scheduler_batch:
+        # The classic by-stage profiler waits for a decode batch this large before its decode capture
+        # (profiler_manager.py, from 0.5.20); V2 never reads it. The fewest a scheduler holds, so no
+        # scheduler waits for a batch it never gets.
+        env[min_bs_env] = str(spec.scheduler_batch[0])
     if spec.capture_traces:
         env.update(row.capture_trace.env)
     if spec.expert_load:

@@ -39,6 +39,7 @@ class ProfileOutcome:
     running_at_end: float | None = None
     stop_profile: str | None = None          # v1: what /stop_profile answered
     expert_record: str | None = None         # profile.expert_load: "recorded", or why not
+    whole_batch: bool | None = None          # every request in flight at the pause outlasts the window
 
 
 def post_json(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
@@ -86,18 +87,35 @@ def _wait(dep: "Deployment", load, done, timeout_s: float, too_long: str) -> Non
         time.sleep(FAST_POLL_S)
 
 
-def drain_prefills(dep: "Deployment", load, timeout_s: float, tokens_needed: int = 0) -> None:
+def drain_prefills(dep: "Deployment", load, timeout_s: float, tokens_needed: int = 0,
+                   window_tokens: int = 0, batch: int = 0) -> bool:
     """Stop admitting requests, then wait until every running request has its first token.
 
-    The pause waits first for a young request (`tokens_needed` still to come), so the batch outlives the
-    profiled steps: with requests started together, a pause near their end would leave nothing to decode."""
-    _wait(dep, load, lambda: load.most_tokens_left() >= tokens_needed, timeout_s,
-          f"no running request had {tokens_needed} tokens still to come within {timeout_s:.0f} s "
-          "(profile.timeout_s): raise workload.output_len")
+    The pause waits first for the whole batch (`batch` requests in flight) to have `window_tokens` still
+    to come each, so no request ends inside the profiled window and every step runs the scenario's
+    batch; where request ages are spread too widely for such a moment to come soon (up to a third of
+    timeout_s, at most a minute), it settles for a young request (`tokens_needed` still to come), so the
+    batch at least outlives the profiled steps. Returns whether the whole batch outlasts the window."""
+    def whole_batch_lasts() -> bool:
+        in_flight, fewest = load.fewest_tokens_left()
+        return in_flight >= batch > 0 and fewest >= window_tokens
+
+    try:
+        _wait(dep, load, whole_batch_lasts, min(timeout_s / 3, 60.0), "")
+        steady = True
+    except RunFailed as exc:
+        if str(exc):  # a dead node or a failed request, not the time-out
+            raise
+        steady = False
+    if not steady:
+        _wait(dep, load, lambda: load.most_tokens_left() >= tokens_needed, timeout_s,
+              f"no running request had {tokens_needed} tokens still to come within {timeout_s:.0f} s "
+              "(profile.timeout_s): raise workload.output_len")
     load.pause()
     _wait(dep, load, lambda: load.awaiting_first_token() == 0, timeout_s,
           f"{load.awaiting_first_token()} request(s) still had no first token {timeout_s:.0f} s after new "
           "requests were paused (profile.timeout_s)")
+    return steady
 
 
 def collect_traces(dep: "Deployment", trace_dir: str, prefix: str, timeout_s: float, stage: str | None = None,
@@ -130,8 +148,9 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     # Both profilers stop at the step after the last profiled one, and a verify step yields up to
     # num_draft_tokens tokens; half an output leaves room for the round trips before the first step.
     tokens_per_step = plan.spec.speculative.num_draft_tokens if plan.spec.speculative else 1
-    drain_prefills(dep, load, timeout_s,
-                   tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2))
+    outcome.whole_batch = drain_prefills(dep, load, timeout_s,
+                                         tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2),
+                                         window_tokens=(num_steps + 2) * tokens_per_step, batch=load.concurrency)
     before, started = load.spec_snapshot(), time.monotonic()
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
                               with_stack, record_shapes)
@@ -159,6 +178,11 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
             if outcome.expert_record == "recorded":
                 outcome.expert_record = _expert_record(expert_load.stop, dep)
         except Exception as exc:
+            min_bs_env = profile.get("decode_min_bs_env")
+            if plan.profiler == "v1" and min_bs_env and min_bs_env in plan.nodes[0].env:
+                raise RunFailed(f"{actor_error(exc)}; the classic profiler starts its decode capture only at a "
+                                f"decode batch of {plan.nodes[0].env[min_bs_env]} requests ({min_bs_env}), and the "
+                                f"running batch was {load.running_batch()} over every scheduler") from None
             if load.running_batch() == 0:
                 raise RunFailed(f"{actor_error(exc)}; by then the running batch had drained, before {num_steps} decode steps "
                                 "were profiled (is workload.output_len long enough for profile.num_steps?)") from None

@@ -46,6 +46,11 @@ class SGLangNodeActor:
         from harness.sglang.node_check import run_node_check
         return run_node_check(launch.argv[0], launch.server_args(launcher_len), launch.env)
 
+    def installed_release(self, launch: NodeLaunch) -> dict:
+        """The SGLang release the launcher's Python imports on this node ({sglang_version} or {error})."""
+        from harness.sglang.node_check import run_node_check
+        return run_node_check(launch.argv[0], [], launch.env, timeout_s=300.0, mode="version")
+
     def start(self, launch: NodeLaunch, log_path: str) -> int:
         self.server = ServerProcess(list(launch.argv), launch.env, log_path)
         return self.server.start()
@@ -229,13 +234,28 @@ def check_nodes(dep: Deployment, timeout_s: float = 660.0) -> None:
         raise DeploymentError("SGLang refuses the planned command; no server was started:\n  " + "\n  ".join(refusals))
 
 
+def plan_for_installed_release(dep: Deployment, replan, timeout_s: float = 360.0) -> None:
+    """Ask every node which SGLang it has; the deployment's plan becomes replan(that release)."""
+    from harness.sglang.node_check import installed_release
+
+    refs = {node.node_rank: actor.installed_release.remote(node)
+            for node, actor in zip(dep.plan.nodes, dep.actors)}
+    try:
+        release = installed_release({rank: ray.get(ref, timeout=timeout_s) for rank, ref in refs.items()})
+        dep.plan = replan(release)
+    except ValueError as exc:  # VersionError too: a release the harness cannot plan for
+        raise DeploymentError(f"{exc}; no server was started") from None
+
+
 def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_timeout_s: float = 60.0,
-           connect_host: str | None = None, logs_to: str | Path | None = None) -> Deployment:
+           connect_host: str | None = None, logs_to: str | Path | None = None, replan=None) -> Deployment:
     """Place, check every node's command with its own SGLang, start and wait for every node; on any
     failure everything started is stopped.
 
     log_dir is a path on each node; with logs_to (a driver path), a failed start first copies every
-    node's whole log there, since the actors holding them are gone afterwards.
+    node's whole log there, since the actors holding them are gone afterwards. With replan (a
+    function of an SGLang release returning its plan), the plan is first made for the release the
+    nodes have installed (`plan` only says how to ask them: launcher and environment).
     """
     spec = plan.spec
     bundles = [{"GPU": spec.gpus_per_node} for _ in range(spec.nodes)]
@@ -254,6 +274,9 @@ def launch(plan: LaunchPlan, log_dir: str, ready_timeout_s: float, placement_tim
     host = connect_host or (spec.host if spec.host not in ("0.0.0.0", "::") else node0_ip)
     dep = Deployment(plan, pg, actors, node0_ip, f"http://{host}:{spec.port}")
     try:
+        if replan is not None:
+            plan_for_installed_release(dep, replan)
+            plan = dep.plan
         check_nodes(dep)
     except BaseException:
         dep.stop()

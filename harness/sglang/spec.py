@@ -16,10 +16,12 @@ RENAMED = {}  # scenario key -> DeploymentSpec field, when they differ
 
 
 def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where: str = "engine",
-                    profile: Mapping[str, Any] | None = None) -> DeploymentSpec:
+                    profile: Mapping[str, Any] | None = None,
+                    workload: Mapping[str, Any] | None = None) -> DeploymentSpec:
     """The deployment of a scenario; `profile` adds profile.capture_traces, profile.expert_load and
-    profile.sglang_profiler."""
-    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "expert_load", "profiler"}
+    profile.sglang_profiler, `workload` its batch_size (the batch the profiled steps must run at)."""
+    fields = {f.name for f in dataclasses.fields(DeploymentSpec)} - {"capture_traces", "expert_load", "profiler",
+                                                                     "batch_size"}
     kwargs: dict[str, Any] = {}
     unknown = []
     for key, value in engine.items():
@@ -44,7 +46,9 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
     if "env" in kwargs:
         kwargs["env"] = {str(k): str(v) for k, v in kwargs["env"].items()}
     profile = profile or {}
+    batch = (workload or {}).get("batch_size")
     return DeploymentSpec(nodes=int(cluster.get("nodes", 1)), gpus_per_node=int(cluster.get("gpus_per_node", 1)),
+                          batch_size=int(batch) if batch is not None else None,
                           capture_traces=bool(profile.get("capture_traces", False)),
                           expert_load=bool(profile.get("expert_load", False)),
                           profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)

@@ -1,7 +1,10 @@
-"""The SGLang version table (versions.yaml): one row per supported release, the default first.
+"""The SGLang version table (versions.yaml): every release from the oldest supported to the newest
+known, each with what changed at it; a release's row is the common part with every change up to it.
 
 Why a table: flag spellings, endpoints and capabilities differ between releases, while scenarios
 stay the same; every consumer (plan, flag checks, profiling, Dockerfile test) reads its row here.
+A release newer than the newest known is planned as the newest known (`SGLangVersion.assumed_from`):
+its flags are still read from its own wheel offline and judged by the node's own SGLang at run time.
 """
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+import re
 
 import yaml
 
@@ -43,29 +48,88 @@ class SGLangVersion:
     wheel_python_version: str
     wheel_platform: str
     expert_record: dict[str, str] = field(default_factory=dict)  # dir_env, pattern of the expert-load dump
+    step_labels: dict[str, str | None] = None   # verify / draft stage names in `step[<stage> bs=N]`
+    generate_contract: bool = False             # /generate refuses unknown sampling_params keys
+    assumed_from: str | None = None             # a release newer than the table: the row it borrows
+
+    @property
+    def assumption(self) -> str | None:
+        """The warning for a release newer than the table (None for a known release)."""
+        if self.assumed_from is None:
+            return None
+        return (f"SGLang {self.version} is newer than the newest release in harness/sglang/versions.yaml "
+                f"({self.assumed_from}): planned as {self.assumed_from} (flag spellings, SGLANG_* variables, "
+                f"endpoints, profiler, trace and step-label names); its flags are checked against its own "
+                f"wheel by `moe-harness plan --check-flags` and by its own parser on every node before launch")
+
+
+RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:(rc)(\d+)|\.post(\d+))?$")
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    """Sortable key of an SGLang release name (X.Y.Z, X.Y.ZrcN, X.Y.Z.postN); VersionError otherwise."""
+    match = RELEASE.match(str(version))
+    if not match:
+        raise VersionError(f"SGLang version {version!r} is not a release name (X.Y.Z or X.Y.Z.postN)")
+    major, minor, patch, rc, rc_n, post = match.groups()
+    return (int(major), int(minor), int(patch), -1 if rc else 0, int(rc_n or post or 0))
 
 
 @lru_cache(maxsize=1)
 def load_table(path: str | None = None) -> dict[str, Any]:
     table_path = Path(path) if path else VERSIONS_PATH
     data = yaml.safe_load(table_path.read_text())
-    for key in ("default", "wheel_download", "common", "versions"):
+    for key in ("default", "wheel_download", "common", "releases"):
         if key not in (data or {}):
             raise VersionError(f"{table_path}: missing key {key!r}")
-    if data["default"] not in data["versions"]:
-        raise VersionError(f"{table_path}: default {data['default']!r} is not one of the versions")
+    names = list(data["releases"])
+    if names != sorted(names, key=release_key):
+        raise VersionError(f"{table_path}: releases must be listed oldest first: {', '.join(names)}")
+    if data["default"] not in data["releases"]:
+        raise VersionError(f"{table_path}: default {data['default']!r} is not one of the releases")
     return data
 
 
+def known_releases() -> list[str]:
+    """Every release the table lists, oldest first."""
+    return list(load_table()["releases"])
+
+
 def supported_versions() -> list[str]:
-    """The supported releases, newest (the default) first, as the table lists them."""
-    return list(load_table()["versions"])
+    """The supported releases the table lists, newest first."""
+    return known_releases()[::-1]
+
+
+def supported_range() -> str:
+    """The supported releases in words, for messages and --help."""
+    names = known_releases()
+    return f"every release from {names[0]} to {names[-1]}, and newer ones with a warning"
+
+
+def checked_version(version: str) -> str:
+    """`version` if the harness can plan for it (known, or newer than the newest known); else VersionError."""
+    names = known_releases()
+    if version in names:
+        return version
+    key = release_key(version)
+    if key > release_key(names[-1]):
+        return version
+    raise VersionError(f"SGLang {version} is not supported; supported: {supported_range()} "
+                       f"(harness/sglang/versions.yaml)")
+
+
+def _version_type(value: str) -> str:
+    import argparse
+    try:
+        return checked_version(value)
+    except VersionError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_version_argument(parser, what: str) -> None:
-    """--sglang-version: the supported releases as choices, the default named in the help after `what`."""
-    parser.add_argument("--sglang-version", default=None, choices=supported_versions(),
-                        help=f"{what} (default {load_table()['default']}; harness/sglang/versions.yaml)")
+    """--sglang-version: a known release or a newer one; the range and the default named in the help."""
+    parser.add_argument("--sglang-version", default=None, type=_version_type, metavar="VERSION",
+                        help=f"{what}: {supported_range()} (harness/sglang/versions.yaml)")
 
 
 def _merged(common: dict, own: dict) -> dict:
@@ -81,14 +145,18 @@ def _merged(common: dict, own: dict) -> dict:
 
 @lru_cache(maxsize=None)
 def load_version(version: str | None = None) -> SGLangVersion:
-    """The table row of `version` (None: the default release); unknown versions name the supported ones."""
+    """The row of `version` (None: the default release): the common part with every change up to it.
+    A release newer than the newest known gets the newest known's row (`assumed_from` says so)."""
     table = load_table()
-    name = version or table["default"]
-    if name not in table["versions"]:
-        raise VersionError(f"SGLang {name} is not supported; supported: {', '.join(supported_versions())} "
-                           f"(harness/sglang/versions.yaml)")
-    row = _merged(table["common"], table["versions"][name] or {})
-    image = row.get("docker_image") or ""
+    name = checked_version(str(version or table["default"]))
+    names = known_releases()
+    assumed_from = None if name in names else names[-1]
+    row = dict(table["common"])
+    for release in names:
+        row = _merged(row, table["releases"][release] or {})
+        if release == (assumed_from or name):
+            break
+    image = str(row.get("docker_image") or "").format(version=name)
     if not image.endswith(f":v{name}"):
         raise VersionError(f"{VERSIONS_PATH}: {name}: docker_image {image!r} does not end in ':v{name}'")
     capture = row.get("capture_trace")
@@ -102,4 +170,6 @@ def load_version(version: str | None = None) -> SGLangVersion:
         capture_trace=CaptureTrace(dict(capture["env"]), capture["subdir"], capture["pattern"],
                                    bool(capture.get("with_stack"))) if capture else None,
         wheel_python_version=str(wheel["python_version"]), wheel_platform=wheel["platform"],
-        expert_record=dict(row.get("expert_record") or {}))
+        expert_record=dict(row.get("expert_record") or {}),
+        step_labels=dict(row["step_labels"]), generate_contract=bool(row.get("generate_contract")),
+        assumed_from=assumed_from)

@@ -2,9 +2,10 @@
 
 Why: the offline checks (flags, SGLANG_* variables, metric names) read SGLang's own source, but
 neither CI nor a laptop has SGLang installed. `pip download --no-deps` fetches the wheel (tens of
-MB) once; only the files versions.yaml names are kept (about 1 MB a release), the wheel is deleted,
-and later calls read the cache: `$MOE_HARNESS_CACHE/sglang-src/<version>` (default
-`~/.cache/moe-harness`).
+MB) once into `$MOE_HARNESS_WHEELS` (default `~/.cache/moe-harness-wheels`), where the release
+tables' regeneration (harness/sglang/extract_release.py) reads it too; the files versions.yaml names
+are extracted (about 1 MB a release) and later calls read them: `$MOE_HARNESS_CACHE/sglang-src/<version>`
+(default `~/.cache/moe-harness`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,26 @@ COMPLETE = ".complete.json"
 def default_cache_root() -> Path:
     base = os.environ.get("MOE_HARNESS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "moe-harness")
     return Path(base)
+
+
+def wheel_cache_dir() -> Path:
+    """Where downloaded SGLang wheels are kept ($MOE_HARNESS_WHEELS, default ~/.cache/moe-harness-wheels)."""
+    return Path(os.environ.get("MOE_HARNESS_WHEELS")
+                or os.path.join(os.path.expanduser("~"), ".cache", "moe-harness-wheels"))
+
+
+def release_wheel(row: SGLangVersion) -> Path:
+    """The release's wheel in the wheel cache, downloaded first when it is not there."""
+    into = wheel_cache_dir()
+    found = sorted(into.glob(f"sglang-{row.version}-*.whl"))
+    if found:
+        return found[0]
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=into, prefix=f".{row.version}-") as tmp:
+        wheel = _download_wheel(row, Path(tmp))
+        target = into / wheel.name
+        wheel.rename(target)  # whole file at once: a reader never sees half a wheel
+    return target
 
 
 def wanted_members(row: SGLangVersion) -> tuple[str, ...]:
@@ -75,8 +96,8 @@ def sglang_source_dir(row: SGLangVersion | None = None, cache_root: Path | None 
     if marker.exists() and json.loads(marker.read_text()).get("members") == list(wanted_members(row)):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    wheel = release_wheel(row)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{row.version}-") as tmp:
-        wheel = _download_wheel(row, Path(tmp) / "wheel")
         staged = Path(tmp) / "src"
         files = extract_members(wheel, wanted_members(row), staged)
         digest = hashlib.sha256(wheel.read_bytes()).hexdigest()

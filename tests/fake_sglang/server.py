@@ -1,4 +1,4 @@
-"""Fake SGLang server speaking 0.5.23's HTTP surface, with no model. See README.md in this folder.
+"""Fake SGLang server speaking one release's HTTP surface (0.5.23, or FAKE_SGLANG_VERSION), no model. See README.md here.
 
 One scheduler loop stands for every DP group's scheduler: each tick is a prefill batch when requests
 are waiting (they get their first token), else a decode batch (every running request gets one
@@ -9,9 +9,11 @@ SGLang's code: the classic one (`profiler_manager.py`, with its double start und
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import queue
+import re
 import shutil
 import sys
 import threading
@@ -32,6 +34,19 @@ TEMPLATE = Path(os.environ.get("FAKE_SGLANG_DECODE_TRACE") or DEFAULT_TRACE)
 # or by default the decode trace itself (no module ranges: plumbing only, and the analysis says so).
 CAPTURE_TEMPLATE = Path(os.environ.get("FAKE_SGLANG_CAPTURE_TRACE") or TEMPLATE)
 VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.23")
+
+
+def release(version):
+    """(major, minor, patch, post) of a release name, to say which dialect the fake speaks."""
+    main, _, post = version.partition(".post")
+    return (*(int(x) for x in main.split(".")), int(post or 0))
+
+
+# What differs between releases, as each release's wheel has it (docs/sglang.md):
+VERIFY_LABEL = "VERIFY" if release(VERSION) >= (0, 5, 20) else "TARGET_VERIFY"   # build_step_span_name
+READS_DECODE_MIN_BS = release(VERSION) >= (0, 5, 20)      # SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS, classic profiler
+GENERATE_CONTRACT = release(VERSION) >= (0, 5, 22)        # entrypoints/api_contract.py
+BATCH_CAPTURE = release(VERSION) >= (0, 5, 18)            # SGLANG_GRAPH_BATCH_CAPTURE
 # sglang/api/v1/api_types.py (0.5.23) SamplingParams: JSON object, unknown keys rejected.
 SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
                    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
@@ -104,6 +119,39 @@ def group_leader_node(args, group):
     return (group * (args.tp_size // args.dp_groups)) // tp_per_node
 
 
+STEP_LABEL = re.compile(r"^step\[(?P<stage>[A-Z_]+) bs=(?P<bs>\d+)(?P<rest>[^\]]*)\]$")
+
+
+def _step_groups(events):
+    """The template's step annotations, one list per step in time order: CPU ones one per step, GPU
+    ones one per stream of a step (overlapping windows of the same step)."""
+    steps = {"user_annotation": [], "gpu_user_annotation": []}
+    for e in sorted((e for e in events if STEP_LABEL.match(str(e.get("name", ""))) and e.get("cat") in steps),
+                    key=lambda e: e["ts"]):
+        groups = steps[e["cat"]]
+        if groups and e["cat"] == "gpu_user_annotation" and e["ts"] < max(g["ts"] + g.get("dur", 0) for g in groups[-1]):
+            groups[-1].append(e)
+        else:
+            groups.append([e])
+    return steps.values()
+
+
+def labelled_trace(group, step_batches):
+    """The template trace with this release's step labels: the verify stage's name, and as bs the
+    requests this rank's scheduler (DP group) held at each profiled step (the template's step i gets
+    profiled step i's batch, the last one repeated when the template has more steps)."""
+    data = json.loads(gzip.decompress(TEMPLATE.read_bytes()))
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    for groups in _step_groups(events):
+        for i, step in enumerate(groups):
+            for e in step:
+                m = STEP_LABEL.match(e["name"])
+                stage = VERIFY_LABEL if m["stage"] in ("TARGET_VERIFY", "VERIFY") else m["stage"]
+                bs = step_batches[min(i, len(step_batches) - 1)][group] if step_batches else int(m["bs"])
+                e["name"] = f"step[{stage} bs={bs}{m['rest']}]"
+    return gzip.compress(json.dumps(data).encode(), compresslevel=1)
+
+
 def write_trace_files(args, node_rank, event, fail):
     if fail == "no_profile_file":
         print("profile: trace export skipped (fault injected)", flush=True)
@@ -114,7 +162,8 @@ def write_trace_files(args, node_rank, event, fail):
     for label in rank_labels(args, node_rank):
         name = f"{prefix}{event['profile_id']}-{label}{event['suffix']}.trace.json.gz"
         tmp = out / (name + ".tmp")
-        shutil.copyfile(TEMPLATE, tmp)
+        group = int(label.split("-DP-")[1].split("-")[0]) if "-DP-" in label else 0
+        tmp.write_bytes(labelled_trace(group, event.get("step_batches")))
         tmp.rename(out / name)
         print(f"profile: wrote {out / name}", flush=True)
 
@@ -129,7 +178,7 @@ def write_capture_traces(args, node_rank):
     names = []
     if os.environ.get("SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE") == "1":
         names = [f"cuda_graph_capture-DecodeCudaGraphRunner-TP-{tp}.json.gz" for tp in tps]
-    elif os.environ.get("SGLANG_GRAPH_BATCH_CAPTURE") == "1" and VERSION == "0.5.23":
+    elif os.environ.get("SGLANG_GRAPH_BATCH_CAPTURE") == "1" and BATCH_CAPTURE:
         names = [f"DecodeCudaGraphRunner_bs_{bs}_rank{tp}.json.gz" for tp in tps for bs in sizes]
     out.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -164,6 +213,8 @@ class ClassicProfiler:
         self.target = None
         self.target_forward_ct = None
         self.req = None
+        self.batches = []   # per recorded step, the running requests of each DP group
+        self.min_bs = int(os.environ.get("SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS", "0")) if READS_DECODE_MIN_BS else 0
 
     def start_request(self, req, forward_ct):
         if self.in_progress:
@@ -181,6 +232,7 @@ class ClassicProfiler:
         if self.recording:  # torch starts the second profiler and drops the first capture (torch 2.13)
             print(f"profiler_stop: the capture running since its start is dropped for a new one ({stage})", flush=True)
         self.recording = self.in_progress = True
+        self.batches = []
         print(f"Profiling starts{f' for {stage}' if stage else ''}.", flush=True)
         return True, "Succeeded"
 
@@ -188,19 +240,21 @@ class ClassicProfiler:
         if not self.in_progress:
             return False, "Profiling is not in progress. Call /start_profile first."
         if self.recording:
-            self.emit(self.req, f"-{stage}" if stage else "")
+            self.emit(self.req, f"-{stage}" if stage else "", self.batches)
         self.recording = self.in_progress = False
         return True, "Succeeded."
 
     def stop_request(self):
         return self._stop(None)
 
-    def step(self, stage, forward_ct):
+    def step(self, stage, forward_ct, batches):
         if self.req is None:
             return
         if not self.by_stage:
             if self.target_forward_ct and self.target_forward_ct <= forward_ct and self.in_progress:
                 self._stop(None)
+            if self.recording:
+                self.batches.append(batches)
             return
         if stage == "prefill":
             if self.prefill_ct == 0:
@@ -212,10 +266,14 @@ class ClassicProfiler:
             if self.decode_ct == 0:
                 if self.in_progress:
                     self._stop("EXTEND")  # force trace flush
+                if self.min_bs > 0 and min(batches) < self.min_bs:
+                    return  # 0.5.20+: wait for a decode batch of SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS
                 self._start("DECODE")
             self.decode_ct += 1
             if self.decode_ct > self.target and self.in_progress:
                 self._stop("DECODE")
+        if self.recording:
+            self.batches.append(batches)
 
 
 class ProfilerV2:
@@ -226,6 +284,7 @@ class ProfilerV2:
         self.configs: dict[str, int] = {}
         self.running: list | None = None     # [stage, count]
         self.req = None
+        self.batches = []
 
     def start_request(self, req, forward_ct):
         if not req.get("profile_by_stage"):
@@ -239,17 +298,20 @@ class ProfilerV2:
     def stop_request(self):
         raise NotImplementedError("manually stop is only supported yet")
 
-    def step(self, stage, forward_ct):
+    def step(self, stage, forward_ct, batches):
         if self.running is not None:
             self.running[1] += 1
             if self.running[1] > self.configs[self.running[0]] or stage != self.running[0]:
                 done = self.running[0]
                 del self.configs[done]
                 self.running = None
-                self.emit(self.req, f"-{done}")
+                self.emit(self.req, f"-{done}", self.batches)
         if self.running is None and stage in self.configs:
             self.running = [stage, 0]
+            self.batches = []
             print(f"Profiling starts for {stage}.", flush=True)
+        if self.running is not None:
+            self.batches.append(batches)
 
 
 class State:
@@ -275,9 +337,13 @@ class State:
         self.experts = ExpertRecorder(args.expert_distribution_recorder_mode,
                                       args.expert_distribution_recorder_buffer_size, args.node_rank)
 
-    def emit_traces(self, req, suffix):
+    def emit_traces(self, req, suffix, step_batches):
+        step_batches = [list(b) for b in step_batches]
+        if self.fail == "ramp_up" and step_batches:  # the first profiled step before full admission
+            step_batches[0] = [max(1, b // 2) for b in step_batches[0]]
         event = {"output_dir": req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
-                 "prefix": req.get("profile_prefix") or "", "profile_id": req["profile_id"], "suffix": suffix}
+                 "prefix": req.get("profile_prefix") or "", "profile_id": req["profile_id"], "suffix": suffix,
+                 "step_batches": step_batches}
         self.events.append(event)
         write_trace_files(self.args, 0, event, self.fail)
 
@@ -300,6 +366,7 @@ def scheduler_loop(state):
         with state.lock:
             cap = state.args.max_running_requests or 10**9
             waiting = [r for r in state.reqs.values() if r.phase == "waiting"][: max(0, cap - state.running())]
+            batches = [sum(1 for r in waiting if r.group == g) for g in range(state.args.dp_groups)]
             if waiting:
                 # Prefill first, as SGLang's scheduler does; with a chunk budget a long prompt takes
                 # several prefill batches (chunked prefill), shared in arrival order.
@@ -315,6 +382,7 @@ def scheduler_loop(state):
                         r.out.put((1, r.generated, 0))
             elif state.running():
                 stage, tokens = "decode", 0
+                batches = [state.running(g) for g in range(state.args.dp_groups)]
                 for r in [r for r in state.reqs.values() if r.phase == "running"]:
                     tokens += state.accept if r.spec else 1  # a verify pass runs the draft tokens
                     k = min(state.accept if r.spec else 1, r.max_new - r.generated)
@@ -332,7 +400,7 @@ def scheduler_loop(state):
                 r.phase = "done"
             state.forward_ct += 1
             try:
-                state.profiler.step(stage, state.forward_ct)
+                state.profiler.step(stage, state.forward_ct, batches)
             except Exception as exc:  # noqa: BLE001 - as in SGLang: the scheduler dies
                 crash(f"{type(exc).__name__}: {exc}")
 
@@ -479,7 +547,7 @@ def make_handler(state):
             else:
                 sampling = body.get("sampling_params") or {}
                 unknown = [k for k in sampling if k not in SAMPLING_FIELDS]
-                if unknown and VERSION == "0.5.23":  # the contract gate (entrypoints/api_contract.py)
+                if unknown and GENERATE_CONTRACT:  # the contract gate (entrypoints/api_contract.py)
                     listed = ", ".join(f"`{f}`" for f in SAMPLING_FIELDS)
                     return self._send(400, {"error": f"unknown field `{unknown[0]}`, expected one of {listed}"})
                 max_new = int(sampling.get("max_new_tokens") or 128)
