@@ -5,7 +5,7 @@
 #   A: bash run_device_ray.sh unpack-site OUT   (carries .gpu/a/site.tar.xz; unpacks it to /tmp/site,
 #      then warms SGLang's JIT caches with one plain server start through sglang_real/drive.py)
 #   B: bash run_device_ray.sh job OUT           (carries .gpu/b/ray.tar.xz; unpacks it to /tmp/raysite,
-#      starts a Ray head, submits the job, keeps the run directory and Ray's logs under OUT)
+#      starts a Ray head, submits the job(s) named by JOBS, keeps the run directories and Ray's logs under OUT)
 # Run from the root of the carried repository copy.
 set -u
 MODE=$1; OUTD=$2; LIMIT_S=${LIMIT_S:-570}
@@ -43,13 +43,20 @@ log "ray start --head"
 ray start --head --num-gpus 1 --dashboard-host 127.0.0.1 --disable-usage-stats > "$OUTD/ray-start.log" 2>&1
 log "ray start rc=$?"; tail -3 "$OUTD/ray-start.log"
 for i in $(seq 1 30); do ray job list --address http://127.0.0.1:8265 >/dev/null 2>&1 && break; sleep 2; done
-log "ray job submit"
-timeout -k 10 $((LIMIT_S - SECONDS - 45)) ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
-    python3 harness/run.py --scenario "$SCENARIO" --runs-dir /tmp/runs --sglang-version 0.5.17 \
-    > "$OUTD/job.out" 2>&1
-log "job rc=$?"; tail -50 "$OUTD/job.out"
-run=$(ls -d /tmp/runs/*/ 2>/dev/null | tail -1)
-[ -n "$run" ] && tar czf "$OUTD/run.tar.gz" -C /tmp/runs "$(basename "$run")" && log "kept $(basename "$run")"
+# JOBS: one job per entry, "SCENARIO" or "SCENARIO:detect" (no --sglang-version: the node's release is used)
+JOBS=${JOBS:-$SCENARIO}
+n=0
+for job in $JOBS; do
+  n=$((n + 1)); scen=${job%%:detect}; version_args="--sglang-version 0.5.17"
+  [ "$job" != "$scen" ] && version_args=""
+  left=$((LIMIT_S - SECONDS - 45))
+  [ $left -lt 120 ] && { log "job $n skipped: ${left}s left"; continue; }
+  log "ray job submit $n: $scen $version_args"
+  timeout -k 10 $left ray job submit --address http://127.0.0.1:8265 --working-dir . -- \
+      python3 harness/run.py --scenario "$scen" --runs-dir /tmp/runs $version_args > "$OUTD/job$n.out" 2>&1
+  log "job $n rc=$?"; tail -30 "$OUTD/job$n.out"
+done
+ls /tmp/runs >/dev/null 2>&1 && tar czf "$OUTD/run.tar.gz" -C /tmp/runs . && log "kept $(ls /tmp/runs | tr '\n' ' ')"
 tar czf "$OUTD/ray-logs.tar.gz" -C /tmp/ray/session_latest logs 2>/dev/null
 ray stop --force >/dev/null 2>&1
 ls -la "$OUTD"
