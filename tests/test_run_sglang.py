@@ -419,6 +419,21 @@ def test_a_server_without_tokenizer_gets_token_id_requests(cluster, env, tmp_pat
     assert summary["failed"] == 0 and summary["completed"] > 0
 
 
+def test_expert_load_on_a_release_whose_recorder_breaks_on_a_fused_shared_expert(cluster, env, tmp_path):
+    """SGLang before 0.5.21 counts a fused shared expert's top-k id past the recorder's counter and the
+    server dies at its first forward (seen on an H100 with 0.5.17, the fake does the same): the plan
+    turns the fusion off there, and says so in the table."""
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.17", profile={"expert_load": True})
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    node = manifest["plan"]["nodes"][0]
+    assert "--disable-shared-experts-fusion" in node["argv"]
+    assert node["flag_keys"]["--disable-shared-experts-fusion"] == "profile.expert_load"
+    assert (run_dir / manifest["expert_load"]["file"]).is_file()
+    assert "shared experts not fused" in (run_dir / "table.md").read_text()
+
+
 def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_layer(cluster, env, tmp_path):
     scenario, path = _scenario(tmp_path, profile={"expert_load": True})
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
@@ -427,6 +442,7 @@ def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_laye
     argv = manifest["plan"]["nodes"][0]["argv"]
     assert argv[argv.index("--expert-distribution-recorder-mode") + 1] == "stat"
     assert argv[argv.index("--expert-distribution-recorder-buffer-size") + 1] == "-1"
+    assert "--disable-shared-experts-fusion" not in argv  # 0.5.23's recorder masks a fused shared expert
     # SGLang's own dump (torch.save by rank 0, on node 0) is kept beside the JSON the analysis reads.
     recorded = manifest["expert_load"]
     assert recorded["dump"].startswith("expert_load/expert_distribution_recorder_") and recorded["dump"].endswith(".pt")

@@ -217,6 +217,10 @@ class SGLangEngine(Engine):
                 self.manifest["calibration"] = {"not_calibrated": capture_note}
             if "error" in recorded:
                 note += f"\nNo expert load: {recorded['error']}.\n"
+            if self.plan.nodes[0].flag_keys.get("--disable-shared-experts-fusion") == "profile.expert_load":
+                note += (f"\nExpert load recorded with the shared experts not fused into the routed experts' "
+                         f"kernels (--disable-shared-experts-fusion): SGLang {self.plan.sglang.version}'s recorder "
+                         f"fails on a fused shared expert (fixed in 0.5.21), so this deployment runs them apart.\n")
             note += batch_note
             table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
             if calibrations is not None:

@@ -47,6 +47,9 @@ VERIFY_LABEL = "VERIFY" if release(VERSION) >= (0, 5, 20) else "TARGET_VERIFY"  
 READS_DECODE_MIN_BS = release(VERSION) >= (0, 5, 20)      # SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS, classic profiler
 GENERATE_CONTRACT = release(VERSION) >= (0, 5, 22)        # entrypoints/api_contract.py
 BATCH_CAPTURE = release(VERSION) >= (0, 5, 18)            # SGLANG_GRAPH_BATCH_CAPTURE
+# eplb/expert_distribution.py: from 0.5.21 the stat recorder masks top-k ids past the routed experts;
+# before, a fused shared expert's id indexes past its counter (a device-side assert at the first forward).
+RECORDER_MASKS_FUSED_SHARED = release(VERSION) >= (0, 5, 21)
 # sglang/api/v1/api_types.py (0.5.23) SamplingParams: JSON object, unknown keys rejected.
 SAMPLING_FIELDS = ("max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
                    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
@@ -80,6 +83,7 @@ def parse_args(argv):
     p.add_argument("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs", dest="cuda_graph_max_bs", type=int)
     p.add_argument("--expert-distribution-recorder-mode", default=None)
     p.add_argument("--expert-distribution-recorder-buffer-size", type=int, default=None)
+    p.add_argument("--disable-shared-experts-fusion", action="store_true")  # the fake's model fuses it by default
     args, _ = p.parse_known_args(argv)  # every other flag was judged by the node check already
     # `--dp-size N --enable-dp-attention` is the deprecated spelling of `--attn-dp-size N`.
     args.dp_groups = args.attn_dp_size if args.attn_dp_size > 1 else (args.dp_size if args.enable_dp_attention else 1)
@@ -360,10 +364,22 @@ def crash(message):
     os._exit(1)
 
 
+def recorder_breaks_forward(args) -> bool:
+    """The stat recorder on a release that counts a fused shared expert's id past its counter."""
+    return (args.expert_distribution_recorder_mode == "stat" and not args.disable_shared_experts_fusion
+            and not RECORDER_MASKS_FUSED_SHARED)
+
+
 def scheduler_loop(state):
     while True:
         time.sleep(state.step_s)
         with state.lock:
+            if recorder_breaks_forward(state.args):  # the first forward: the server's own warm-up request
+                print("ScatterGatherKernel.cu:163: operator(): block: [0,0,0], thread: [8,0,0] Assertion "
+                      "`idx_dim >= 0 && idx_dim < index_size && \"scatter gather kernel index out of bounds\"` "
+                      "failed.", flush=True)
+                print("Fatal Python error: Aborted", flush=True)
+                os.abort()
             cap = state.args.max_running_requests or 10**9
             waiting = [r for r in state.reqs.values() if r.phase == "waiting"][: max(0, cap - state.running())]
             batches = [sum(1 for r in waiting if r.group == g) for g in range(state.args.dp_groups)]
