@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -14,6 +15,14 @@ from pathlib import Path
 from harness.sglang.secrets import mask_text
 
 
+# Lines that say why a server died, kept from the whole log: a crash's stack dump (C++ frames, every
+# thread's Python stack) easily pushes the cause out of the last lines (a CUDA device-side assert,
+# seen with SGLang 0.5.17, is 50 lines above the end).
+CAUSE_LINE = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(Error|Exception)\b:|Assertion .* failed|"
+                        r"CUDA error|Fatal Python error|out of memory", re.IGNORECASE)
+CAUSE_LINES_KEPT = 8
+
+
 class ServerStartError(RuntimeError):
     """The server exited or never became ready; carries the log tail."""
 
@@ -23,6 +32,7 @@ class ServerProcess:
         self.argv, self.env, self.log_path = argv, env, Path(log_path)
         self.proc: subprocess.Popen | None = None
         self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._causes: list[str] = []  # the first lines that look like a cause (CAUSE_LINE)
         self._pump: threading.Thread | None = None
 
     def start(self) -> int:
@@ -40,6 +50,8 @@ class ServerProcess:
             for raw in self.proc.stdout:
                 line = mask_text(raw.decode("utf-8", "replace"), self.env)
                 self._tail.append(line.rstrip("\n"))
+                if len(self._causes) < CAUSE_LINES_KEPT and CAUSE_LINE.search(line):
+                    self._causes.append(line.rstrip("\n"))
                 log.write(line)
                 log.flush()
 
@@ -47,9 +59,12 @@ class ServerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def log_tail(self) -> str:
+        """The log's last lines, after the first lines that look like a cause when those scrolled out."""
         if self._pump is not None and self.exit_code() is not None:
             self._pump.join(timeout=2)
-        return "\n".join(self._tail)
+        causes = [c for c in self._causes if c not in self._tail]
+        head = ["first lines that look like a cause:", *causes, "--- last lines ---"] if causes else []
+        return "\n".join([*head, *self._tail])
 
     def wait_ready(self, health_url: str | None, timeout_s: float, poll_s: float = 0.2) -> None:
         """Until health_url answers 200 (node 0) or, with no URL, until the process has stayed up."""
