@@ -7,15 +7,18 @@
 #   BUILD_TIMEOUT_S=420  MAX_JOBS=16  CUDA_HOME (else DEFAULT_CUDA_HOME=/usr/local/cuda, else where nvcc on PATH
 #   says it lives)
 #   NVSHMEM_DIR (else the installed nvidia.nvshmem package)
+#   REUSE_WORK=1: keep DEEPEP_WORK from an earlier run on the same machine when it was unpacked and patched
+#   from the same tarball (ninja then rebuilds only what is missing, after a run stopped by its timeout)
 # Writes to OUTDIR: build.log (everything the build printed), build.json (outcome, step times, versions,
 # the import check) and, when built, deepep-site.tar.gz (the installed package, to carry to a later call).
 # Exits 0 whatever the build did (2 only for wrong usage): the outcome is build.json's "status", one of
-# built | no_nvcc | no_torch | no_nvshmem | unpack_failed | no_ibverbs_headers | patch_failed | build_failed |
+# built | no_nvcc | no_torch | no_setuptools | no_nvshmem | unpack_failed | no_ibverbs_headers | patch_failed | build_failed |
 # build_timeout | import_failed.
 set -u
 if [ $# -ne 2 ]; then echo "usage: build_deepep.sh SRC_TARBALL OUTDIR" >&2; exit 2; fi
 SRC_TARBALL=$1; OUTDIR=$2
 PY=${PYTHON:-python3}
+case $PY in */*) PY=$(cd "$(dirname "$PY")" 2>/dev/null && pwd)/$(basename "$PY") ;; esac   # the build cds
 WORK=${DEEPEP_WORK:-/tmp/deepep-build}
 SITE=${DEEPEP_SITE:-/tmp/deepep-site}
 BUILD_TIMEOUT_S=${BUILD_TIMEOUT_S:-420}
@@ -92,6 +95,12 @@ fi
 read -r torch_version torch_cuda cuda_available py_version <<< "$torch_facts"
 fact torch "$torch_version"; fact torch_cuda "$torch_cuda"; fact cuda_available "$cuda_available"; fact python "$py_version"
 log "python $py_version, torch $torch_version (CUDA $torch_cuda), GPU visible: $cuda_available"
+# setuptools builds it (no isolation: the installed one); without ninja torch compiles one file at a time.
+setuptools_version=$("$PY" -c 'import setuptools; print(setuptools.__version__)' 2>>"$LOG")
+[ -n "$setuptools_version" ] || finish no_setuptools "$PY cannot import setuptools"
+ninja_version=$("$PY" -c 'from torch.utils.cpp_extension import is_ninja_available as a; import subprocess; print(subprocess.check_output(["ninja", "--version"], text=True).strip() if a() else "none")' 2>>"$LOG")
+fact setuptools "$setuptools_version"; fact ninja "${ninja_version:-none}"
+log "setuptools $setuptools_version, ninja ${ninja_version:-none}"
 
 # 3. NVSHMEM: NVSHMEM_DIR as given, else the nvidia.nvshmem package (how DeepEP's setup.py looks for it).
 if [ -z "${NVSHMEM_DIR:-}" ]; then
@@ -114,10 +123,17 @@ fi
 export NVSHMEM_DIR
 log "NVSHMEM $NVSHMEM_DIR (${nvshmem_pkg:-package not found})"
 
-# 4. Unpack.
+# 4. Unpack (or keep the tree an earlier run unpacked and patched from this same tarball).
 t=$SECONDS
-rm -rf "$WORK" && mkdir -p "$WORK" && tar -xzf "$SRC_TARBALL" -C "$WORK" 2>>"$LOG" && [ -f "$WORK/DeepEP/setup.py" ] \
-  || finish unpack_failed "cannot unpack $SRC_TARBALL into $WORK"
+tar_sum=$(sha256sum "$SRC_TARBALL" 2>/dev/null | cut -c1-64)
+if [ "${REUSE_WORK:-0}" = 1 ] && [ -n "$tar_sum" ] && [ "$(cat "$WORK/DeepEP/.patched" 2>/dev/null)" = "$tar_sum" ]; then
+  reused=1; log "reusing $WORK (same tarball, already patched)"
+else
+  reused=0
+  rm -rf "$WORK" && mkdir -p "$WORK" && tar -xzf "$SRC_TARBALL" -C "$WORK" 2>>"$LOG" && [ -f "$WORK/DeepEP/setup.py" ] \
+    || finish unpack_failed "cannot unpack $SRC_TARBALL into $WORK"
+fi
+fact reused_work "$reused"
 step unpack "$t"
 deepep_commit=$(cat "$WORK/DeepEP/DEEPEP_COMMIT" 2>/dev/null || echo unknown)
 fact deepep_commit "$deepep_commit"
@@ -126,6 +142,7 @@ log "DeepEP $deepep_commit"
 # 5. The edits SGLang's image makes before building: longer CPU/GPU timeouts, and CUDA 13's CCCL headers
 #    (SGLang's image installs rdma-core's headers with apt; here they may come in the tarball).
 cd "$WORK/DeepEP" || finish unpack_failed "no $WORK/DeepEP"
+if [ "$reused" = 0 ]; then
 cfg=csrc/kernels/configs.cuh
 sed -i 's/#define NUM_CPU_TIMEOUT_SECS 100$/#define NUM_CPU_TIMEOUT_SECS 1000/' "$cfg"
 sed -i 's/#define NUM_TIMEOUT_CYCLES 200000000000ull /#define NUM_TIMEOUT_CYCLES 2000000000000ull /' "$cfg"
@@ -144,7 +161,7 @@ else
   finish no_ibverbs_headers "no <infiniband/mlx5dv.h> on the system and none in the tarball (pack with LIBIBVERBS_DEV_DEB)"
 fi
 if [ ${#extra_includes[@]} -gt 0 ]; then
-  "$PY" - "${extra_includes[@]}" >>"$LOG" 2>&1 <<'PY' || finish patch_failed "setup.py: include_dirs line not found once"
+  "$PY" - "${extra_includes[@]}" >>"$LOG" 2>&1 <<'PY' || finish patch_failed "editing setup.py's include_dirs failed (see build.log)"
 import sys
 anchor = "    include_dirs = ['csrc/']\n"
 text = open("setup.py").read()
@@ -156,6 +173,10 @@ print("setup.py: added include dirs", sys.argv[1:])
 PY
   patches="$patches, include dirs: ${extra_includes[*]}"
 fi
+echo "$tar_sum" > .patched
+echo "$patches" > .patches
+fi
+patches=$(cat .patches)
 fact patches "$patches"
 log "patched: $patches"
 
