@@ -26,6 +26,8 @@ from analysis.attribution.rows import KernelRow, RankProblem, StepRow
 from analysis.ingest.trace_loader import load_trace
 
 ANALYSIS_FILE = "analysis.json"
+OUTPUT_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv",
+                ANALYSIS_FILE)  # what write_outputs writes
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -217,10 +219,15 @@ class _progress:
 # ---------------------------------------------------------------- writing / reading
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; the rest of a run follows the umask
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             write(fh)
         os.replace(tmp, path)
@@ -248,8 +255,7 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
     """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, analysis.json."""
     out = Path(out_dir)
-    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv", ANALYSIS_FILE)
-    files = {name: out / name for name in names}
+    files = {name: out / name for name in OUTPUT_FILES}
     _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
     _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)

@@ -7,6 +7,12 @@ from pathlib import Path
 
 from analysis.errors import AnalysisError
 from harness.commands.sol_options import add_sol_options, sol_settings_from
+from harness.output_dir import OutputError, prepare_output
+
+
+def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out may hold this command's own earlier output, which is replaced (never other files)")
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
@@ -38,7 +44,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("analyze", help="analyse kernel traces (one file per rank) into a D4 table",
                               description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace files) into a per-layer D4 table.")
     p.add_argument("traces", nargs="*", help="trace files or directories")
-    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json")
+    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json "
+                                              "(a new or empty folder; see --overwrite)")
+    add_overwrite_argument(p)
     p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
     p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")
     p.add_argument("--list-signatures", action="store_true", help="list built-in signatures and models, then exit")
@@ -78,6 +86,11 @@ def run(args) -> int:
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
     try:
+        out = prepare_output(args.out, "analyze", args.overwrite) if args.out else None
+    except OutputError as exc:
+        print(f"moe-harness analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
         result = analyze(args.traces, signature=args.signature, model=args.model,
                          options=options_from(args, name, labels), progress=sys.stderr.isatty())
     except AnalysisError as exc:
@@ -94,7 +107,11 @@ def run(args) -> int:
     for problem in result.problems:
         where = f"{problem.path} " if problem.path else ""
         print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
-    if args.out:
-        files = write_outputs(result, args.out, args.lang)
+    if out is not None:
+        try:
+            files = out.write(lambda folder: write_outputs(result, folder, args.lang))
+        except (OutputError, OSError) as exc:
+            print(f"moe-harness analyze: --out {args.out}: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
     return 0
