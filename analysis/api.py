@@ -18,6 +18,7 @@ from analysis.errors import AnalysisError, TraceLoadError
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
 from analysis.ingest.rank_id import rank_id_for
+from analysis.ingest.rank_checks import check_numbers, check_rank_identity, check_rank_policy
 from analysis.attribution.overlap import StreamSummary, stream_summary
 from analysis.attribution.signature import Signature, load_signature
 from analysis.sol.estimate import SolSettings
@@ -26,8 +27,6 @@ from analysis.attribution.rows import KernelRow, RankProblem, StepRow
 from analysis.ingest.trace_loader import load_trace
 
 ANALYSIS_FILE = "analysis.json"
-OUTPUT_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv",
-                ANALYSIS_FILE)  # what write_outputs writes
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -123,6 +122,8 @@ def analyze(
         raise AnalysisError("no trace files given")
     if options.layers is not None and options.layers < 1:
         raise AnalysisError(f"layers must be a positive number of decoder layers, not {options.layers}")
+    check_numbers(options)
+    check_rank_identity(files, options.labels or {})
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
                                attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
@@ -160,9 +161,11 @@ def analyze(
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
+    check_rank_policy(options.rank_policy, {s.rank for s in step_rows})
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       model=spec.name if spec else None, strict=options.strict)
+    d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -255,7 +258,8 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
     """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, analysis.json."""
     out = Path(out_dir)
-    files = {name: out / name for name in OUTPUT_FILES}
+    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv", ANALYSIS_FILE)
+    files = {name: out / name for name in names}
     _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
     _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)

@@ -36,6 +36,7 @@ from harness.run_dir import (
     write_atomic,
     write_manifest,
 )
+from harness.output_dir import OutputError, check_destination_folder
 from harness.run_errors import RunFailed
 from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
 from harness.steady_state import NotSteadyError
@@ -239,7 +240,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_version_argument(parser, "SGLang scenarios: the release installed on the nodes, which the launch flags "
                                  "are spelled for")
-    parser.add_argument("--metrics-port", type=int, default=None,
+    from harness.arg_types import port
+
+    parser.add_argument("--metrics-port", type=port, default=None,
                         help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments
 
@@ -253,6 +256,11 @@ def main_from_args(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
+    try:
+        check_destination_folder(root, "--runs-dir")
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     metrics = MetricsOptions(pushgateway=args.pushgateway, push_job=args.push_job,
                              delete_old_groups=args.delete_old_groups, live_port=args.metrics_port)
     status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics,
@@ -261,7 +269,9 @@ def main_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness/run.py", description=__doc__.split("\n\n")[0])
+    from harness.arg_types import OneLineParser
+
+    parser = OneLineParser(prog="harness/run.py", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return main_from_args(parser.parse_args(argv))
 

@@ -65,6 +65,7 @@ class D4Column(msgspec.Struct):
     signature: str = ""
     model: str | None = None
     sol: SolSettings | None = None  # set when the rows carry SOL columns
+    failed_files: list[str] = []  # "path: why" of each given file that could not be analysed
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -352,7 +353,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
     for c in columns:
         note = (
             f"{c.name}: stage {c.stage}, {c.stat} over {c.steps_used} steps"
-            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)} ({c.rank_policy})"
+            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)}"
+            + (f" of {len(c.ranks) + len(c.failed_files)}" if c.failed_files else "") + f" ({c.rank_policy})"
         )
         if c.layer_counts:
             note += f"; {c.layer_counts}"
@@ -365,6 +367,7 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.steps_mismatched:
             notes.append(f"{c.name}: LAYER COUNT MISMATCH in {c.steps_mismatched} of {c.steps_used} steps "
                          f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
+        notes += [f"{c.name}: NOT ANALYSED, left out of the table: {failed}" for failed in c.failed_files]
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"

@@ -45,7 +45,7 @@ def run(args) -> int:
                         capture_refs=args.capture_trace or None)
     except AnalysisError as exc:
         print(f"moe-harness calibrate: {exc}", file=sys.stderr)
-        return 1
+        return 2
     text = render_markdown(cal)
     print(text)
     if out is not None:

@@ -40,6 +40,18 @@ def _column(name: str, paths: list[str], args):
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
 
 
+def layer_count_note(columns) -> str:
+    """A note (also on stderr) when the columns' models have different layer counts: per-layer rows
+    compare, the all-layers and end-to-end lines do not."""
+    counts = {c.name: round(c.num_layers) for c in columns}
+    if len(set(counts.values())) < 2:
+        return ""
+    note = ("- LAYER COUNTS DIFFER: " + ", ".join(f"{name} {n:g}" for name, n in counts.items())
+            + " layers per step; the per-layer rows compare, the all-layers and end-to-end lines do not\n")
+    print(f"moe-harness compare: warning: {note[2:].strip()}", file=sys.stderr)
+    return note
+
+
 def run(args) -> int:
     from analysis.api import _atomic_write, write_table_csv
     from analysis.tables.d4 import render_markdown
@@ -59,8 +71,8 @@ def run(args) -> int:
             columns.append(_column(name, paths.split(","), args))
     except AnalysisError as exc:
         print(f"moe-harness compare: {exc}", file=sys.stderr)
-        return 1
-    table = render_markdown(columns, args.lang)
+        return 2
+    table = render_markdown(columns, args.lang) + layer_count_note(columns)
     print(table)
     if out is not None:
         def fill(folder: Path) -> None:

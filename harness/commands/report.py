@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from harness.arg_types import positive_float, positive_int
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -31,9 +32,9 @@ def register(subparsers) -> None:
                         "kernel-report-TIME directory); a new or empty folder, see --overwrite")
     p.add_argument("--overwrite", action="store_true",
                    help="the destination may hold this command's own earlier report, which is replaced (never other files)")
-    p.add_argument("--top", type=int, default=20, help="kernels per stage (default: 20)")
+    p.add_argument("--top", type=positive_int, default=20, help="kernels per stage (default: 20)")
     p.add_argument("--signature", default="generic", help="signature for analysing trace inputs (default: generic)")
-    p.add_argument("--speedup", type=float, default=2.0,
+    p.add_argument("--speedup", type=positive_float, default=2.0,
                    help="what-if factor: the step if one D4 row ran this many times faster (default: 2)")
     p.add_argument("--ncu", default=None, metavar="CSV", help="Nsight Compute export (ncu --csv --page raw)")
     p.add_argument("--model", default=None, help="model shapes for SOL (default: the saved analysis's, else deepseek-v3)")
