@@ -313,6 +313,11 @@ def main_from_args(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from harness.deployment_check import deployment_problems
+
+    if problems := deployment_problems(scenario, args.sglang_version):  # the plan phase's refusals, now
+        print(f"error: {ScenarioError(str(path), problems)}", file=sys.stderr)
+        return 2
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
     try:
         check_destination_folder(root, "--runs-dir")

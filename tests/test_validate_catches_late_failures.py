@@ -72,3 +72,42 @@ def test_a_run_without_a_manifest_is_incomplete_unless_a_live_run_owns_it(tmp_pa
     (run_dir / OWNER_FILE).write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
     assert read_run(run_dir).status == "incomplete"  # its owner has exited
     assert os.path.exists(run_dir / OWNER_FILE)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda t: t.replace("  tp: 1\n", "  tp: 1\n  dp_attention: true\n"), "dp_attention needs dp >= 2"),
+    (lambda t: t.replace("  tp: 1\n", "  tp: 1\n  deepep_mode: low_latency\n"),
+     "deepep_mode is set but moe_a2a_backend is not 'deepep'"),
+    (lambda t: t.replace("  tp: 1\n", "  tp: 1\n  two_batch_overlap: true\n"), "two_batch_overlap needs moe_a2a_backend"),
+    (lambda t: t.replace("gpus_per_node: 1", "gpus_per_node: 2"), "tp=1 x pp=1 must equal nodes x gpus_per_node = 2"),
+])
+def test_validate_builds_the_sglang_plan_the_run_would_refuse(tmp_path, capsys, change, says):
+    """The run refused these only in its plan phase, after Ray was connected and a run directory made."""
+    status, out = _validate(tmp_path, change(SGLANG), capsys)
+    assert status == 1 and says in out and "engine (the SGLang plan)" in out, out
+
+
+def test_validate_checks_the_plan_for_the_release_named(tmp_path, capsys):
+    text = SGLANG.replace("  stages: [DECODE]\n", "  stages: [DECODE]\n  capture_traces: true\n")
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err  # the default release writes them
+    capsys.readouterr()
+    assert main(["validate", str(path), "--sglang-version", "0.5.13.post1"]) == 1
+    assert "capture_traces: SGLang 0.5.13.post1 writes no CUDA-graph capture traces" in capsys.readouterr().err
+
+
+def test_every_shipped_scenario_still_validates(capsys):
+    for path in sorted(SCENARIOS_DIR.glob("*.yaml")):
+        assert main(["validate", str(path)]) == 0, (path, capsys.readouterr().err)
+
+
+def test_run_refuses_a_plan_mistake_before_creating_anything(tmp_path, capsys):
+    from harness.run import main as run_main
+
+    path = tmp_path / "scenario.yaml"
+    path.write_text(SGLANG.replace("  tp: 1\n", "  tp: 1\n  dp_attention: true\n"))
+    runs = tmp_path / "runs"
+    assert run_main(["--scenario", str(path), "--runs-dir", str(runs)]) == 2
+    assert "dp_attention needs dp >= 2" in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
