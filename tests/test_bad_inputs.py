@@ -199,3 +199,24 @@ def test_a_runs_dir_that_cannot_hold_runs_is_refused_before_anything_starts(tmp_
         Path(runs_dir).write_text("mine\n")
     assert main(["run", "--scenario", "demo", "--runs-dir", runs_dir]) == 2
     assert says in _one_error_line(capsys)
+
+
+def test_a_kernel_without_a_start_is_an_error_not_dropped_from_the_sums(tmp_path):
+    def change(events):
+        del events[FIRST_KERNEL]["ts"]
+
+    bad = _mutated(tmp_path, "nots-TP-0-DECODE.trace.json", change)
+    with pytest.raises(TraceLoadError, match=rf"event {FIRST_KERNEL} \(kernel .*\): ts missing"):
+        load_trace(str(bad))
+
+
+def test_invalid_utf8_is_one_error_line_not_a_traceback(tmp_path, capsys):
+    """Bytes that are not UTF-8 where the loader decodes a string (a kernel's name): msgspec raised
+    UnicodeDecodeError, which escaped the loader's error handling."""
+    doc = _doc()
+    doc["traceEvents"][FIRST_KERNEL]["name"] = "KERNEL_NAME_MARK"
+    raw = json.dumps(doc).encode().replace(b"KERNEL_NAME_MARK", b"kernel\x94\xff")
+    bad = tmp_path / "utf8-TP-0-DECODE.trace.json"
+    bad.write_bytes(raw)
+    assert main(["analyze", str(bad)]) == 2
+    assert str(bad) in _one_error_line(capsys)

@@ -80,19 +80,21 @@ _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
-_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError)
+_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)  # msgspec: invalid UTF-8
 
 
 _INF = float("inf")
 
 
 class _BadDuration(Exception):
-    """A kernel event whose `dur` cannot be a duration: missing, negative or not finite."""
+    """A kernel event whose `dur` cannot be a duration (missing, negative or not finite), or whose
+    `ts` is not a number."""
 
-    def __init__(self, index: int, event: _Event):
+    def __init__(self, index: int, event: _Event, field: str = "dur"):
         self.index, self.event = index, event
-        value = "missing" if event.dur is None else repr(event.dur)
-        super().__init__(f"event {index} ({event.cat} {event.name[:80]!r}): dur {value}")
+        raw = getattr(event, field)
+        value = "missing" if raw is None else repr(raw)
+        super().__init__(f"event {index} ({event.cat} {event.name[:80]!r}): {field} {value}")
 
 
 def _index_in(events: list[_Event], event: _Event) -> int:
@@ -155,9 +157,13 @@ class _Collector:
                     if hit:
                         self.function_ranges.append(self._range(ev))
                 continue
-            if ev.ph != "X" or cat is None or ev.ts.__class__ is not float:
+            if ev.ph != "X" or cat is None:
                 continue
             kind = _GPU_CATS.get(cat)
+            if ev.ts.__class__ is not float:
+                if kind is not None:  # a kernel without a usable start would silently leave the sums
+                    raise _BadDuration(base + _index_in(events, ev), ev, "ts")
+                continue
             if kind is not None:
                 dur = ev.dur
                 if dur is None or not 0.0 <= dur < _INF:
@@ -458,8 +464,8 @@ def load_trace(
     try:
         header_bytes, tail, total = _read_events(path, on_bytes, collector)
     except _BadDuration as exc:
-        raise TraceLoadError(path, f"{exc}: a kernel's dur must be present, finite and not negative "
-                                   "(docs/analysis.md, durations)") from None
+        raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
+                                   "negative (docs/analysis.md, durations)") from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -575,7 +581,7 @@ def _device_name(header: bytes, tail: bytes) -> str | None:
     for doc in (header.rstrip().rstrip(b",") + b"}", b"{" + tail.lstrip().lstrip(b",")):
         try:
             parsed = _decode_header(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             continue
         if parsed.deviceProperties:
             return parsed.deviceProperties[0].name
