@@ -361,6 +361,11 @@ def test_sigint_in_each_phase_leaves_a_true_manifest_and_keeps_what_was_collecte
     assert all((run_dir / path).is_file() for path in kept)
     assert manifest["kept"] and not (run_dir / ".running").exists()
     reached = DEMO_PHASES.index(last_started)
+    if reached >= DEMO_PHASES.index("warm up to steady state"):  # the batch's request records so far are written
+        records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and all(r["output_len"] >= 1 for r in records), records  # demo: batch_size 4
+        if reached < DEMO_PHASES.index("finish requests"):
+            assert not any(r["completed"] for r in records)
     if reached > DEMO_PHASES.index("warm up to steady state"):  # the step times so far are written
         steps = (run_dir / "load" / "steps.jsonl").read_text().splitlines()
         assert len(steps) >= len(manifest["warmup_step_ms"]) > 0

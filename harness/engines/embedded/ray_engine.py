@@ -14,6 +14,8 @@ from harness.run_errors import RunFailed
 from harness.steady_state import NotSteadyError, is_steady
 from harness.trace_names import trace_file_name
 
+REQUESTS_TIMEOUT_S = 15.0  # a stopped run waits this long for the actor's request records
+
 
 class EmbeddedRayEngine(Engine):
     def __init__(self, ctx: RunContext):
@@ -112,9 +114,16 @@ class EmbeddedRayEngine(Engine):
             self.manifest["traces_removed"] = [p.name for p in traces.in_run_dir]
 
     def stop(self) -> None:
-        """The actor goes; a run stopped before finish() (failed, interrupted) keeps its step times so far."""
+        """The actor goes; a run stopped before finish() (failed, interrupted) keeps its step times and
+        request records so far (the actor answers once its current call ends; bounded wait)."""
         if (self.warmup_step_ms or self.profiled_step_ms) and not (self.run_dir / "load" / "steps.jsonl").exists():
             self._write_steps([])
+        requests_path = self.run_dir / "load" / "requests.jsonl"
+        if self.handle is not None and "prefill_ms" in self.manifest and not requests_path.exists():
+            try:
+                write_jsonl(requests_path, self.handle.call("requests", timeout_s=REQUESTS_TIMEOUT_S))
+            except Exception as exc:  # noqa: BLE001 - best effort: the run's own error must stay the one reported
+                self.progress.note(f"request records not kept: {exc}")
         if self.handle is not None:
             self.handle.kill()
             self.handle = None
