@@ -120,7 +120,8 @@ Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
 class Model(_Strict):
     """What is served. For the embedded engine, optional overrides of the preset's shape."""
 
-    name: str = Field(..., description="what reports call the model (required: a default would mislabel runs)")
+    name: str = Field(..., min_length=1, pattern=r"\S",
+                      description="what reports call the model (required: a default would mislabel runs)")
     num_layers: int | None = Field(None, ge=1, description="decoder layers (embedded: overrides the preset)")
     first_k_dense_replace: int | None = Field(None, ge=0, description="leading dense (non-MoE) layers")
     n_routed_experts: int | None = Field(None, ge=1, description="routed experts per MoE layer")

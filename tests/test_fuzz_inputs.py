@@ -109,3 +109,49 @@ def test_broken_traces_never_give_a_traceback_or_a_table(tmp_path, capsys):
             outcomes["ok whole"] += 1
         path.unlink()
     assert outcomes["refused"] >= CASES // 2, outcomes  # the fuzz mostly breaks things, as meant
+
+
+SCENARIO_CASES = 60
+SCENARIO_VALUES = [None, True, False, -1, 0, 2**70, 1e309, -0.5, "x", "", "a/b", [], [1], {}, {"a": 1}, "../.."]
+
+
+def _key_paths(doc: dict, prefix: tuple = ()):
+    for key, value in doc.items():
+        yield prefix + (key,)
+        if isinstance(value, dict):
+            yield from _key_paths(value, prefix + (key,))
+
+
+def test_mutated_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
+    """Every shipped scenario with one key deleted or set to a value of a random type: `validate` says
+    ok (0) or invalid (1) naming the key; it never raises."""
+    import yaml
+
+    from harness.scenario import SCENARIOS_DIR
+
+    rng = random.Random(SEED)
+    sources = sorted(SCENARIOS_DIR.glob("*.yaml")) + sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
+    refused = 0
+    for n in range(SCENARIO_CASES):
+        source = rng.choice(sources)
+        doc = yaml.safe_load(source.read_text())
+        where = rng.choice(list(_key_paths(doc)))
+        parent = doc
+        for key in where[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.2:
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = rng.choice(SCENARIO_VALUES)
+        path = tmp_path / f"case{n}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        try:
+            status = main(["validate", str(path)])
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape
+            pytest.fail(f"case {n} ({source.name}, {'.'.join(map(str, where))}): {type(exc).__name__}: {exc}")
+        err = capsys.readouterr().err
+        assert status in (0, 1) and "Traceback" not in err, (n, source.name, where, err)
+        if status == 1:
+            assert str(path) in err, err
+            refused += 1
+    assert refused >= SCENARIO_CASES // 3, refused  # most mutations break a scenario, as meant

@@ -38,6 +38,8 @@ def _validate(tmp_path, text: str, capsys) -> tuple[int, str]:
      "analysis.model (line 32): model spec no-such-model"),
     (lambda t: t.replace("model:\n  name: deepseek-v3-tiny\n", ""), "model: missing (required)"),
     (lambda t: t.replace("model:\n  name: deepseek-v3-tiny\n", "model: {}\n"), "model.name: missing (required)"),
+    (lambda t: t.replace("name: deepseek-v3-tiny", "name: ''"), "model.name (line 17): String should have at least 1"),
+    (lambda t: t.replace("name: deepseek-v3-tiny", "name: '  '"), "model.name (line 17): String should match pattern"),
     (lambda t: t.replace("batch_size: 4", "batch_size: true"), "workload.batch_size (line 19): Input should be a valid integer"),
     (lambda t: t.replace("  input_len: 16\n", "  input_len: 16\n  input_len: 32\n"), "key 'input_len' given twice (lines 20 and 21)"),
     (lambda t: t.replace("outputs:\n  keep_traces: true", "outputs:\n  keep_traces: true\n  trace_prefix: a/b"),
