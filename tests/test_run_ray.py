@@ -372,7 +372,10 @@ def test_sigint_in_each_phase_leaves_a_true_manifest_and_keeps_what_was_collecte
     if reached > DEMO_PHASES.index("profile 3 decode steps"):  # the trace came back: it is kept
         assert any(p.startswith("traces/") for p in kept)
     prom = (run_dir / "metrics.prom").read_text()
-    assert 'status="interrupted"} 1.0' in prom and 'engine="embedded",engine_version="' in prom
+    assert 'status="interrupted"} 1.0' in prom and re.search(r'harness_version="\d[^"]*"', prom), prom
+    engine_version = re.search(r'engine="embedded",engine_version="([^"]*)"', prom).group(1)
+    if reached > DEMO_PHASES.index("start engine"):  # the engine answered: its torch is the engine's version
+        assert re.fullmatch(r"\d+\.\d+\S*", engine_version) and engine_version == manifest["versions"]["torch (engine)"]
 
 
 def test_a_second_sigterm_during_clean_up_still_leaves_the_manifest(driver_head, tmp_path):
