@@ -21,6 +21,7 @@ from analysis.errors import AnalysisError, TraceLoadError
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
 from analysis.ingest.rank_id import rank_id_for
+from analysis.ingest.rank_checks import check_numbers, check_rank_identity, check_rank_policy
 from analysis.attribution.overlap import StreamSummary, stream_summary
 from analysis.attribution.signature import Signature, load_signature
 from analysis.sol.estimate import SolSettings
@@ -127,6 +128,8 @@ def analyze(
         raise AnalysisError("no trace files given")
     if options.layers is not None and options.layers < 1:
         raise AnalysisError(f"layers must be a positive number of decoder layers, not {options.layers}")
+    check_numbers(options)
+    check_rank_identity(files, options.labels or {})
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
                                attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
@@ -164,10 +167,12 @@ def analyze(
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
+    check_rank_policy(options.rank_policy, {s.rank for s in step_rows})
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict)
+    d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -227,10 +232,15 @@ class _progress:
 # ---------------------------------------------------------------- writing / reading
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; the rest of a run follows the umask
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             write(fh)
         os.replace(tmp, path)

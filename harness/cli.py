@@ -22,7 +22,9 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from harness.arg_types import OneLineParser
+
+    parser = OneLineParser(
         prog="moe-harness",
         description="Benchmark harness for distributed MoE serving: traces in, per-layer D4 tables out.",
     )

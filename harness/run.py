@@ -6,7 +6,8 @@ run directory, analyse, print the D4 table. Both engines go through the same sta
 (harness/engines/base.py, called in order by run_stages); this module owns the run directory, the
 manifest's run-level keys and the error record.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
-the run finished (status ok) or where it stopped (status failed) and why.
+the run finished (status ok) or where it stopped (status failed) and why. SIGINT and SIGTERM end it
+with status interrupted, the phase and what was kept (harness/interrupts.py), exit 130 / 143.
 """
 from __future__ import annotations
 
@@ -27,16 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.engines.base import Engine, RunContext, engine_for
+from harness.interrupts import InterruptGuard, as_interrupted, signals_held
 from harness.progress import Progress
 from harness.run_dir import (
     RUNS_DIR_ENV,
     create_run_dir,
     default_runs_root,
+    file_inventory,
     in_ray_job,
     write_atomic,
     write_manifest,
 )
+from harness.output_dir import OutputError, check_destination_folder
 from harness.run_errors import RunFailed
+from harness.run_owner import claim as claim_run_dir, release as release_run_dir
 from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
 from harness.steady_state import NotSteadyError
 
@@ -106,7 +111,11 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     metrics = metrics or MetricsOptions()
     progress = Progress(quiet=quiet)
     started_at = time.time()
+    guard = InterruptGuard()
+    guard.quiet()  # during set-up a signal is noted; the run's first step raises it, with a manifest to write
+    guard.install()
     run_dir = create_run_dir(runs_root, scenario.name, started_at)
+    claim_run_dir(run_dir)  # until the manifest is written, `metrics` sees a live run here
     progress.console.print(f"run directory: {run_dir}")
     live = _start_live_exporter(scenario, run_dir, metrics, progress)
     write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
@@ -122,17 +131,42 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     }
     exit_status = 1
     expected: tuple[type[BaseException], ...] = (RunFailed, NotSteadyError)  # shown as is, no traceback
+
+    seen: list[BaseException] = []  # the interrupts recorded (one reaches here twice: run_stages, then below)
+
+    def interrupted(raised: BaseException) -> None:
+        """Status interrupted with the phase, written at once (before clean-up, which a second signal may cut)."""
+        nonlocal exit_status
+        if any(raised is s for s in seen):
+            return
+        seen.append(raised)
+        exc = as_interrupted(raised, guard.last_signal)
+        if manifest["status"] != "interrupted":
+            exit_status = exc.exit_status
+            manifest["status"] = "interrupted"
+            phase = progress.current or "set-up"
+            manifest["error"] = {"phase": phase, "signal": exc.name, "message": f"interrupted by {exc.name} during {phase}"}
+            with signals_held():
+                write_manifest(run_dir, manifest)
+        else:
+            manifest["error"]["cleanup_cut_short_by"] = exc.name
+
     try:
+        guard.arm()  # a signal noted during set-up is raised here
         with progress.phase("connect to Ray"):
             ray = connect_ray(REPO_ROOT, progress)
+            guard.install()  # after ray.init, whose handlers would end the process in Ray's own code
+            guard.arm()  # a signal raised while an import ran is reported by Python, not raised: raise it now
             manifest["ray_nodes"] = len([n for n in ray.nodes() if n.get("Alive")])
         engine = engine_for(RunContext(scenario, run_dir, manifest, progress), sglang_version=sglang_version)
         expected += engine.expected_errors
-        table = run_stages(engine)
+        table = run_stages(engine, on_interrupt=interrupted)
         write_atomic(run_dir / "table.md", table)  # the D4 table with the run's notes under it, as printed
         manifest["status"] = "ok"
         exit_status = 0
         print(table, flush=True)
+    except KeyboardInterrupt as exc:  # Interrupted, or Ray's re-raise of it
+        interrupted(exc)
     except expected as exc:
         manifest["error"] = {"phase": progress.current, "message": str(exc)}
         progress.console.print(f"[red]run failed[/red] during {progress.current}: {exc}")
@@ -141,23 +175,44 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
                              "traceback": traceback.format_exc()}
         progress.console.print(f"[red]run failed[/red] during {progress.current}: {type(exc).__name__}: {exc}")
     finally:
+        guard.quiet()  # a signal from here on is noted, not raised: the manifest is being finished
         manifest["versions"] = _versions(manifest.get("engine_info"))
         manifest["timings_s"] = progress.timings_s
         manifest["finished_at"] = time.time()
         manifest["wall_s"] = round(manifest["finished_at"] - started_at, 3)
+        if manifest["status"] == "interrupted":
+            manifest["kept"] = kept_files(run_dir)
+            progress.console.print(f"[red]run interrupted[/red] by {manifest['error']['signal']} during "
+                                   f"{manifest['error']['phase']}; kept: {', '.join(manifest['kept']) or 'nothing'}")
         if live is not None:
             live.update(phase="done" if manifest["status"] == "ok" else "failed")
             live.stop()
+        with signals_held():
+            write_manifest(run_dir, manifest)  # first, so metrics.prom reads the run's versions and status
         manifest["metrics"] = _push_metrics(run_dir, manifest["status"], metrics, progress)
-        write_manifest(run_dir, manifest)
+        with signals_held():
+            write_manifest(run_dir, manifest)
+        release_run_dir(run_dir)
+        guard.restore()
         progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
     return exit_status, run_dir
 
 
-def run_stages(engine: Engine) -> str:
+def kept_files(run_dir: Path) -> list[str]:
+    """What an interrupted run keeps, as 'folder/ (N files)' or a file name, for the manifest and the last line."""
+    counts: dict[str, int] = {}
+    for entry in file_inventory(run_dir):
+        top, sep, _ = entry["path"].partition("/")
+        key = f"{top}/" if sep else top
+        counts[key] = counts.get(key, 0) + 1
+    return [f"{k} ({n} files)" if k.endswith("/") else k for k, n in sorted(counts.items())]
+
+
+def run_stages(engine: Engine, on_interrupt=None) -> str:
     """Every engine's stages, in order; returns the D4 table with the run's notes under it.
 
-    The engine is stopped on every exit (servers, actors, load), before the failure is recorded."""
+    The engine is stopped on every exit (servers, actors, load), before the failure is recorded; an
+    interrupt is recorded first (on_interrupt), since a second one may cut the stopping short."""
     try:
         engine.start()
         engine.reach_steady_state()
@@ -167,6 +222,10 @@ def run_stages(engine: Engine) -> str:
         table = engine.analyse(traces)
         engine.discard_traces(traces)
         return table
+    except KeyboardInterrupt as exc:  # Interrupted (harness/interrupts.py), or Ray's re-raise of it
+        if on_interrupt is not None:
+            on_interrupt(exc)
+        raise
     finally:
         engine.stop()
 
@@ -239,7 +298,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_version_argument(parser, "SGLang scenarios: the release the launch flags are spelled for, which must be "
                                  "the one installed on the nodes (default: the nodes are asked)")
-    parser.add_argument("--metrics-port", type=int, default=None,
+    from harness.arg_types import port
+
+    parser.add_argument("--metrics-port", type=port, default=None,
                         help="serve live progress metrics (phase, running batch, requests done) for Prometheus on this port while running (0: any free port)")
     from harness.metrics.cli_options import add_push_arguments
 
@@ -252,16 +313,32 @@ def main_from_args(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    from harness.deployment_check import deployment_problems
+
+    if problems := deployment_problems(scenario, args.sglang_version):  # the plan phase's refusals, now
+        print(f"error: {ScenarioError(str(path), problems)}", file=sys.stderr)
+        return 2
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
+    try:
+        check_destination_folder(root, "--runs-dir")
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     metrics = MetricsOptions(pushgateway=args.pushgateway, push_job=args.push_job,
                              delete_old_groups=args.delete_old_groups, live_port=args.metrics_port)
-    status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics,
-                    sglang_version=args.sglang_version)
+    try:
+        status, _ = run(scenario, path.resolve(), root, quiet=args.quiet, metrics=metrics,
+                        sglang_version=args.sglang_version)
+    except KeyboardInterrupt as exc:  # before the run's own handlers were installed: nothing was started
+        print("interrupted before the run started", file=sys.stderr)
+        return as_interrupted(exc).exit_status
     return status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness/run.py", description=__doc__.split("\n\n")[0])
+    from harness.arg_types import OneLineParser
+
+    parser = OneLineParser(prog="harness/run.py", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return main_from_args(parser.parse_args(argv))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = REPO_ROOT / "scenarios"
@@ -30,7 +30,8 @@ class ScenarioError(Exception):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `batch_size: true` is not the number 1, `deepgemm: 1` not true (YAML already gives real types)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Cluster(_Strict):
@@ -119,7 +120,8 @@ Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
 class Model(_Strict):
     """What is served. For the embedded engine, optional overrides of the preset's shape."""
 
-    name: str = Field("deepseek-v3", description="what reports call the model")
+    name: str = Field(..., min_length=1, pattern=r"\S",
+                      description="what reports call the model (required: a default would mislabel runs)")
     num_layers: int | None = Field(None, ge=1, description="decoder layers (embedded: overrides the preset)")
     first_k_dense_replace: int | None = Field(None, ge=0, description="leading dense (non-MoE) layers")
     n_routed_experts: int | None = Field(None, ge=1, description="routed experts per MoE layer")
@@ -162,10 +164,37 @@ class Analysis(_Strict):
     model: str | None = Field(None, description="model spec name (deepseek-v3) or YAML path; None: inferred")
     rank_policy: str = Field("mean", pattern=r"^(mean|max|rank:.+)$", description="mean | max | rank:LABEL")
 
+    @field_validator("signature")
+    @classmethod
+    def _signature_loads(cls, value: str) -> str:
+        """Checked now: the analysis would refuse it only after deployment and profile."""
+        from analysis.attribution.signature import load_signature
+        from analysis.errors import AnalysisError
+
+        try:
+            load_signature(value)
+        except AnalysisError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_loads(cls, value: str | None) -> str | None:
+        from analysis.errors import AnalysisError
+        from analysis.ingest.model_spec import load_model_spec
+
+        if value is not None:
+            try:
+                load_model_spec(value)
+            except AnalysisError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
 
 class Outputs(_Strict):
     keep_traces: bool = Field(True, description="copy raw traces into the run directory")
-    trace_prefix: str | None = Field(None, description="trace file prefix (default: the run directory's name)")
+    trace_prefix: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]+$",
+                                     description="trace file prefix (default: the run directory's name)")
 
 
 class Scenario(_Strict):
@@ -173,7 +202,7 @@ class Scenario(_Strict):
     description: str = ""
     cluster: Cluster = Field(default_factory=Cluster)
     engine: Engine
-    model: Model = Field(default_factory=Model)
+    model: Model = Field(..., description="what is served; at least its name")
     workload: Workload = Field(default_factory=Workload)
     profile: Profile = Field(default_factory=Profile)
     analysis: Analysis = Field(default_factory=Analysis)
@@ -278,6 +307,11 @@ def combination_problems(s: Scenario) -> list[str]:
         elif e.tp * e.pp > total_gpus:
             what = f"engine.tp ({e.tp})" + (f" x engine.pp ({e.pp})" if e.pp > 1 else "")
             problems.append(f"{what} exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
+        if e.max_running_requests is not None and w.batch_size > e.max_running_requests:
+            problems.append(
+                f"workload.batch_size ({w.batch_size}) exceeds engine.max_running_requests ({e.max_running_requests}): "
+                "the server never runs that batch, so steady state is never reached"
+            )
         if e.tp % e.dp:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):
@@ -346,6 +380,8 @@ def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
         msg = f"unknown engine kind {err.get('ctx', {}).get('tag')!r} (expected embedded or sglang)"
     elif err["type"] == "union_tag_not_found":
         msg = "missing key 'kind' (embedded or sglang)"
+    elif err["type"] == "missing":
+        msg = "missing (required)"
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     return loc, msg
@@ -354,9 +390,24 @@ def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
 _KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (lines {seen[key]} and {line}); keep one", key_node.start_mark)
+            seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def parse_scenario(text: str, source: str) -> Scenario:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(source, [f"not valid YAML: {exc}"]) from exc
@@ -375,7 +426,7 @@ def parse_scenario(text: str, source: str) -> Scenario:
                     problems.append(f"{part} (line {line})" if line else part)
                 continue
             key = ".".join(str(x) for x in loc)
-            line = _line_of(root, loc)
+            line = _line_of(root, loc) if err["type"] != "missing" else None  # a missing key has no line
             where = f"{key} (line {line})" if line else key
             problems.append(f"{where}: {msg}")
         raise ScenarioError(source, problems) from None

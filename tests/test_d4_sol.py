@@ -97,11 +97,11 @@ def test_analyze_and_compare_cli_write_the_columns(trace, tmp_path, capsys):
 
 
 def test_half_given_sol_options_are_clear_errors(trace, capsys):
-    assert _cli(analyze_command, ["analyze", str(trace), "--hardware", "h800"]) == 1
+    assert _cli(analyze_command, ["analyze", str(trace), "--hardware", "h800"]) == 2
     assert "--batch-per-rank and --kv-len" in capsys.readouterr().err
-    assert _cli(analyze_command, ["analyze", str(trace), "--batch-per-rank", "8", "--kv-len", "100"]) == 1
+    assert _cli(analyze_command, ["analyze", str(trace), "--batch-per-rank", "8", "--kv-len", "100"]) == 2
     assert "need --hardware" in capsys.readouterr().err
-    assert _cli(analyze_command, ["analyze", str(trace), "--model", "llama-8b", *SOL_ARGS]) == 1
+    assert _cli(analyze_command, ["analyze", str(trace), "--model", "llama-8b", *SOL_ARGS]) == 2
     assert "SOL columns need model shapes" in capsys.readouterr().err
 
 

@@ -101,5 +101,5 @@ def test_cli_analyze_and_compare_both_languages(tmp_path, capsys):
 
 
 def test_cli_reports_missing_file(capsys):
-    assert main(["analyze", "/nonexistent/x-TP-0.trace.json.gz"]) == 1
+    assert main(["analyze", "/nonexistent/x-TP-0.trace.json.gz"]) == 2
     assert "/nonexistent/x-TP-0.trace.json.gz: no such file" in capsys.readouterr().err

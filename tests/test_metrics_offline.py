@@ -65,7 +65,7 @@ def test_every_exported_name_is_defined_and_labels_are_bounded(tmp_path):
     samples = _samples(synthetic_run.build(tmp_path))
     defined = d.all_exposed_names()
     allowed_labels = {"scenario", "run_id", "group", "module", "kernel", "stage", "quantile", "status", "outcome",
-                      "phase", "engine", "model", "signature", "harness_version", "gpus"}
+                      "phase", "engine", "engine_version", "model", "signature", "harness_version", "gpus"}
     for name, labels in samples:
         assert name in defined, name
         assert {k for k, _ in labels} <= allowed_labels, (name, labels)

@@ -296,3 +296,92 @@ def test_profile_without_trace_fails_clearly(ray_head: RayHead, tmp_path: Path) 
     assert manifest["status"] == "failed"
     assert len(manifest["warmup_step_ms"]) >= 6  # warm-up data collected before the failure is kept
     assert "fault injection: trace export skipped" in (run_dir / "engine.log").read_text()
+
+
+class DriverHead(RayHead):
+    """A head for plain drivers (RAY_ADDRESS), which need no job agent: ready once its dashboard answers."""
+
+    def _agent_takes_jobs(self) -> bool:
+        return True
+
+
+@pytest.fixture(scope="session")
+def driver_head():
+    head = DriverHead()
+    try:
+        head.start()
+        yield head
+    finally:
+        head.stop()
+
+
+DEMO_PHASES = ("connect to Ray", "start engine", "prefill", "warm up to steady state", "profile 3 decode steps",
+               "finish requests", "analyse traces")
+
+
+def _interrupted_run(head: RayHead, runs: Path, phase: str, signals: list[int]) -> tuple[int, str, list[str]]:
+    """The demo as a plain driver, sent `signals` (0.2 s apart) as soon as it prints that `phase` starts;
+    returns (exit status, stderr, the phases it had started when the first signal went)."""
+    proc = subprocess.Popen([sys.executable, "harness/run.py", "--scenario", "demo", "--runs-dir", str(runs)],
+                            cwd=REPO, env=_env(RAY_ADDRESS=head.gcs), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines, started = [], []
+    try:
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("> "):
+                started.append(line[2:].rsplit(" ...", 1)[0])
+            if started and started[-1] == phase:
+                for sig in signals:
+                    proc.send_signal(sig)
+                    time.sleep(0.2)
+                break
+        lines += proc.stderr.readlines()
+        return proc.wait(timeout=JOB_TIMEOUT_S), "".join(lines), started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("phase", DEMO_PHASES)
+def test_sigint_in_each_phase_leaves_a_true_manifest_and_keeps_what_was_collected(driver_head, tmp_path, phase):
+    status, err, started = _interrupted_run(driver_head, tmp_path, phase, [signal.SIGINT])
+    assert status == 130, err
+    assert started[-1] == phase, err  # the demo reached the phase before the signal went
+    run_dir = _only_run_dir(tmp_path)
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "interrupted" and manifest["error"]["signal"] == "SIGINT"
+    # the phase the run was in: the last one it had started when it stopped (a fast phase may have ended
+    # between the line and the signal, so the next one is the truth then)
+    last_started = [line[2:].rsplit(" ...", 1)[0] for line in err.splitlines() if line.startswith("> ")][-1]
+    assert manifest["error"]["phase"] == last_started, err
+    assert "Traceback" not in err and f"run interrupted by SIGINT during {last_started}" in err
+    kept = {f["path"] for f in manifest["files"]}
+    assert {"scenario.yaml", "scenario.source.yaml"} <= kept
+    assert all((run_dir / path).is_file() for path in kept)
+    assert manifest["kept"] and not (run_dir / ".running").exists()
+    reached = DEMO_PHASES.index(last_started)
+    if reached >= DEMO_PHASES.index("warm up to steady state"):  # the batch's request records so far are written
+        records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and all(r["output_len"] >= 1 for r in records), records  # demo: batch_size 4
+        if reached < DEMO_PHASES.index("finish requests"):
+            assert not any(r["completed"] for r in records)
+    if reached > DEMO_PHASES.index("warm up to steady state"):  # the step times so far are written
+        steps = (run_dir / "load" / "steps.jsonl").read_text().splitlines()
+        assert len(steps) >= len(manifest["warmup_step_ms"]) > 0
+    if reached > DEMO_PHASES.index("profile 3 decode steps"):  # the trace came back: it is kept
+        assert any(p.startswith("traces/") for p in kept)
+    prom = (run_dir / "metrics.prom").read_text()
+    assert 'status="interrupted"} 1.0' in prom and re.search(r'harness_version="\d[^"]*"', prom), prom
+    engine_version = re.search(r'engine="embedded",engine_version="([^"]*)"', prom).group(1)
+    if reached > DEMO_PHASES.index("start engine"):  # the engine answered: its torch is the engine's version
+        assert re.fullmatch(r"\d+\.\d+\S*", engine_version) and engine_version == manifest["versions"]["torch (engine)"]
+
+
+def test_a_second_sigterm_during_clean_up_still_leaves_the_manifest(driver_head, tmp_path):
+    status, err, _ = _interrupted_run(driver_head, tmp_path, "start engine", [signal.SIGTERM, signal.SIGTERM])
+    assert status == 143, err
+    manifest = _manifest(_only_run_dir(tmp_path))
+    assert manifest["status"] == "interrupted" and manifest["error"]["signal"] == "SIGTERM"
+    assert manifest["error"]["phase"] == "start engine"
+    assert "Traceback" not in err

@@ -472,3 +472,42 @@ def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_laye
     assert [r.layer for r in column.expert_load.layers] == [1, 2, 3]
     assert "| expert load | layer 2 |" in render_markdown([column, column])
     _no_secret_in(run_dir)
+
+
+@pytest.mark.parametrize("when, sig", [("requests.jsonl", "SIGINT"), ("traces", "SIGTERM")])
+def test_an_interrupted_sglang_run_stops_every_server_and_leaves_a_true_manifest(cluster, env, tmp_path, when, sig):
+    """SIGINT while the load runs (steady state or profile), SIGTERM once traces are being copied back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    scenario, path = _scenario(tmp_path)
+    runs = tmp_path / "runs"
+    sent: list[float] = []
+
+    def signal_when_there() -> None:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            hits = [p for p in runs.glob(f"*/load/{when}") if p.stat().st_size] if when.endswith(".jsonl") \
+                else list(runs.glob(f"*/{when}/*.trace.json.gz"))
+            if hits:
+                sent.append(time.monotonic())
+                os.kill(os.getpid(), getattr(signal, sig))  # the main thread gets it, as from a terminal
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=signal_when_there, daemon=True)
+    watcher.start()
+    status, run_dir = run(scenario, path, runs, quiet=True)
+    watcher.join()
+    assert sent, "the run ended before the signal could be sent"
+    manifest = _manifest(run_dir)
+    assert status == 128 + getattr(signal, sig) and manifest["status"] == "interrupted", manifest.get("error")
+    assert manifest["error"]["signal"] == sig and manifest["error"]["phase"]
+    assert not _fake_servers(), "a server outlived the interrupted run"
+    kept = {f["path"] for f in manifest["files"]}
+    assert "load/requests.jsonl" in kept and any(k.startswith("logs/sglang-node") for k in kept)
+    records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+    assert records, "the load records collected before the signal are kept"
+    assert not (run_dir / ".running").exists()

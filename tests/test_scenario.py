@@ -84,6 +84,7 @@ def test_sglang_tp_beyond_cluster_gpus() -> None:
 name: sg
 cluster: {nodes: 1, gpus_per_node: 8}
 engine: {kind: sglang, model_path: deepseek-ai/DeepSeek-V3, tp: 16}
+model: {name: deepseek-v3}
 """
     assert "engine.tp (16) exceeds the cluster's GPUs" in _problems(text)
 
@@ -138,6 +139,7 @@ def test_sglang_output_must_outlast_the_profiled_steps() -> None:
 name: sg
 cluster: {nodes: 1, gpus_per_node: 8}
 engine: {kind: sglang, model_path: m, tp: 8, speculative: {num_draft_tokens: 4}}
+model: {name: m}
 workload: {output_len: 20}
 profile: {num_steps: 3}
 """

@@ -18,6 +18,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _compiled(value: str | None, what: str = "regex") -> str | None:
+    """Every regex of a signature compiles at load, so the error names its key (pydantic adds the path)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{what} {value!r} is not a valid regex: {exc}") from None
+    return value
+
+
 class Entry(_Strict):
     """One kernel slot of a template."""
 
@@ -42,10 +52,13 @@ class Entry(_Strict):
     @field_validator("match")
     @classmethod
     def _regex_compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"match {value!r} is not a valid regex: {exc}") from exc
+        return _compiled(value, "match")
+
+    @field_validator("weights")
+    @classmethod
+    def _weight_keys_compile(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            _compiled(key, "weights key")
         return value
 
     @cached_property
@@ -85,6 +98,8 @@ class Family(_Strict):
     group: str
     match: str
 
+    _match_compiles = field_validator("match")(lambda cls, v: _compiled(v, "match"))
+
     @cached_property
     def regex(self) -> re.Pattern[str]:
         return re.compile(self.match)
@@ -95,6 +110,8 @@ class ModuleMapEntry(_Strict):
     group: str
     module: str
     within: str | None = None  # only when an enclosing module's class matches this regex
+
+    _regexes_compile = field_validator("match", "within")(lambda cls, v, info: _compiled(v, info.field_name))
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -108,6 +125,8 @@ class ModuleMapEntry(_Strict):
 class ModuleRanges(_Strict):
     layer: str
     map: list[ModuleMapEntry]
+
+    _layer_compiles = field_validator("layer")(lambda cls, v: _compiled(v, "layer"))
 
     @cached_property
     def layer_regex(self) -> re.Pattern[str]:

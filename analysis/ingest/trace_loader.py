@@ -80,7 +80,25 @@ _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
-_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError)
+_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)  # msgspec: invalid UTF-8
+
+
+_INF = float("inf")
+
+
+class _BadDuration(Exception):
+    """A kernel event whose `dur` cannot be a duration (missing, negative or not finite), or whose
+    `ts` is not a number."""
+
+    def __init__(self, index: int, event: _Event, field: str = "dur"):
+        self.index, self.event = index, event
+        raw = getattr(event, field)
+        value = "missing" if raw is None else repr(raw)
+        super().__init__(f"event {index} ({event.cat} {event.name[:80]!r}): {field} {value}")
+
+
+def _index_in(events: list[_Event], event: _Event) -> int:
+    return next(i for i, ev in enumerate(events) if ev is event)
 
 
 def _is_launch(name: str) -> bool:
@@ -103,10 +121,18 @@ class _Collector:
         self.cpu_ops: list[Range] = []  # kept only for CPU-only traces (no GPU activity)
         self._names: dict[str, str] = {}
         self.events_seen = 0
+        self.longest_kernel: tuple[float, int, _Event | None, list[_Event] | None] = (-1.0, 0, None, None)
+        self.longest_cpu_op: tuple[float, int, _Event | None, list[_Event] | None] = (-1.0, 0, None, None)
+        self.bad_cpu_op: _BadDuration | None = None
 
     def add(self, events: list[_Event]) -> None:
-        """One pass over a slice; the common categories are tested first (this loop is hot)."""
+        """One pass over a slice; the common categories are tested first (this loop is hot).
+
+        A kernel's (or, in a CPU-only trace, an operator's) `dur` must be present, finite and not
+        negative (else _BadDuration); the longest is kept to be checked against the trace's span."""
+        base = self.events_seen
         self.events_seen += len(events)
+        longest = self.longest_kernel[0]
         intern = self._names.setdefault
         kernels = self.kernels
         module_ranges = self.module_ranges
@@ -131,10 +157,20 @@ class _Collector:
                     if hit:
                         self.function_ranges.append(self._range(ev))
                 continue
-            if ev.ph != "X" or cat is None or ev.ts.__class__ is not float:
+            if ev.ph != "X" or cat is None:
                 continue
             kind = _GPU_CATS.get(cat)
+            if ev.ts.__class__ is not float:
+                if kind is not None:  # a kernel without a usable start would silently leave the sums
+                    raise _BadDuration(base + _index_in(events, ev), ev, "ts")
+                continue
             if kind is not None:
+                dur = ev.dur
+                if dur is None or not 0.0 <= dur < _INF:
+                    raise _BadDuration(base + _index_in(events, ev), ev)
+                if dur > longest:
+                    longest = dur
+                    self.longest_kernel = (dur, base, ev, events)
                 args = ev.args
                 if args is None:
                     stream, correlation = ev.tid, -1
@@ -147,7 +183,7 @@ class _Collector:
                         intern(name, name),
                         stream if stream.__class__ is int else -1,
                         ev.ts,
-                        float(ev.dur or 0.0),
+                        dur,
                         correlation,
                         "",
                         kind,
@@ -174,7 +210,13 @@ class _Collector:
             elif cat == "user_annotation":
                 self.cpu_annotations.append(self._range(ev))
             elif cat == "cpu_op":
-                if not kernels:
+                if not kernels:  # checked only if the trace turns out CPU-only (load_trace)
+                    dur = ev.dur
+                    if dur is None or not 0.0 <= dur < _INF:
+                        if self.bad_cpu_op is None:
+                            self.bad_cpu_op = _BadDuration(base + _index_in(events, ev), ev)
+                    elif dur > self.longest_cpu_op[0]:
+                        self.longest_cpu_op = (dur, base, ev, events)
                     self.cpu_ops.append(self._range(ev))
 
     def _range(self, ev: _Event) -> Range:
@@ -303,21 +345,46 @@ def _decode_prefix(buffer: _Buffer, collector: _Collector) -> bool:
 
 
 def _finish(path: str, buffer: _Buffer, collector: _Collector) -> bytes:
-    """Decode the last slice of events; return the document's tail after the events array."""
+    """Decode the last slice of events; return the document's tail after the events array.
+
+    When no ending decodes, the error is the decoder's own, from the last candidate ending (the
+    document's real one when the file is whole), with its location in the whole events array."""
     data = buffer.data
     ends = list(_ARRAY_END.finditer(data, 0, buffer.end))
+    first_error: Exception | None = None
     for match in reversed(ends):
         bracket = data.index(b"]", match.start())
         tail = bytes(data[bracket + 1 : buffer.end])
         try:
-            msgspec.json.decode(b'{"traceEvents":[]' + tail)
             with memoryview(data) as view:
                 events = _decode_events(view[: bracket + 1])
-        except _BAD_SLICE:
+            msgspec.json.decode(b'{"traceEvents":[]' + tail)
+        except _BAD_SLICE as exc:
+            first_error = first_error or exc
             continue
         collector.add(events)
         return tail
-    raise TraceLoadError(path, "not valid trace JSON: the traceEvents array is malformed or truncated")
+    if first_error is None:  # no ending at all: the decoder says where the events stop making sense
+        try:
+            with memoryview(data) as view:
+                _decode_events(view[: buffer.end])
+        except _BAD_SLICE as exc:
+            first_error = exc
+    raise TraceLoadError(path, f"not valid trace JSON: {_decoder_message(first_error, collector.events_seen)}")
+
+
+_SLICE_AT = re.compile(r"`\$\[(\d+)\]")
+_BYTE_AT = re.compile(r" \(byte \d+\)")
+
+
+def _decoder_message(exc: Exception | None, first_event: int) -> str:
+    """msgspec's message with its location in the file's traceEvents (a slice starts at first_event)."""
+    if exc is None:
+        return "the traceEvents array is malformed or truncated"
+    text = _SLICE_AT.sub(lambda m: f"`$.traceEvents[{first_event + int(m.group(1))}]", str(exc))
+    if isinstance(exc, msgspec.ValidationError):
+        return text
+    return f"{_BYTE_AT.sub('', text)} (in the events after event {first_event})"
 
 
 def _open_source(path: str, on_bytes: Callable[[int], None] | None):
@@ -396,6 +463,9 @@ def load_trace(
     gc.disable()  # the decoder allocates millions of short-lived objects; none form cycles
     try:
         header_bytes, tail, total = _read_events(path, on_bytes, collector)
+    except _BadDuration as exc:
+        raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
+                                   "negative (docs/analysis.md, durations)") from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -404,6 +474,10 @@ def load_trace(
     for kernel in collector.kernels:
         kernel.launcher = launch_names.get(kernel.correlation, "unknown")
     if not collector.kernels and require_kernels:  # CPU-only trace: operators' self time, launcher "cpu"
+        if collector.bad_cpu_op is not None:
+            raise TraceLoadError(path, f"{collector.bad_cpu_op}: an operator's dur must be present, finite and not "
+                                       "negative (docs/analysis.md, durations)")
+        collector.longest_kernel = collector.longest_cpu_op
         collector.kernels = _leaf_cpu_ops(collector.cpu_ops)
     if not collector.kernels and require_kernels:
         raise TraceLoadError(
@@ -417,6 +491,7 @@ def load_trace(
                    collector.function_ranges):
         ranges.sort(key=lambda r: (r.start_us, -r.dur_us))
     collector.launches.sort(key=lambda launch: launch.start_us)
+    _check_longest_kernel(path, collector)
     return RankTrace(
         path=path,
         rank=rank or rank_id_for(path),
@@ -430,6 +505,28 @@ def load_trace(
         function_ranges=collector.function_ranges,
         capture_windows=_capture_windows(collector.capture_calls),
     )
+
+
+def _check_longest_kernel(path: str, collector: _Collector) -> None:
+    """No kernel may last longer than the trace's span: from its earliest event start to the latest
+    start or end of a range (annotations, module and function ranges) or start of a kernel or launch.
+    A longer one is corrupt and would swamp every sum it enters (docs/analysis.md, durations)."""
+    dur, base, event, events = collector.longest_kernel
+    if event is None:
+        return
+    ranges = (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges,
+              collector.function_ranges)
+    firsts = [items[0].start_us for items in (collector.kernels, collector.launches, *ranges) if items]
+    lasts = [items[-1].start_us for items in (collector.kernels, collector.launches) if items]
+    lasts += [max(r.end_us for r in items) for items in ranges if items]
+    if not firsts or not lasts:
+        return
+    span_us = max(lasts) - min(firsts)
+    if dur > span_us:
+        index = base + _index_in(events, event)
+        raise TraceLoadError(path, f"event {index} ({event.cat} {event.name[:80]!r}): dur {dur!r} us is longer than "
+                                   f"the whole trace ({span_us:.1f} us from its first event to its last): a kernel's "
+                                   "dur must fit in the trace (docs/analysis.md, durations)")
 
 
 def _capture_windows(calls: list[Range]) -> list[Range]:
@@ -484,7 +581,7 @@ def _device_name(header: bytes, tail: bytes) -> str | None:
     for doc in (header.rstrip().rstrip(b",") + b"}", b"{" + tail.lstrip().lstrip(b",")):
         try:
             parsed = _decode_header(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             continue
         if parsed.deviceProperties:
             return parsed.deviceProperties[0].name

@@ -75,6 +75,7 @@ class D4Column(msgspec.Struct):
     expert_load: ExpertLoad | None = None
     comm_kernels: int = 0  # communication kernels in the used steps
     comm_unsplit: int = 0  # of those, the ones with no copy on some rank of their step: no split
+    failed_files: list[str] = []  # "path: why" of each given file that could not be analysed
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -366,7 +367,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
     for c in columns:
         note = (
             f"{c.name}: stage {c.stage}, {c.stat} over {c.steps_used} steps"
-            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)} ({c.rank_policy})"
+            f" ({c.steps_skipped} skipped), ranks {len(c.ranks)}"
+            + (f" of {len(c.ranks) + len(c.failed_files)}" if c.failed_files else "") + f" ({c.rank_policy})"
         )
         if c.layer_counts:
             note += f"; {c.layer_counts}"
@@ -382,6 +384,7 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.signature_evidence.startswith("unverified"):
             notes.append(f"{c.name}: signature {c.signature}: {c.signature_evidence}: its rows are the signature's "
                          "names, checked on no real trace")
+        notes += [f"{c.name}: NOT ANALYSED, left out of the table: {failed}" for failed in c.failed_files]
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     from analysis.tables.comm_table import markdown_sections

@@ -6,30 +6,37 @@ import sys
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from harness.arg_types import positive_float, positive_int, rank_policy
 from harness.commands.sol_options import add_sol_options, sol_settings_from
+from harness.output_dir import OutputError, prepare_output
+
+
+def add_overwrite_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out may hold this command's own earlier output, which is replaced (never other files)")
 
 
 def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--signature", default="generic",
                    help="built-in signature name or a YAML file (default: generic; see --list-signatures)")
     p.add_argument("--model", default=None, help="built-in model name (e.g. deepseek-v3) or a YAML file; checks layer counts")
-    p.add_argument("--layers", type=int, default=None,
+    p.add_argument("--layers", type=positive_int, default=None,
                    help="decoder layers the model has (checks each step's layer count; overrides --model's)")
     p.add_argument("--strict", action="store_true",
                    help="leave steps whose layer count differs from the expected one out of the table "
                         "(default: keep them and flag the mismatch in the notes and problems.csv)")
-    p.add_argument("--rank-policy", default="mean", help="combine ranks by mean, max, or rank:LABEL (default: mean)")
+    p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
-    p.add_argument("--accept-length", type=float, default=None, help="MTP mean accept length, for time per accepted token")
+    p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length, for time per accepted token")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
                    help="CUDA-graph capture trace(s) with module ranges (SGLang graph_capture_profile/, vLLM "
                         "capture_traces/, a file or a folder; repeatable): each replayed kernel is named by the "
                         "module that launched it during capture; one that cannot be used is reported, never skipped")
     p.add_argument("--attribution", default="auto", choices=["auto", "template", "modules"],
                    help="auto: module ranges, then capture trace, then the signature template (default)")
-    p.add_argument("--step-gap-us", type=float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
-    p.add_argument("--jobs", type=int, default=None, help="ranks parsed in parallel (default: one per core)")
+    p.add_argument("--step-gap-us", type=positive_float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
+    p.add_argument("--jobs", type=positive_int, default=None, help="ranks parsed in parallel (default: one per core)")
     p.add_argument("--lang", default="en", choices=["en", "zh"], help="table headings in English or Chinese (seed's headings)")
     add_sol_options(p)
 
@@ -38,7 +45,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("analyze", help="analyse kernel traces (one file per rank) into a D4 table",
                               description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace files) into a per-layer D4 table.")
     p.add_argument("traces", nargs="*", help="trace files or directories")
-    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json")
+    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json "
+                                              "(a new or empty folder; see --overwrite)")
+    add_overwrite_argument(p)
     p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
     p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")
     p.add_argument("--list-signatures", action="store_true", help="list built-in signatures and models, then exit")
@@ -93,13 +102,18 @@ def run(args) -> int:
             print(f"moe-harness analyze: --expert-load: {exc}", file=sys.stderr)
             return 2
     try:
+        out = prepare_output(args.out, "analyze", args.overwrite) if args.out else None
+    except OutputError as exc:
+        print(f"moe-harness analyze: {exc}", file=sys.stderr)
+        return 2
+    try:
         options = options_from(args, name, labels)
         options.expert_load = args.expert_load
         result = analyze(args.traces, signature=args.signature, model=args.model,
                          options=options, progress=sys.stderr.isatty())
     except AnalysisError as exc:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(render_markdown([result.d4], args.lang))
     from analysis.attribution.overlap import stream_summary
 
@@ -111,7 +125,11 @@ def run(args) -> int:
     for problem in result.problems:
         where = f"{problem.path} " if problem.path else ""
         print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
-    if args.out:
-        files = write_outputs(result, args.out, args.lang)
+    if out is not None:
+        try:
+            files = out.write(lambda folder: write_outputs(result, folder, args.lang))
+        except (OutputError, OSError) as exc:
+            print(f"moe-harness analyze: --out {args.out}: {exc}", file=sys.stderr)
+            return 2
         print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
     return 0

@@ -19,7 +19,9 @@ def register(subparsers) -> None:
     p.add_argument("--decode", default=None, help="a CUDA-graph decode trace (with --capture-trace)")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
                    help="capture traces of the decode trace's graphs (repeatable)")
-    p.add_argument("--out", default=None, help="directory for calibration.md and calibration.json")
+    p.add_argument("--out", default=None, help="directory for calibration.md and calibration.json (a new or empty folder; see --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out may hold this command's own earlier output, which is replaced (never other files)")
     p.set_defaults(func=run)
 
 
@@ -30,18 +32,31 @@ def run(args) -> int:
     if (args.truth is None) == (not args.capture_trace):
         print("moe-harness calibrate: give either --truth TRACE or --decode TRACE with --capture-trace", file=sys.stderr)
         return 2
+    from harness.output_dir import OutputError, prepare_output
+
+    try:
+        out = prepare_output(args.out, "calibrate", args.overwrite) \
+            if args.out else None
+    except OutputError as exc:
+        print(f"moe-harness calibrate: {exc}", file=sys.stderr)
+        return 2
     try:
         cal = calibrate(args.signature, truth_trace=args.truth, decode_trace=args.decode,
                         capture_refs=args.capture_trace or None)
     except AnalysisError as exc:
         print(f"moe-harness calibrate: {exc}", file=sys.stderr)
-        return 1
+        return 2
     text = render_markdown(cal)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "calibration.md").write_text(text)
-        (out / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
-        print(f"wrote {out / 'calibration.md'} and calibration.json", file=sys.stderr)
+    if out is not None:
+        def fill(folder: Path) -> None:
+            (folder / "calibration.md").write_text(text)
+            (folder / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
+
+        try:
+            out.write(fill)
+        except (OutputError, OSError) as exc:
+            print(f"moe-harness calibrate: --out {args.out}: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {Path(args.out) / 'calibration.md'} and calibration.json", file=sys.stderr)
     return 0

@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 from analysis.errors import AnalysisError
-from harness.commands.analyze import add_analysis_options, options_from
+from harness.commands.analyze import add_analysis_options, add_overwrite_argument, options_from
+from harness.output_dir import OutputError, prepare_output
 from harness.commands.sol_options import sol_settings_from
 
 
@@ -16,7 +17,8 @@ def register(subparsers) -> None:
                     "(or a run directory holding analysis/), or trace files/directories analysed here with the options below. "
                     "SOL options (--hardware, --batch-per-rank, --kv-len, ...) apply to every column, saved ones included.")
     p.add_argument("columns", nargs="+", metavar="NAME=PATH[,PATH...]")
-    p.add_argument("--out", default=None, help="directory for compare.md and compare.csv")
+    p.add_argument("--out", default=None, help="directory for compare.md and compare.csv (a new or empty folder; see --overwrite)")
+    add_overwrite_argument(p)
     add_analysis_options(p)
     p.set_defaults(func=run)
 
@@ -38,11 +40,28 @@ def _column(name: str, paths: list[str], args):
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
 
 
+def layer_count_note(columns) -> str:
+    """A note (also on stderr) when the columns' models have different layer counts: per-layer rows
+    compare, the all-layers and end-to-end lines do not."""
+    counts = {c.name: round(c.num_layers) for c in columns}
+    if len(set(counts.values())) < 2:
+        return ""
+    note = ("- LAYER COUNTS DIFFER: " + ", ".join(f"{name} {n:g}" for name, n in counts.items())
+            + " layers per step; the per-layer rows compare, the all-layers and end-to-end lines do not\n")
+    print(f"moe-harness compare: warning: {note[2:].strip()}", file=sys.stderr)
+    return note
+
+
 def run(args) -> int:
     from analysis.api import _atomic_write, write_table_csv
     from analysis.tables.d4 import render_markdown
 
     columns = []
+    try:
+        out = prepare_output(args.out, "compare", args.overwrite) if args.out else None
+    except OutputError as exc:
+        print(f"moe-harness compare: {exc}", file=sys.stderr)
+        return 2
     try:
         for spec in args.columns:
             name, sep, paths = spec.partition("=")
@@ -52,12 +71,18 @@ def run(args) -> int:
             columns.append(_column(name, paths.split(","), args))
     except AnalysisError as exc:
         print(f"moe-harness compare: {exc}", file=sys.stderr)
-        return 1
-    table = render_markdown(columns, args.lang)
+        return 2
+    table = render_markdown(columns, args.lang) + layer_count_note(columns)
     print(table)
-    if args.out:
-        out = Path(args.out)
-        _atomic_write(out / "compare.md", lambda fh: fh.write(table))
-        write_table_csv(out / "compare.csv", columns, args.lang)
-        print(f"wrote compare.md and compare.csv to {out}", file=sys.stderr)
+    if out is not None:
+        def fill(folder: Path) -> None:
+            _atomic_write(folder / "compare.md", lambda fh: fh.write(table))
+            write_table_csv(folder / "compare.csv", columns, args.lang)
+
+        try:
+            out.write(fill)
+        except (OutputError, OSError) as exc:
+            print(f"moe-harness compare: --out {args.out}: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote compare.md and compare.csv to {args.out}", file=sys.stderr)
     return 0

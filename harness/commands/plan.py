@@ -51,10 +51,11 @@ def run(args) -> int:
     from harness.sglang.flags import FlagError
     from harness.sglang.plan import PlanError, build_plan
     from harness.sglang.version import VersionError
+    from harness.scenario import ScenarioError
     try:
         spec, path = load_deployment_spec(args.scenario)
         plan = build_plan(spec, version=args.sglang_version)
-    except (PlanError, VersionError, ValueError) as exc:
+    except (PlanError, VersionError, ValueError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if plan.sglang.assumption:

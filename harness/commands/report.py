@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from analysis.errors import AnalysisError
+from harness.arg_types import positive_float, positive_int
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -27,10 +28,13 @@ def register(subparsers) -> None:
                     "--batch-per-rank and --kv-len, unless the analysis saved them (a DeepSeek-V3 scenario run).")
     p.add_argument("inputs", nargs="+", help="an analysis or run directory, or trace files (.json / .json.gz)")
     p.add_argument("--out", default=None,
-                   help="output directory (default: the analysis directory; for traces a new kernel-report-TIME directory)")
-    p.add_argument("--top", type=int, default=20, help="kernels per stage (default: 20)")
+                   help="output directory (default: the analysis directory, beside its files; for traces a new "
+                        "kernel-report-TIME directory); a new or empty folder, see --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="the destination may hold this command's own earlier report, which is replaced (never other files)")
+    p.add_argument("--top", type=positive_int, default=20, help="kernels per stage (default: 20)")
     p.add_argument("--signature", default="generic", help="signature for analysing trace inputs (default: generic)")
-    p.add_argument("--speedup", type=float, default=2.0,
+    p.add_argument("--speedup", type=positive_float, default=2.0,
                    help="what-if factor: the step if one D4 row ran this many times faster (default: 2)")
     p.add_argument("--ncu", default=None, metavar="CSV", help="Nsight Compute export (ncu --csv --page raw)")
     p.add_argument("--model", default=None, help="model shapes for SOL (default: the saved analysis's, else deepseek-v3)")
@@ -163,7 +167,7 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
     return _from_traces(paths, signature)
 
 
-def build(args) -> tuple[list, Path, str]:
+def build(args) -> tuple[list, str]:
     from analysis.sol.hardware import load_hardware
     from analysis.report.kernel_report import ReportInputs, build_report
     from analysis.report.ncu import classify, read_ncu_csv
@@ -203,19 +207,42 @@ def build(args) -> tuple[list, Path, str]:
             from analysis.report.sol_vs_ncu import row_checks
 
             inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
-    out = Path(args.out) if args.out else (got.analysis_dir if got.analysis_dir is not None else _new_out_dir())
-    return build_report(inputs), out, inputs.title
+    return build_report(inputs), inputs.title
+
+
+def _analysis_dir_of(inputs: list[str]) -> Path | None:
+    """The analysis folder a single input stands for (itself or a run's analysis/), else None."""
+    if len(inputs) == 1 and Path(inputs[0]).is_dir():
+        for adir in (Path(inputs[0]), Path(inputs[0]) / "analysis"):
+            if (adir / "kernels_long.csv").exists():
+                return adir
+    return None
+
+
+def prepare_out(args: argparse.Namespace):
+    """The checked destination, before any work: --out, else beside the analysis files, else a new folder."""
+    from harness.output_dir import prepare_output
+
+    adir = _analysis_dir_of(args.inputs)
+    if args.out is None and adir is not None:  # the report goes beside the analysis's own files
+        return prepare_output(adir, "report", args.overwrite, beside=None)
+    return prepare_output(Path(args.out) if args.out else _new_out_dir(), "report", args.overwrite)
 
 
 def run(args: argparse.Namespace) -> int:
     from analysis.report.kernel_report import write_report
+    from harness.output_dir import OutputError
 
     try:
-        blocks, out, title = build(args)
-        files = write_report(blocks, out, title)
-    except AnalysisError as exc:
+        out = prepare_out(args)
+        blocks, title = build(args)
+        files = out.write(lambda folder: write_report(blocks, folder, title))
+    except (AnalysisError, OutputError) as exc:
         print(f"moe-harness report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"moe-harness report: {out.path}: {exc}", file=sys.stderr)
+        return 2
     for path in files.values():
-        print(path)
+        print(out.path / path.name)
     return 0

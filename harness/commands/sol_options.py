@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness.arg_types import non_negative_int, positive_int
+
 from analysis.errors import AnalysisError
 
 DEPLOYMENT_FIELDS = ("batch_per_rank", "kv_len", "tp", "dp", "ep", "mtp_draft_tokens", "weight_dtype", "kv_dtype",
@@ -15,12 +17,12 @@ def add_sol_options(p: argparse.ArgumentParser) -> None:
         "--hardware with --batch-per-rank and --kv-len adds SOL us, % of SOL and bound per D4 row")
     g.add_argument("--hardware", default=None,
                    help="h800, h100, h200, b200 or a hardware YAML file (report: also the roofline peaks)")
-    g.add_argument("--batch-per-rank", type=int, default=None, help="requests in one rank's attention batch")
-    g.add_argument("--kv-len", type=int, default=None, help="mean KV-cache length of those requests, tokens")
-    g.add_argument("--tp", type=int, default=None, help="attention tensor parallelism (default 1)")
-    g.add_argument("--dp", type=int, default=None, help="attention data-parallel groups (default 1)")
-    g.add_argument("--ep", type=int, default=None, help="expert-parallel ranks (default 1)")
-    g.add_argument("--mtp-draft-tokens", "--draft-tokens", dest="mtp_draft_tokens", type=int, default=None,
+    g.add_argument("--batch-per-rank", type=positive_int, default=None, help="requests in one rank's attention batch")
+    g.add_argument("--kv-len", type=positive_int, default=None, help="mean KV-cache length of those requests, tokens")
+    g.add_argument("--tp", type=positive_int, default=None, help="attention tensor parallelism (default 1)")
+    g.add_argument("--dp", type=positive_int, default=None, help="attention data-parallel groups (default 1)")
+    g.add_argument("--ep", type=positive_int, default=None, help="expert-parallel ranks (default 1)")
+    g.add_argument("--mtp-draft-tokens", "--draft-tokens", dest="mtp_draft_tokens", type=non_negative_int, default=None,
                    help="MTP draft tokens verified per request per step (default 0)")
     g.add_argument("--weight-dtype", default=None, choices=["fp8", "bf16"], help="linear and expert weights (default fp8)")
     g.add_argument("--kv-dtype", default=None, choices=["fp8", "bf16"], help="MLA latent KV cache (default bf16)")

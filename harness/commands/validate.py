@@ -10,11 +10,15 @@ from harness.scenario import ScenarioError, load_scenario
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="check a scenario file (unknown keys, impossible combinations) without running it",
+        help="check a scenario file (unknown keys, impossible combinations, the SGLang plan) without running it",
         description="Check a scenario: every unknown key and impossible combination is reported with "
-        "its file, key and line. SCENARIO is a name under scenarios/ (demo) or a path.",
+        "its file, key and line; for an SGLang scenario the launch plan is built too (what the run's plan "
+        "phase would refuse). SCENARIO is a name under scenarios/ (demo) or a path.",
     )
     parser.add_argument("scenario", metavar="SCENARIO", help="scenario name (e.g. demo) or YAML path")
+    from harness.sglang.version import add_version_argument
+
+    add_version_argument(parser, "SGLang scenarios: the release whose launch plan is checked")
     parser.set_defaults(func=run)
 
 
@@ -23,6 +27,12 @@ def run(args: argparse.Namespace) -> int:
         scenario, path = load_scenario(args.scenario)
     except ScenarioError as exc:
         print(f"invalid: {exc}", file=sys.stderr)
+        return 1
+    from harness.deployment_check import deployment_problems
+
+    problems = deployment_problems(scenario, getattr(args, "sglang_version", None))
+    if problems:
+        print(f"invalid: {ScenarioError(str(path), problems)}", file=sys.stderr)
         return 1
     engine = scenario.engine
     detail = f"preset {engine.preset} on {engine.device}" if engine.kind == "embedded" else engine.model_path

@@ -8,7 +8,9 @@ PUSHGATEWAY_ENV = "MOE_HARNESS_PUSHGATEWAY"
 
 
 def add_push_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pushgateway", default=os.environ.get(PUSHGATEWAY_ENV),
+    from harness.arg_types import pushgateway_url
+
+    parser.add_argument("--pushgateway", default=os.environ.get(PUSHGATEWAY_ENV), type=pushgateway_url,
                         help=f"Pushgateway URL (host:port or http://...) to push the run's metrics to; "
                              f"default ${PUSHGATEWAY_ENV}; unset = do not push")
     parser.add_argument("--delete-old-groups", action="store_true",

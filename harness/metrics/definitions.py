@@ -19,7 +19,7 @@ INFO = "info"
 
 RUN_LABELS = ("scenario", "run_id")
 LATENCY_QUANTILES = (0.5, 0.9, 0.99)
-RUN_STATUSES = ("running", "ok", "partial", "failed")
+RUN_STATUSES = ("running", "ok", "partial", "failed", "interrupted", "incomplete")
 PHASES = ("starting", "warmup", "steady", "profiling", "collecting", "analyzing", "done", "failed")
 
 
@@ -39,7 +39,7 @@ def _m(name: str, kind: str, help_text: str, labels: tuple[str, ...], source: st
 
 RUN_INFO = _m(
     "run_info", INFO, "Run identity: always 1, facts in labels.",
-    RUN_LABELS + ("engine", "model", "signature", "harness_version", "gpus"), "manifest.json")
+    RUN_LABELS + ("engine", "engine_version", "model", "signature", "harness_version", "gpus"), "manifest.json")
 RUN_STATUS = _m(
     "run_status", GAUGE, "1 for the run's status, 0 for the other statuses.",
     RUN_LABELS + ("status",), "manifest.json status")

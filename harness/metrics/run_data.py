@@ -160,7 +160,14 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDataError(run_dir, "run directory not found")
+    if not (run_dir / MANIFEST).is_file() and not (run_dir / SCENARIO).is_file():
+        raise RunDataError(run_dir, f"not a run directory (neither {MANIFEST} nor {SCENARIO}, which a run writes "
+                                    "first); give runs/<scenario>-<timestamp>")
     manifest = _read_json(run_dir / MANIFEST) if (run_dir / MANIFEST).is_file() else {}
+    if status is None and not manifest:  # no manifest: a live run's, or one that died before writing it
+        from harness.run_owner import live_owner
+
+        status = "running" if live_owner(run_dir) else "incomplete"
     analysis_json_path = _find(run_dir, "analysis.json")
     analysis_json = _read_json(analysis_json_path) if analysis_json_path else {}
     summary = _read_json(run_dir / LOAD_SUMMARY) if (run_dir / LOAD_SUMMARY).is_file() else {}
@@ -182,6 +189,7 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         "model": str(model),
         "signature": str(signature),
         "harness_version": str(versions.get("moe-harness", versions.get("harness", ""))),
+        "engine_version": str(manifest.get("sglang_version") or versions.get("torch (engine)") or ""),
         "gpus": "" if gpus is None else str(gpus),
     }
 
@@ -195,7 +203,7 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         problems.append("no analysis.json with a D4 column: step metrics not exported")
     data = RunData(
         run_dir=run_dir, scenario=scenario, run_id=run_id,
-        status=str(status or manifest.get("status") or "running"), info=info,
+        status=str(status or manifest.get("status") or "incomplete"), info=info,
         started_at_s=_time_s(manifest.get("started_at")), finished_at_s=_time_s(manifest.get("finished_at")),
         gpus=int(gpus) if isinstance(gpus, int) else None,
         module_busy_s=module_busy, kernel_busy_s=kernel_busy, module_exposed_s=module_exposed, stages=stages,

@@ -34,6 +34,10 @@ class EmbeddedEngineActor:
     def profile(self, num_steps: int, prefix: str, record_shapes: bool, with_stack: bool) -> dict[str, Any]:
         return self._reply(self.engine.profile(num_steps, prefix, record_shapes, with_stack))
 
+    def requests(self) -> dict[str, Any]:
+        """The request records so far (completed false for those still decoding): a stopped run keeps them."""
+        return self._reply(self.engine.request_records())
+
     def finish(self) -> dict[str, Any]:
         step_ms = self.engine.finish()
         return self._reply({"step_ms": step_ms, "requests": self.engine.request_records()})

@@ -14,6 +14,8 @@ from harness.run_errors import RunFailed
 from harness.steady_state import NotSteadyError, is_steady
 from harness.trace_names import trace_file_name
 
+REQUESTS_TIMEOUT_S = 15.0  # a stopped run waits this long for the actor's request records
+
 
 class EmbeddedRayEngine(Engine):
     def __init__(self, ctx: RunContext):
@@ -80,15 +82,18 @@ class EmbeddedRayEngine(Engine):
         with self.progress.phase("finish requests"):
             finished = self.handle.call("finish", timeout_s=self.scenario.profile.timeout_s)
             write_jsonl(self.run_dir / "load" / "requests.jsonl", finished["requests"])
-            steps = [{"phase": "warmup", "step_ms": x} for x in self.warmup_step_ms]
-            steps += [{"phase": "profile", "step_ms": x} for x in self.profiled_step_ms]
-            steps += [{"phase": "finish", "step_ms": x} for x in finished["step_ms"]]
-            write_jsonl(self.run_dir / "load" / "steps.jsonl", [dict(s, step=i) for i, s in enumerate(steps)])
+            self._write_steps(finished["step_ms"])
             self.progress.counts(completed_delta=sum(1 for r in finished["requests"] if r["completed"]), running=0)
             incomplete = [r["request_id"] for r in finished["requests"] if not r["completed"]]
             if incomplete:
                 raise RunFailed(f"requests {incomplete} did not complete")
         self.stop()
+
+    def _write_steps(self, finish_step_ms: list[float]) -> None:
+        steps = [{"phase": "warmup", "step_ms": x} for x in self.warmup_step_ms]
+        steps += [{"phase": "profile", "step_ms": x} for x in self.profiled_step_ms]
+        steps += [{"phase": "finish", "step_ms": x} for x in finish_step_ms]
+        write_jsonl(self.run_dir / "load" / "steps.jsonl", [dict(s, step=i) for i, s in enumerate(steps)])
 
     def collect(self, traces: Traces) -> Traces:
         """Nothing left to copy: profile() wrote the traces into the run directory."""
@@ -109,6 +114,16 @@ class EmbeddedRayEngine(Engine):
             self.manifest["traces_removed"] = [p.name for p in traces.in_run_dir]
 
     def stop(self) -> None:
+        """The actor goes; a run stopped before finish() (failed, interrupted) keeps its step times and
+        request records so far (the actor answers once its current call ends; bounded wait)."""
+        if (self.warmup_step_ms or self.profiled_step_ms) and not (self.run_dir / "load" / "steps.jsonl").exists():
+            self._write_steps([])
+        requests_path = self.run_dir / "load" / "requests.jsonl"
+        if self.handle is not None and "prefill_ms" in self.manifest and not requests_path.exists():
+            try:
+                write_jsonl(requests_path, self.handle.call("requests", timeout_s=REQUESTS_TIMEOUT_S))
+            except Exception as exc:  # noqa: BLE001 - best effort: the run's own error must stay the one reported
+                self.progress.note(f"request records not kept: {exc}")
         if self.handle is not None:
             self.handle.kill()
             self.handle = None

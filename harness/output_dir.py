@@ -1,0 +1,190 @@
+"""Where a command's --out files go: never over a user's files, never half old and half new.
+
+Why: `analyze|compare|report|calibrate --out DIR` used to write into any folder, replacing files of
+the same names without a word, and a Ctrl-C while writing left old and new files mixed. The rule,
+checked by `prepare_output` before any work starts:
+
+- DIR does not exist: it is created (with its parents) when the output is complete.
+- DIR exists and is empty: the files are moved into it.
+- DIR holds earlier output of the same command (the files its marker, a hidden file the command
+  writes with its output, lists): refused unless --overwrite, naming the files that would be
+  replaced; with --overwrite they are replaced, and those the new output lacks are removed.
+- DIR holds anything else (a user's file): refused, naming it, --overwrite or not. A command may
+  name files it leaves alone beside its own (`beside`: the report next to its analysis files).
+- DIR is a file, or it (or the nearest existing parent) cannot be written: refused.
+
+The files are written into a temporary folder (a sibling of a new DIR, a hidden folder inside an
+existing one, so the final moves never cross file systems) and moved into place at the end, with
+SIGINT and SIGTERM held back during the moves. Modes follow the umask, as every other file of a run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+MARKER = ".moe-harness-{command}.json"  # in a folder a command wrote: the names it wrote there
+_STAGING_PREFIX = ".moe-harness-tmp-"
+T = TypeVar("T")
+
+
+class OutputError(Exception):
+    """The --out destination cannot be used; the message says which path and why."""
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path("/")
+
+
+def _probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a folder in `folder`: the one test that also holds for root and read-only mounts."""
+    try:
+        probe = tempfile.mkdtemp(dir=folder, prefix=_STAGING_PREFIX)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise OutputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
+
+
+def _marker_names(folder: Path, command: str) -> set[str]:
+    try:
+        data = json.loads((folder / MARKER.format(command=command)).read_text())
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return set()
+    return {n for n in data["files"] if isinstance(n, str)}
+
+
+def check_destination_folder(path: str | Path, what: str) -> Path:
+    """A folder that exists or can be created and written (for --runs-dir and the like)."""
+    folder = Path(path).expanduser()
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise OutputError(f"{what} {folder} is a file, not a folder")
+    anchor = _nearest_existing(folder)
+    if not anchor.is_dir():
+        raise OutputError(f"{what} {folder}: {anchor} is a file, not a folder")
+    _probe_writable(anchor, f"{what} {folder}")
+    return folder
+
+
+class PreparedOutput:
+    """A checked --out destination; `write(fill)` runs fill(staging folder) and moves the result in."""
+
+    def __init__(self, path: Path, command: str, overwrite: bool, beside: set[str] | None):
+        self.path = path
+        self.command = command
+        self.overwrite = overwrite
+        self.beside = beside
+
+    def write(self, fill: Callable[[Path], T]) -> T:
+        """fill writes the command's files into the folder it is given; they are moved into place
+        only when it returns. The destination is checked again (another program may have written
+        there meanwhile)."""
+        _check(self.path, self.command, self.overwrite, self.beside)
+        exists = self.path.is_dir()
+        if exists:
+            staging = Path(tempfile.mkdtemp(dir=self.path, prefix=_STAGING_PREFIX))
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}{_STAGING_PREFIX}"))
+        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it owner-only
+        try:
+            result = fill(staging)
+            names = sorted(p.name for p in staging.iterdir())
+            (staging / MARKER.format(command=self.command)).write_text(json.dumps({"files": names}) + "\n")
+            with _signals_held():
+                if exists:
+                    stale = _marker_names(self.path, self.command) - set(names)
+                    _move_each(staging, self.path)
+                    for name in stale:  # earlier output the new one does not have: not left to mix in
+                        _remove(self.path / name)
+                else:
+                    os.rename(staging, self.path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return result
+
+
+def prepare_output(path: str | Path, command: str, overwrite: bool = False,
+                   beside: Iterable[str] | None = ()) -> PreparedOutput:
+    """Check an --out folder before any work (module docstring: the rule); raises OutputError.
+
+    beside: names left alone next to the command's own; None: any (the report in its analysis folder)."""
+    folder = Path(path).expanduser()
+    near = None if beside is None else set(beside)
+    _check(folder, command, overwrite, near)
+    return PreparedOutput(folder, command, overwrite, near)
+
+
+def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None) -> None:
+    check_destination_folder(folder, "--out")
+    if not folder.is_dir():
+        return
+    marker = MARKER.format(command=command)
+    own = _marker_names(folder, command) | {marker}
+    present = sorted(p.name for p in folder.iterdir() if not p.name.startswith(_STAGING_PREFIX))
+    foreign = [n for n in present if n not in own and beside is not None and n not in beside]
+    earlier = [n for n in present if n in own and n != marker]
+    if foreign:
+        raise OutputError(
+            f"--out {folder} holds files that `{command}` did not write: {_names(foreign)}; "
+            f"give a new or empty folder (nothing there is replaced)")
+    if earlier and not overwrite:
+        raise OutputError(
+            f"--out {folder} already holds `{command}` output that would be replaced: {_names(earlier)}; "
+            f"give a new folder, or --overwrite to replace it")
+
+
+def _names(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def _move_each(staging: Path, folder: Path) -> None:
+    """Each top-level entry replaces its namesake; a folder entry replaces the whole folder."""
+    for entry in sorted(staging.iterdir()):
+        target = folder / entry.name
+        if target.is_dir() and not target.is_symlink():
+            old = Path(tempfile.mkdtemp(dir=folder, prefix=_STAGING_PREFIX))
+            os.rename(target, old / entry.name)
+            os.rename(entry, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(entry, target)
+
+
+class _signals_held:
+    """SIGINT and SIGTERM wait until the files are in place (main thread only; a no-op elsewhere)."""
+
+    def __enter__(self):
+        self._held = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
+        if self._held:
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        return self
+
+    def __exit__(self, *exc):
+        if self._held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+        return False

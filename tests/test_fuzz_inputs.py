@@ -1,0 +1,157 @@
+"""A bounded fuzz of `analyze` on real traces from tests/data: truncated, garbled, fields mutated.
+
+Fixed seed, fixed count, a time budget well under a minute. Every case must end in a clean exit
+(0, or 2 with one error line): never a traceback, and never an exit-0 table from an input that is
+broken (not valid JSON, or a kernel event whose typed fields the loader must refuse). Invalid UTF-8
+inside a string the analysis never reads (an ignored key) is not counted as broken.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+DATA = Path(__file__).parent / "data"
+SOURCES = (DATA / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-fused-moe-TP-0-DECODE.trace.json.gz",
+           DATA / "accuracy" / "h200" / "dsv3wide-h200-l4d1-e64k8-bs8-grouped-sdpa-TP-0-DECODE.trace.json.gz")
+SEED = 20261124
+CASES = 100
+BUDGET_S = 50.0
+KERNEL_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+# values a kernel's typed field must refuse (dur: not a finite non-negative number; ts: not a number)
+BAD_VALUES = {"dur": [-1.0, -0.001, None, "12", [], {}, True, 1e12], "ts": [None, [], {"a": 1}, True],
+              "args.stream": ["7", 1.5, []], "args.correlation": ["x", 2.5, {}]}
+
+
+def _mutate_field(rng: random.Random, text: str) -> tuple[str, bool]:
+    """One event's field set to a random value: broken when it is a kernel's typed field with a bad value."""
+    doc = json.loads(text)
+    events = doc["traceEvents"]
+    kernels = [i for i, e in enumerate(events) if e.get("cat") in KERNEL_CATS and e.get("ph") == "X"]
+    index = rng.choice(kernels) if rng.random() < 0.7 else rng.randrange(len(events))
+    event = events[index]
+    field = rng.choice(sorted(BAD_VALUES))
+    value = rng.choice(BAD_VALUES[field])
+    if field.startswith("args."):
+        if not isinstance(event.get("args"), dict):
+            return text, False  # nothing to mutate: the input stays whole
+        event["args"][field[5:]] = value
+    elif value is None:
+        event.pop(field, None)
+    else:
+        event[field] = value
+    is_kernel = event.get("cat") in KERNEL_CATS and event.get("ph") == "X"
+    # a bool is a JSON value msgspec refuses for a float or int field
+    broken = is_kernel or field.startswith("args.") or (field in ("dur", "ts") and not isinstance(value, (float, type(None))))
+    if field == "dur" and not is_kernel and (value is None or (isinstance(value, float) and value >= 0 and value < 1e12)):
+        broken = False  # a missing or plausible dur on a CPU-side event is not refused
+    return json.dumps(doc), broken
+
+
+def _case(rng: random.Random, text: str) -> tuple[bytes, bool, str]:
+    """(file bytes, broken, what was done)."""
+    kind = rng.choice(["truncate", "garble", "field", "field", "gzip-truncate"])
+    if kind == "truncate":
+        cut = rng.randrange(1, len(text) - 1)
+        return text[:cut].encode(), True, f"truncated at {cut}"
+    if kind == "garble":
+        data = bytearray(text.encode())
+        at = rng.randrange(len(data) - 64)
+        span = rng.randrange(1, 64)
+        data[at:at + span] = bytes(rng.randrange(256) for _ in range(span))
+        try:  # invalid UTF-8 alone is not counted: inside a string the analysis never reads, the
+            # loader does not look for it (checking every byte would cost a fifth of its speed)
+            json.loads(bytes(data).decode("utf-8", errors="replace"))
+            broken = False  # landed where any bytes are valid (inside a name): still a whole trace
+        except ValueError:
+            broken = True
+        return bytes(data), broken, f"garbled {span} bytes at {at}"
+    if kind == "gzip-truncate":
+        packed = gzip.compress(text.encode())
+        cut = rng.randrange(10, len(packed) - 8)
+        return packed[:cut], True, f"gzip cut at {cut}"
+    mutated, broken = _mutate_field(rng, text)
+    return mutated.encode(), broken, "field mutated"
+
+
+def test_broken_traces_never_give_a_traceback_or_a_table(tmp_path, capsys):
+    rng = random.Random(SEED)
+    texts = [gzip.decompress(p.read_bytes()).decode() for p in SOURCES]
+    started = time.monotonic()
+    outcomes = {"refused": 0, "ok whole": 0}
+    for n in range(CASES):
+        if time.monotonic() - started > BUDGET_S:
+            pytest.fail(f"fuzz budget of {BUDGET_S:.0f} s spent after {n} cases (a case got slow)")
+        data, broken, what = _case(rng, texts[n % len(texts)])
+        path = tmp_path / f"fuzz{n}-TP-0-DECODE.trace.json"
+        path.write_bytes(data)
+        try:
+            status = main(["analyze", str(path), "--jobs", "1"])
+        except SystemExit as stop:  # argparse only; never expected here
+            pytest.fail(f"case {n} ({what}): SystemExit {stop.code}")
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape as a traceback
+            pytest.fail(f"case {n} ({what}): {type(exc).__name__}: {exc}")
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err, (n, what, captured.err)
+        assert status in (0, 2), (n, what, status)
+        if broken:
+            assert status == 2, f"case {n} ({what}): exit {status} with a table from a broken input"
+            errors = [line for line in captured.err.splitlines() if line.startswith("moe-harness analyze:")]
+            assert len(errors) == 1 and str(path) in errors[0], (n, what, captured.err)
+            outcomes["refused"] += 1
+        elif status == 0:
+            outcomes["ok whole"] += 1
+        path.unlink()
+    assert outcomes["refused"] >= CASES // 2, outcomes  # the fuzz mostly breaks things, as meant
+
+
+SCENARIO_CASES = 60
+SCENARIO_VALUES = [None, True, False, -1, 0, 2**70, 1e309, -0.5, "x", "", "a/b", [], [1], {}, {"a": 1}, "../.."]
+
+
+def _key_paths(doc: dict, prefix: tuple = ()):
+    for key, value in doc.items():
+        yield prefix + (key,)
+        if isinstance(value, dict):
+            yield from _key_paths(value, prefix + (key,))
+
+
+def test_mutated_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
+    """Every shipped scenario with one key deleted or set to a value of a random type: `validate` says
+    ok (0) or invalid (1) naming the key; it never raises."""
+    import yaml
+
+    from harness.scenario import SCENARIOS_DIR
+
+    rng = random.Random(SEED)
+    sources = sorted(SCENARIOS_DIR.glob("*.yaml")) + sorted((Path(__file__).parent / "scenarios").glob("*.yaml"))
+    refused = 0
+    for n in range(SCENARIO_CASES):
+        source = rng.choice(sources)
+        doc = yaml.safe_load(source.read_text())
+        where = rng.choice(list(_key_paths(doc)))
+        parent = doc
+        for key in where[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.2:
+            del parent[where[-1]]
+        else:
+            parent[where[-1]] = rng.choice(SCENARIO_VALUES)
+        path = tmp_path / f"case{n}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        try:
+            status = main(["validate", str(path)])
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape
+            pytest.fail(f"case {n} ({source.name}, {'.'.join(map(str, where))}): {type(exc).__name__}: {exc}")
+        err = capsys.readouterr().err
+        assert status in (0, 1) and "Traceback" not in err, (n, source.name, where, err)
+        if status == 1:
+            assert str(path) in err, err
+            refused += 1
+    assert refused >= SCENARIO_CASES // 3, refused  # most mutations break a scenario, as meant
