@@ -120,6 +120,19 @@ ls "${NVSHMEM_DIR:-/nonexistent}"/lib/libnvshmem_host.so* >/dev/null 2>&1 || mis
 if [ -z "${NVSHMEM_DIR:-}" ] || [ -n "$missing" ]; then
   finish no_nvshmem "NVSHMEM_DIR='${NVSHMEM_DIR:-}' lacks:${missing:- the directory}"
 fi
+# The nvidia-nvshmem wheel ships libnvshmem_host.so.3 only, and DeepEP links -l:libnvshmem_host.so
+# (SGLang's image adds the link in the package). A shadow directory of links adds it without writing
+# into the image's packages; DeepEP's rpath then points there.
+if [ ! -e "$NVSHMEM_DIR/lib/libnvshmem_host.so" ]; then
+  host_so=$(ls "$NVSHMEM_DIR"/lib/libnvshmem_host.so.* | head -1)
+  shadow=/tmp/nvshmem-shadow; rm -rf "$shadow"; mkdir -p "$shadow/lib"
+  ln -s "$NVSHMEM_DIR/include" "$shadow/include"
+  for f in "$NVSHMEM_DIR"/lib/*; do ln -s "$f" "$shadow/lib/$(basename "$f")"; done
+  ln -s "$host_so" "$shadow/lib/libnvshmem_host.so"
+  log "NVSHMEM: libnvshmem_host.so linked to $(basename "$host_so") in $shadow"
+  fact nvshmem_shadow "$shadow"
+  NVSHMEM_DIR=$shadow
+fi
 export NVSHMEM_DIR
 log "NVSHMEM $NVSHMEM_DIR (${nvshmem_pkg:-package not found})"
 
