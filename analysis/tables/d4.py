@@ -65,6 +65,8 @@ class D4Column(msgspec.Struct):
     signature: str = ""
     model: str | None = None
     sol: SolSettings | None = None  # set when the rows carry SOL columns
+    checks: str = ""  # the self-checks' verdict line (analysis/tables/self_checks.py)
+    failed_checks: list[str] = []  # names of the self-checks that failed
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -365,6 +367,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.steps_mismatched:
             notes.append(f"{c.name}: LAYER COUNT MISMATCH in {c.steps_mismatched} of {c.steps_used} steps "
                          f"(see steps.csv and problems.csv); the table shows what was found (--strict leaves such steps out)")
+        if c.checks:
+            notes.append(f"{c.name}: {c.checks}")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"

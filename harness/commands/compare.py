@@ -60,4 +60,8 @@ def run(args) -> int:
         _atomic_write(out / "compare.md", lambda fh: fh.write(table))
         write_table_csv(out / "compare.csv", columns, args.lang)
         print(f"wrote compare.md and compare.csv to {out}", file=sys.stderr)
+    failing = [f"{c.name}: {', '.join(c.failed_checks)}" for c in columns if c.failed_checks]
+    if args.strict and failing:
+        print(f"moe-harness compare: --strict: self-check failed in {'; '.join(failing)}", file=sys.stderr)
+        return 1
     return 0
