@@ -256,7 +256,9 @@ def test_no_check_fires_on_the_bundled_real_traces(rel):
     assert not result.failed_checks, result.failed_checks
 
 
-PUBLIC = sorted({(rel, layers) for rel, _sig, layers in SERVING} | {(MI300_QWEN3_MOE, 48)}) + [
+# The MI300X Llama decode is left out: its kernel order is broken in places and the
+# layer_kernel_sequence check says so (tests/test_layer_count_interleaved.py holds what it names).
+PUBLIC = sorted({(rel, layers) for rel, _sig, layers in SERVING if rel != MI300_LLAMA} | {(MI300_QWEN3_MOE, 48)}) + [
     ("nvidia/deepseek-v3_train_h800/train.json", None)]
 
 

@@ -101,7 +101,37 @@ def _attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
             hi += 1
         clusters.append((lo, hi))
         i = hi + 1
-    return clusters or _eager_attention_clusters(units)
+    return _split_merged_layers(units, clusters) if clusters else _eager_attention_clusters(units)
+
+
+def _split_merged_layers(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Clusters holding a multiple of the usual number of attention-core kernels, split into as many layers.
+
+    Why: every layer of a step runs the same attention, so its cluster holds the same number of
+    core kernels (one, or two where a prefix and a suffix part run back to back). A cluster with
+    twice the usual number is two layers whose cores ended up side by side in the kernel order:
+    a trace whose kernel order interleaves neighbouring layers (seen on an MI300X HIP-graph
+    replay, where a layer's attention core follows the next layer's QKV projection) would
+    otherwise lose a layer silently.
+    """
+    cores = [[j for j in range(lo, hi + 1) if units[j].kind == "attn_core"] for lo, hi in clusters]
+    counts = Counter(len(c) for c in cores)
+    usual = max(counts, key=lambda n: (counts[n], -n))
+    if len(counts) == 1 or not usual:
+        return clusters
+    out: list[tuple[int, int]] = []
+    for (lo, hi), own in zip(clusters, cores):
+        if len(own) <= usual or len(own) % usual:
+            out.append((lo, hi))
+            continue
+        # each piece ends at its last core (aux kernels after the last core stay with the last piece)
+        ends = [own[k + usual - 1] for k in range(0, len(own), usual)]
+        ends[-1] = hi
+        start = lo
+        for end in ends:
+            out.append((start, end))
+            start = end + 1
+    return out
 
 
 def _eager_attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
@@ -153,17 +183,20 @@ def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[in
     def key(j: int):
         return ("memory",) if units[j].kind == "memory" else units[j].names
 
+    # a core right after the previous one (layers split by _split_merged_layers) has nothing before it
+    compared = [walk for (start, end), walk in zip(regions, walks) if end > start]
     shared = 0
-    while all(shared < len(walk) for walk in walks) and len({key(walk[shared]) for walk in walks}) == 1:
+    while compared and all(shared < len(walk) for walk in compared) and len(
+            {key(walk[shared]) for walk in compared}) == 1:
         shared += 1
     while True:
-        room = [walk for walk in walks if shared < len(walk)]
-        if not room or len(room) < len(walks) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
+        room = [walk for walk in compared if shared < len(walk)]
+        if not room or len(room) < len(compared) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
             break
         shared += 1
     if shared == 0:
         return [_role_pre_length(units, region, walk) for region, walk in zip(regions, walks)]
-    return [end - walk[min(shared, len(walk)) - 1] for (_start, end), walk in zip(regions, walks)]
+    return [end - walk[min(shared, len(walk)) - 1] if walk else 0 for (_start, end), walk in zip(regions, walks)]
 
 
 def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int]) -> int:
@@ -210,12 +243,27 @@ def _final_norm_start(units: list[_Unit], clusters: list[tuple[int, int]], start
     per_layer = Counter(len(_norm_runs(units, hi + 1, nxt)) for (_lo, hi), nxt in zip(clusters, starts[1:]))
     usual = per_layer.most_common(1)[0][0]
     runs = _norm_runs(units, clusters[-1][1] + 1, len(units))
+    if len(runs) == usual and _layers_end_with_a_norm(units, clusters, starts) and any(
+            units[j].kind in GEMM_LIKE for j in range(runs[-1][1] + 1, len(units))):
+        # each layer ends with the next layer's input norm (its pre part starts at the QKV GEMM): the
+        # last layer ends with the final norm, and the GEMM after it is the LM head
+        return runs[-1][1] + 1
     if len(runs) <= usual:
         return len(units)
     start = runs[usual][0]
     while start - 1 > clusters[-1][1] and units[start - 1].kind in MINOR and units[start - 1].names in norm_pieces:
         start -= 1
     return start
+
+
+def _layers_end_with_a_norm(units: list[_Unit], clusters: list[tuple[int, int]], starts: list[int]) -> bool:
+    """True when nearly every layer but the last ends with a norm (only small kernels after it);
+    nearly: a trace whose kernel order is broken in places still shows the layers' shape."""
+    ending = 0
+    for (_lo, hi), nxt in zip(clusters, starts[1:]):
+        runs = _norm_runs(units, hi + 1, nxt)
+        ending += bool(runs) and all(units[j].kind in MINOR for j in range(runs[-1][1] + 1, nxt))
+    return ending >= 0.8 * (len(clusters) - 1)
 
 
 def _next_not_minor(units: list[_Unit], start: int, stop: int) -> int | None:
