@@ -28,6 +28,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     kernel_class,
 )
+from analysis.attribution.chain import main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
 from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of
@@ -51,10 +52,18 @@ class _Unit:
 
 
 def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Unit]]:
-    """The busiest stream, the positions of its kernels, and those kernels as units."""
+    """The busiest stream, the positions of the chain's kernels, and those kernels as units.
+
+    With one stream the chain is that stream; with several, the step's main chain across streams
+    (chain.py): what runs one after another, and at each fork the branch that carries on, so a
+    graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
     main = main_stream(kernels)
-    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    return main, main_idx, _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+    classes = [kernel_class(k) for k in kernels]
+    if len({k.stream for k in kernels}) > 1:
+        main_idx = main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], [k.stream for k in kernels])
+    else:
+        main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    return main, main_idx, _units(kernels, main_idx, [classes[i] for i in main_idx])
 
 
 def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> list[_Unit]:
@@ -563,7 +572,7 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
             layer_moe[placed[1]] = placed[3]
     # where each layer's attention ends on the main stream (its core's last kernel)
     attention_end = {layer: kernels[main_idx[units[hi].hi]].end_us for layer, (_lo, hi) in enumerate(clusters)}
-    _place_side_streams(kernels, main, slots, layer_moe, attention_end)
+    _place_side_streams(kernels, set(main_idx), slots, layer_moe, attention_end)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
     return LayerCut([s for s in slots if s is not None], len(clusters), detail, moe_layers=moe_layers)
 
@@ -573,16 +582,16 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | None], layer_moe: dict[int, bool],
+def _place_side_streams(kernels: list[Kernel], chain: set[int], slots: list[Slot | None], layer_moe: dict[int, bool],
                         attention_end: dict[int, float]) -> None:
-    """Other streams' kernels join the layer whose main-stream span holds their start. While the
+    """Kernels off the chain join the layer whose chain span holds their start. While the
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
     it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
     the combine); collectives keep their own role; the rest is `other`."""
     first: dict[int, float] = {}
     last_end = float("-inf")
-    for k, slot in zip(kernels, slots):
-        if k.stream != main or slot is None:
+    for i, (k, slot) in enumerate(zip(kernels, slots)):
+        if i not in chain or slot is None:
             continue
         if slot.section == SECTION_LAYER:
             first[slot.unit] = min(first.get(slot.unit, k.start_us), k.start_us)
@@ -591,7 +600,7 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
     starts = [first[u] for u in layers]
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
     for i, k in enumerate(kernels):
-        if k.stream == main:
+        if i in chain:
             continue
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:

@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from analysis.attribution.chain import main_chain
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
 from analysis.attribution.steps import KNOWN_STAGES
@@ -143,8 +144,20 @@ def _layer_kind(rows: list[KernelRow]) -> str:
     return "MoE" if any(r.group in _MOE_GROUPS or r.module in _MOE_MODULES for r in rows) else "dense"
 
 
-def _class_sequence(rows: list[KernelRow], main: int, ignore: frozenset[str]) -> tuple[str, ...]:
-    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=lambda r: r.start_us) if r.stream == main]
+def _on_chain(rows: list[KernelRow]) -> set[int]:
+    """Positions of the rows on the step's chain across streams (analysis/attribution/chain.py),
+    as the structural attribution reads it: layers may hop streams in a graph replay."""
+    if len({r.stream for r in rows}) > 1:
+        return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
+                              [r.stream for r in rows]))
+    main = _main_stream(rows)
+    return {i for i, r in enumerate(rows) if r.stream == main}
+
+
+def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
+    """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
+    they run beside the router and the routed experts, so where they fall is a matter of timing."""
+    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=lambda r: r.start_us) if r.module != _SHARED]
     return _without_repeats(tuple(c for c in seq if c not in ignore))
 
 
@@ -176,15 +189,16 @@ def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dic
     seen: dict[tuple[str, str], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     for s in steps:
         rows = by_step.get((s.rank, s.step), [])
+        chain = _on_chain(rows) if rows else set()
         layer_rows: dict[int, list[KernelRow]] = defaultdict(list)
-        for r in rows:
+        kinds: dict[int, list[KernelRow]] = defaultdict(list)
+        for i, r in enumerate(rows):
             if r.section == SECTION_LAYER:
-                layer_rows[r.layer].append(r)
-        if not layer_rows:
-            continue
-        main = _main_stream(rows)
-        for layer, members in layer_rows.items():
-            seen[(s.rank, _layer_kind(members))][_class_sequence(members, main, ignore)].append((s.step, layer))
+                kinds[r.layer].append(r)
+                if i in chain:
+                    layer_rows[r.layer].append(r)
+        for layer, members in kinds.items():
+            seen[(s.rank, _layer_kind(members))][_class_sequence(layer_rows[layer], ignore)].append((s.step, layer))
     scope = f"stage {stage}"
     if stage == "unknown":
         return CheckRow("layer_kernel_sequence", scope, "not compared", "layers alike", NOT_APPLICABLE,

@@ -1,0 +1,66 @@
+"""CUDA-graph replays whose layers hop streams: every layer found across streams in time order, and
+the shared experts are the side branch of each MoE layer's fork, not everything off the busiest
+stream.
+
+The SYNTHETIC fixture (tests/synthetic_multistream.py) knows every kernel's layer and row; the
+recorded one (tests/data/accuracy/h100: a DeepSeek-V3-shaped expert-parallel decode on one H100,
+shared experts on a side stream, as a graph replay and eagerly with module ranges) is held against
+its eager twin's ranges.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from analysis.api import AnalysisOptions, analyze
+from analysis.attribution.agreement import GROUPS, compare_with_ranges
+from analysis.attribution.chain import main_chain
+from synthetic_multistream import DURATIONS_US, STREAM_A, STREAM_B, write_trace
+
+ACCURACY = Path(__file__).resolve().parent / "data" / "accuracy" / "h100"
+GRAPH = ACCURACY / "dsv3ep-h100x1-e64k8-sidestream-bs8-graph-TP-0-EP-0-DECODE.trace.json.gz"
+EAGER = ACCURACY / "dsv3ep-h100x1-e64k8-sidestream-bs8-eager-TP-0-EP-0-DECODE.trace.json.gz"
+
+
+@pytest.mark.parametrize("hop_at", [1, 2, 3])
+def test_every_kernel_of_a_synthetic_stream_hopping_replay_gets_its_layer_and_row(tmp_path, hop_at):
+    path = tmp_path / f"hop{hop_at}-TP-0-DECODE.trace.json.gz"
+    truth = write_trace(path, steps=2, layers=4, dense=1, hop_at=hop_at)
+    result = analyze([str(path)], options=AnalysisOptions(layers=4))
+    assert [(s.layers_found, s.moe_layers_found, s.status) for s in result.step_rows] == [(4, 3, "ok")] * 2
+    # the busiest stream alone gets these wrong: the attention cores run on both streams, or (the
+    # last layer hopping) the last routed experts run off it
+    assert {r.stream for r in result.kernel_rows if r.module == "attn_core"} == (
+        {STREAM_A, STREAM_B} if hop_at < 3 else {STREAM_A})
+    found = Counter((r.kernel_name, r.layer, r.group, r.module) for r in result.kernel_rows)
+    expected = Counter((name, layer, group, module) for step in truth.kernels for name, _s, layer, group, module in step)
+    assert found == expected, (found - expected, expected - found)
+    shared = sum(r.busy_us for r in result.kernel_rows if r.module == "shared_experts")
+    assert shared == pytest.approx(truth.busy_us(DURATIONS_US, module="shared_experts"))
+    assert not result.failed_checks, result.failed_checks
+
+
+def test_the_chain_follows_the_branch_that_carries_on():
+    # stream 1 runs a, then forks: 2 runs b (long) while 1 runs s (short); the chain goes on with c on 2
+    starts = [0.0, 10.0, 11.0, 100.0]
+    ends = [9.0, 90.0, 20.0, 110.0]
+    streams = [1, 2, 1, 2]
+    assert main_chain(starts, ends, streams) == [0, 1, 3]
+    # without overlap every kernel is on the chain, whatever its stream
+    assert main_chain([0.0, 10.0, 20.0], [9.0, 19.0, 29.0], [1, 2, 1]) == [0, 1, 2]
+
+
+def test_the_recorded_side_stream_replay_matches_its_eager_twin_within_3_points():
+    result = analyze([str(GRAPH)], options=AnalysisOptions(layers=4))
+    assert [(s.layers_found, s.moe_layers_found, s.status) for s in result.step_rows] == [(4, 3, "ok")] * 3
+    assert not result.failed_checks, result.failed_checks
+    agreement = compare_with_ranges(str(GRAPH), str(EAGER))
+    assert agreement.found.layers == [4, 4, 4] and agreement.found.moe_layers == [3, 3, 3]
+    gaps = {g: round(agreement.group_gap_pp(g), 2) for g in GROUPS}
+    assert all(abs(v) <= 3.0 for v in gaps.values()), gaps
+    # the routed experts are the moe group, not shared_experts (the fault this replay once showed)
+    moe = sum(r.busy_us for r in result.kernel_rows if r.group == "moe")
+    shared = sum(r.busy_us for r in result.kernel_rows if r.module == "shared_experts")
+    assert moe > 10 * shared
