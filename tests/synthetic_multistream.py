@@ -60,7 +60,7 @@ DURATIONS_US = {
 class _Writer:
     def __init__(self) -> None:
         self.events: list[dict] = []
-        self.clock = {STREAM_A: 1000.0, STREAM_B: 1000.0}
+        self.clock: dict[int, float] = {}
         self.step: list[tuple[str, int, int, str, str]] = []
 
     def run(self, name: str, stream: int, layer: int, group: str, module: str, after: float | None = None) -> float:
@@ -73,10 +73,18 @@ class _Writer:
         return start + dur
 
 
-def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop_at: int = 1) -> Truth:
+def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop_at: int = 1,
+                streams: tuple[int, ...] = (STREAM_A, STREAM_B), carry_on: str = "routed",
+                routed_delay_us: float = 1.5, shared_delay_us: float = 0.0) -> Truth:
     """A SYNTHETIC trace of `steps` graph replays (one cudaGraphLaunch each); MoE layers from
-    `dense` on; the routed branch of layer `hop_at` moves the chain to stream B for good."""
+    `dense` on. From layer `hop_at` on, each MoE layer's routed branch runs on the next stream of
+    `streams` (two streams: stream B for good; more: a stream of its own per layer, as a graph with
+    many branch streams runs it) and its shared experts on the stream the layer began on. After the
+    join the next layer carries on on the routed branch's stream (`carry_on="routed"`) or on the
+    shared experts' (`"shared"`). The routed branch starts `routed_delay_us` after the fork, the
+    shared experts `shared_delay_us` after it (late enough, they outlast the routed branch)."""
     w = _Writer()
+    w.clock = {stream: 1000.0 for stream in streams}
     truth = Truth()
     for step in range(steps):
         w.correlation = 500 + step
@@ -84,7 +92,7 @@ def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop
         now = max(w.clock.values()) + 100.0
         w.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1,
                          "ts": now - 20.0, "dur": 5.0, "args": {"correlation": w.correlation}})
-        main = STREAM_A
+        main, turn = streams[0], 0
         t = w.run(EMBEDDING, main, -1, "other", "embedding / input prep", after=now)
         for layer in range(layers):
             moe = layer >= dense
@@ -100,13 +108,17 @@ def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop
                 t = w.run(DOWN, main, layer, "mlp", "down_proj", after=t)
                 continue
             # the fork: routed branch on `routed`, shared experts on the other stream
-            routed = STREAM_B if layer >= hop_at else main
-            side = STREAM_A if routed == STREAM_B else STREAM_B
+            if layer >= hop_at:  # the graph's branch streams in turn
+                routed = streams[1 + turn % (len(streams) - 1)]
+                side = main if main != routed else streams[0]
+                turn += 1
+            else:
+                routed, side = main, next(x for x in streams if x != main)
             fork = t
-            s = w.run(SHARED_UP, side, layer, "combine/share overlap", "shared_experts", after=fork)
+            s = w.run(SHARED_UP, side, layer, "combine/share overlap", "shared_experts", after=fork + shared_delay_us)
             s = w.run(ACT, side, layer, "combine/share overlap", "shared_experts", after=s)
             s = w.run(SHARED_DOWN, side, layer, "combine/share overlap", "shared_experts", after=s)
-            r = w.run(ROUTER, routed, layer, "gate", "router", after=fork + 1.5)  # the branch starts a little later
+            r = w.run(ROUTER, routed, layer, "gate", "router", after=fork + routed_delay_us)
             r = w.run(TOPK, routed, layer, "gate", "topk", after=r)
             r = w.run(DISPATCH, routed, layer, "moe", "dispatch", after=r)
             r = w.run(EXPERT_UP, routed, layer, "moe", "up_gate_gemm", after=r)
@@ -114,9 +126,9 @@ def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop
             r = w.run(EXPERT_DOWN, routed, layer, "moe", "down_gemm", after=r)
             r = w.run(COMBINE, routed, layer, "moe", "combine", after=r)
             t = max(r, s)  # the join
-            main = routed
-        t = w.run(NORM, STREAM_A, -1, "other", "lm_head / sampling", after=t)
-        w.run(LM_HEAD, STREAM_A, -1, "other", "lm_head / sampling", after=t)
+            main = routed if carry_on == "routed" else side
+        t = w.run(NORM, streams[0], -1, "other", "lm_head / sampling", after=t)
+        w.run(LM_HEAD, streams[0], -1, "other", "lm_head / sampling", after=t)
         truth.kernels.append(w.step)
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "SYNTHETIC H100"}], "traceEvents": w.events}
     with gzip.open(path, "wt") as fh:

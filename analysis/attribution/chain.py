@@ -5,7 +5,10 @@ beside the router and the routed experts) the layers may carry on on another str
 stream then holds only some of the layers, and everything off it would pass for side work. The
 chain is what runs one kernel after another through the step, whatever the stream: every kernel
 that no other stream's kernel overlaps, and where kernels of several streams overlap (a fork),
-those of the stream that carries on after the overlap. The rest is the side branch of a fork.
+those of one stream: the one running the most anchor kernels in the overlap (attention cores,
+routing, dispatch / combine, expert GEMMs: the layer's own line, which a shared expert's MLP never
+runs), else the stream that carries on after the overlap, else the busiest in it. The rest is the
+side branch of a fork.
 
 With streams that never overlap but for side work (SGLang's alternate stream beside the main one),
 the chain is the main stream, as the busiest stream was.
@@ -14,11 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from analysis.attribution.kernel_classes import EXPERT_PATH, ROUTING
+
+# kernel classes (kernel_classes.yaml) of the layers' own line: a fork's branch running them is the chain
+ANCHOR_CLASSES = frozenset({"attn_core"}) | ROUTING | EXPERT_PATH
 OVERLAP_SLACK_US = 0.5  # two kernels touching within this much do not overlap (clock rounding)
 
 
-def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence[int]) -> list[int]:
-    """Indices (into the inputs, sorted by start) of the chain's kernels, in start order."""
+def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence[int],
+               anchors: Sequence[bool] | None = None) -> list[int]:
+    """Indices (into the inputs, sorted by start) of the chain's kernels, in start order.
+    `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone)."""
     order = sorted(range(len(starts)), key=lambda i: (starts[i], ends[i]))
     overlapped = _overlapped(order, starts, ends, streams)
     chain: list[int] = []
@@ -35,9 +44,10 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
             end += 1
         group = order[pos:end]
         after = order[end] if end < len(order) else None
-        if after is not None:
+        keep = _anchored_stream(group, streams, anchors)
+        if keep is None and after is not None:
             keep = streams[after]
-        else:  # the step ends in the fork: the stream with the most busy time in it
+        if keep is None:  # the step ends in the fork: the stream with the most busy time in it
             busy: dict[int, float] = {}
             for j in group:
                 busy[streams[j]] = busy.get(streams[j], 0.0) + ends[j] - starts[j]
@@ -45,6 +55,20 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
         chain.extend(j for j in group if streams[j] == keep)
         pos = end
     return chain
+
+
+def _anchored_stream(group: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> int | None:
+    """The stream with the most anchor kernels in a fork, or None where none or a tie decides it."""
+    if anchors is None:
+        return None
+    counts: dict[int, int] = {}
+    for j in group:
+        if anchors[j]:
+            counts[streams[j]] = counts.get(streams[j], 0) + 1
+    ranked = sorted(counts.values(), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
+        return None
+    return max(counts, key=lambda s: counts[s])
 
 
 def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:

@@ -28,7 +28,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     kernel_class,
 )
-from analysis.attribution.chain import main_chain
+from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
 from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of
@@ -60,7 +60,8 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     main = main_stream(kernels)
     classes = [kernel_class(k) for k in kernels]
     if len({k.stream for k in kernels}) > 1:
-        main_idx = main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], [k.stream for k in kernels])
+        main_idx = main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], [k.stream for k in kernels],
+                              [c in ANCHOR_CLASSES for c in classes])
     else:
         main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
     return main, main_idx, _units(kernels, main_idx, [classes[i] for i in main_idx])

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from analysis.attribution.chain import main_chain
+from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
 from analysis.attribution.steps import KNOWN_STAGES
@@ -149,7 +149,7 @@ def _on_chain(rows: list[KernelRow]) -> set[int]:
     as the structural attribution reads it: layers may hop streams in a graph replay."""
     if len({r.stream for r in rows}) > 1:
         return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
-                              [r.stream for r in rows]))
+                              [r.stream for r in rows], [class_of_name(r.kernel_name) in ANCHOR_CLASSES for r in rows]))
     main = _main_stream(rows)
     return {i for i, r in enumerate(rows) if r.stream == main}
 
