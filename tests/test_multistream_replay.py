@@ -9,6 +9,7 @@ its eager twin's ranges.
 """
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from analysis.api import AnalysisOptions, analyze
 from analysis.attribution.agreement import GROUPS, compare_with_ranges
 from analysis.attribution.chain import main_chain
+from harness.cli import main
 from synthetic_multistream import DURATIONS_US, STREAM_A, STREAM_B, write_trace
 
 ACCURACY = Path(__file__).resolve().parent / "data" / "accuracy" / "h100"
@@ -112,3 +114,16 @@ def test_the_recorded_side_stream_replay_matches_its_eager_twin_within_3_points(
     moe = sum(r.busy_us for r in result.kernel_rows if r.group == "moe")
     shared = sum(r.busy_us for r in result.kernel_rows if r.module == "shared_experts")
     assert moe > 10 * shared
+
+
+def test_the_recorded_side_stream_replay_passes_strict_with_its_model_file(tmp_path):
+    # deepseek-v3-wide4: the same widths and 1 dense + 3 MoE layers (128 experts there, 64 here:
+    # the layer count and experts per token against shared experts are what the checks read)
+    out = tmp_path / "out"
+    assert main(["analyze", str(GRAPH), "--model", "deepseek-v3-wide4", "--strict", "--out", str(out)]) == 0
+    with (out / "checks.csv").open() as fh:
+        checks = {row["check"]: row for row in csv.DictReader(fh)}
+    assert {c: row["verdict"] for c, row in checks.items()} == dict.fromkeys(checks, "pass")
+    assert checks["layer_count"]["expected"] == "4 (model deepseek-v3-wide4)"
+    assert checks["routed_vs_shared_experts"]["expected"].startswith("ratio >= 1 ")
+    assert "4 layers in 3 step(s)" == checks["layer_count"]["value"]
