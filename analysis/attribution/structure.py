@@ -633,7 +633,8 @@ def _place_side_streams(kernels: list[Kernel], chain: set[int], slots: list[Slot
 
 
 def count_attention_cores(kernels: list[Kernel]) -> int:
-    """Attention cores on the busiest stream: the layer count a step of these kernels would have."""
+    """Attention cores on the step's chain across streams (chain.py): the layer count a step of
+    these kernels would have."""
     if not kernels:
         return 0
     return len(_attention_clusters(_main_stream_units(kernels)[2]))
