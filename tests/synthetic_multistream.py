@@ -35,6 +35,8 @@ SHARED_UP = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_TNT shared up"
 SHARED_DOWN = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT shared down"
 EMBEDDING = "void at::native::indexSelectSmallIndex<c10::BFloat16, long>(int)"
 LM_HEAD = "nvjet_sm90_tst_384x8_64x4_2x1_v_bz_TNT lm_head"
+SPANNING = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>) spanning"
+SPANNING_STREAM = 99
 
 
 @dataclass
@@ -75,14 +77,16 @@ class _Writer:
 
 def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop_at: int = 1,
                 streams: tuple[int, ...] = (STREAM_A, STREAM_B), carry_on: str = "routed",
-                routed_delay_us: float = 1.5, shared_delay_us: float = 0.0) -> Truth:
+                routed_delay_us: float = 1.5, shared_delay_us: float = 0.0, spanning: bool = False) -> Truth:
     """A SYNTHETIC trace of `steps` graph replays (one cudaGraphLaunch each); MoE layers from
     `dense` on. From layer `hop_at` on, each MoE layer's routed branch runs on the next stream of
     `streams` (two streams: stream B for good; more: a stream of its own per layer, as a graph with
     many branch streams runs it) and its shared experts on the stream the layer began on. After the
     join the next layer carries on on the routed branch's stream (`carry_on="routed"`) or on the
     shared experts' (`"shared"`). The routed branch starts `routed_delay_us` after the fork, the
-    shared experts `shared_delay_us` after it (late enough, they outlast the routed branch)."""
+    shared experts `shared_delay_us` after it (late enough, they outlast the routed branch).
+    `spanning`: a collective on a stream of its own runs beside every layer of the step (from the
+    first layer's attention to the last layer's end); its truth is the communication row of layer 0."""
     w = _Writer()
     w.clock = {stream: 1000.0 for stream in streams}
     truth = Truth()
@@ -127,6 +131,14 @@ def write_trace(path: Path, steps: int = 2, layers: int = 4, dense: int = 1, hop
             r = w.run(COMBINE, routed, layer, "moe", "combine", after=r)
             t = max(r, s)  # the join
             main = routed if carry_on == "routed" else side
+        if spanning:  # written after the layers, so its duration reaches to their end
+            begin = w.step[1]  # the first layer's first kernel (after the embedding)
+            start = next(e["ts"] for e in w.events if e["name"] == begin[0] and e["tid"] == begin[1]
+                         and e["args"]["correlation"] == w.correlation) + 1.0
+            w.events.append({"ph": "X", "cat": "kernel", "name": SPANNING, "pid": 0, "tid": SPANNING_STREAM,
+                             "ts": start, "dur": t - start - 1.0,
+                             "args": {"stream": SPANNING_STREAM, "correlation": w.correlation, "device": 0}})
+            w.step.append((SPANNING, SPANNING_STREAM, 0, "communication", "all_reduce"))
         t = w.run(NORM, streams[0], -1, "other", "lm_head / sampling", after=t)
         w.run(LM_HEAD, streams[0], -1, "other", "lm_head / sampling", after=t)
         truth.kernels.append(w.step)

@@ -65,6 +65,10 @@ MANY_STREAMS = tuple(range(3, 18))  # 15 streams, as a graph with a branch strea
     # shared stream for the chain and lose the combine (to `other`, with no check firing)
     dict(shared_delay_us=150.0),
     dict(shared_delay_us=150.0, carry_on="shared", streams=MANY_STREAMS),
+    # a collective on a stream of its own runs beside all the layers: one overlap from the first
+    # layer to the last, which the chain reads again without that stream
+    dict(spanning=True),
+    dict(spanning=True, streams=MANY_STREAMS, carry_on="shared"),
 ], ids=lambda v: "-".join(f"{k}={len(x) if isinstance(x, tuple) else x}" for k, x in v.items()))
 def test_synthetic_multi_stream_variants_get_every_kernel_right(tmp_path, variant):
     settings = {"steps": 2, "layers": 4, "dense": 1, "hop_at": 1, **variant}
@@ -73,7 +77,8 @@ def test_synthetic_multi_stream_variants_get_every_kernel_right(tmp_path, varian
     streams = {s for step in truth.kernels for _n, s, *_ in step}
     pool = settings.get("streams", (STREAM_A, STREAM_B))
     moe_layers = settings["layers"] - settings["dense"]
-    assert len(streams) == min(len(pool), 1 + moe_layers)  # the first stream, then one per MoE layer's branch
+    # the first stream, then one per MoE layer's branch (and the spanning collective's)
+    assert len(streams) == min(len(pool), 1 + moe_layers) + settings.get("spanning", False)
     result = analyze([str(path)], options=AnalysisOptions(layers=settings["layers"]))
     assert [(s.layers_found, s.moe_layers_found, s.status) for s in result.step_rows] == (
         [(settings["layers"], settings["layers"] - 1, "ok")] * 2)

@@ -5,10 +5,11 @@ beside the router and the routed experts) the layers may carry on on another str
 stream then holds only some of the layers, and everything off it would pass for side work. The
 chain is what runs one kernel after another through the step, whatever the stream: every kernel
 that no other stream's kernel overlaps, and where kernels of several streams overlap (a fork),
-those of one stream: the one running the most anchor kernels in the overlap (attention cores,
-routing, dispatch / combine, expert GEMMs: the layer's own line, which a shared expert's MLP never
-runs), else the stream that carries on after the overlap, else the busiest in it. The rest is the
-side branch of a fork.
+the anchor kernels decide (attention cores, routing, dispatch / combine, expert GEMMs: the layers'
+own line, which a shared expert's MLP never runs): streams of the overlap without one are side
+work, and the chain is read again on the others alone (so a kernel running beside many layers
+does not hide them); where every stream or none runs anchors, the stream with the most, else the
+stream that carries on after the overlap, else the busiest in it. The rest is side work.
 
 With streams that never overlap but for side work (SGLang's alternate stream beside the main one),
 the chain is the main stream, as the busiest stream was.
@@ -28,7 +29,11 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
                anchors: Sequence[bool] | None = None) -> list[int]:
     """Indices (into the inputs, sorted by start) of the chain's kernels, in start order.
     `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone)."""
-    order = sorted(range(len(starts)), key=lambda i: (starts[i], ends[i]))
+    return _chain(sorted(range(len(starts)), key=lambda i: (starts[i], ends[i])), starts, ends, streams, anchors, None)
+
+
+def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None) -> list[int]:
+    """The chain of the kernels `order` (in start order); `after_all` is the kernel after them, if any."""
     overlapped = _overlapped(order, starts, ends, streams)
     chain: list[int] = []
     pos = 0
@@ -43,28 +48,38 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
         while end < len(order) and overlapped[order[end]]:
             end += 1
         group = order[pos:end]
-        after = order[end] if end < len(order) else None
-        keep = _anchored_stream(group, streams, anchors)
+        after = order[end] if end < len(order) else after_all
+        pos = end
+        anchored = _anchored_streams(group, streams, anchors)
+        if anchored and len(anchored) < len({streams[j] for j in group}):
+            # streams without a kernel of the layers' own line are side work (a shared expert, or a
+            # kernel that runs beside many layers): the chain is read again without them
+            chain.extend(_chain([j for j in group if streams[j] in anchored], starts, ends, streams, anchors, after))
+            continue
+        keep = _most_anchored(anchored)
         if keep is None and after is not None:
             keep = streams[after]
-        if keep is None:  # the step ends in the fork: the stream with the most busy time in it
+        if keep is None or keep not in {streams[j] for j in group}:  # the stream with the most busy time in it
             busy: dict[int, float] = {}
             for j in group:
                 busy[streams[j]] = busy.get(streams[j], 0.0) + ends[j] - starts[j]
             keep = max(busy, key=lambda s: (busy[s], -s))
         chain.extend(j for j in group if streams[j] == keep)
-        pos = end
     return chain
 
 
-def _anchored_stream(group: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> int | None:
-    """The stream with the most anchor kernels in a fork, or None where none or a tie decides it."""
-    if anchors is None:
-        return None
+def _anchored_streams(group: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> dict[int, int]:
+    """Per stream of a fork, how many anchor kernels it runs there (streams with none left out)."""
     counts: dict[int, int] = {}
-    for j in group:
-        if anchors[j]:
-            counts[streams[j]] = counts.get(streams[j], 0) + 1
+    if anchors is not None:
+        for j in group:
+            if anchors[j]:
+                counts[streams[j]] = counts.get(streams[j], 0) + 1
+    return counts
+
+
+def _most_anchored(counts: dict[int, int]) -> int | None:
+    """The stream with the most anchor kernels, or None where none or a tie decides it."""
     ranked = sorted(counts.values(), reverse=True)
     if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
         return None
