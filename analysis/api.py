@@ -17,6 +17,7 @@ from analysis.attribution.comm_split import CommRow, split_collectives
 from analysis.ingest.expert_load import load_expert_load
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
+from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
@@ -63,6 +64,11 @@ class Analysis:
     d4: D4Column
     json_bytes: int = 0
     comm_rows: list[CommRow] = field(default_factory=list)  # comm.csv: collectives split into wait / transfer
+    checks: list[CheckRow] = field(default_factory=list)  # the self-checks (checks.csv)
+
+    @property
+    def failed_checks(self) -> list[CheckRow]:
+        return failed(self.checks)
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -173,6 +179,9 @@ def analyze(
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict)
     d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
+    if not d4.steps_used:
+        raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
+    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -180,7 +189,41 @@ def analyze(
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, load)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
-                    comm_rows)
+                    comm_rows=comm_rows, checks=checks)
+
+
+SELF_CHECK_PROBLEM = "self-check "  # how a failed check's line in problems.csv begins
+
+
+def apply_self_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], d4: D4Column, spec: ModelSpec | None,
+                      layers: int | None, strict: bool, problems: list[RankProblem]) -> tuple[D4Column, list[CheckRow]]:
+    """Run the self-checks on a built column: its verdict line set, each failed check added to problems."""
+    checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict)
+    d4 = msgspec.structs.replace(d4, checks=verdict_line(checks), failed_checks=[c.check for c in failed(checks)])
+    problems.extend(RankProblem(path="", rank=c.scope, message=f"{SELF_CHECK_PROBLEM}{c.check} failed: {c.value}, "
+                                f"expected {c.expected}" + (f"; {c.why}" if c.why else "")) for c in failed(checks))
+    return d4, checks
+
+
+def _no_usable_steps(step_rows: list[StepRow], stage: str, strict: bool, sig: Signature) -> str:
+    """Why no step could make the table (instead of a table of zeros)."""
+    steps = [s for s in step_rows if s.stage == stage]
+    statuses = {st: sum(1 for s in steps if s.status == st) for st in sorted({s.status for s in steps})}
+    if statuses.get("no_layers") == len(steps):
+        if not sig.generic:
+            anchor = sig.layer[sig.anchor_index]
+            return (f"no layers found in any of the {len(steps)} {stage} steps: signature {sig.name}'s anchor "
+                    f"{anchor.module} / {anchor.kernel} (match {anchor.match!r}) matches no kernel of the trace; "
+                    "try the default (no --signature) or a signature of this stack")
+        return f"no layers found in any of the {len(steps)} {stage} steps: no attention core or repeating layer pattern"
+    mismatched = [s for s in steps if s.status == "layer_count_mismatch"]
+    if strict and mismatched:
+        found = "/".join(str(n) for n in sorted({s.layers_found for s in mismatched}))
+        expected = "/".join(str(n) for n in sorted({s.layers_expected for s in mismatched if s.layers_expected}))
+        return (f"--strict left out all {len(steps)} {stage} steps: their layer count differs from the expected one "
+                f"(found {found}, expected {expected}; {mismatched[0].note.split('; ')[-1]}); check --layers / --model, "
+                "or drop --strict to see the table with the mismatch flagged")
+    return f"no usable {stage} step: " + ", ".join(f"{n} {st}" for st, n in statuses.items())
 
 
 def _check_sol(settings: SolSettings) -> None:
@@ -266,16 +309,18 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
-    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, comm.csv, analysis.json."""
+    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, comm.csv, checks.csv,
+    analysis.json."""
     out = Path(out_dir)
     names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv",
-             "comm.csv", ANALYSIS_FILE)
+             "comm.csv", "checks.csv", ANALYSIS_FILE)
     files = {name: out / name for name in names}
     _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
     _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
     _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)
+    _write_structs(files["checks.csv"], analysis.checks, CheckRow)
     write_table_csv(files["d4.csv"], [analysis.d4], lang)
     _atomic_write(files["d4.md"], lambda fh: fh.write(render_markdown([analysis.d4], lang)))
 
@@ -288,7 +333,9 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
 
     _atomic_write(files["d4_detail.csv"], detail)
     summary = {"run": analysis.run, "signature": analysis.signature, "model": analysis.model, "d4": analysis.d4,
-               "problems": analysis.problems, "steps": len(analysis.step_rows)}
+               "problems": analysis.problems, "steps": len(analysis.step_rows),
+               "checks": {"verdict": verdict_line(analysis.checks), "failed": [c.check for c in analysis.failed_checks],
+                          "rows": analysis.checks}}
     _atomic_write(files[ANALYSIS_FILE], lambda fh: fh.write(msgspec.json.format(msgspec.json.encode(summary).decode(), indent=2)))
     return files
 

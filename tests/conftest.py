@@ -9,7 +9,7 @@ REPO = ROOT
 for entry in (str(ROOT), str(Path(__file__).resolve().parent)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
-from real_traces import ENV_REQUIRE, FETCH_HINT, candidate_dirs, missing_message, real_traces_dir  # noqa: E402
+from real_traces import ENV_REQUIRE, FETCH_HINT, candidate_dirs, load_sources, missing_message, real_traces_dir  # noqa: E402
 
 # The public real traces (tests/real_traces.py says where they are looked for); the first candidate
 # stands in when none is found, so paths still print.
@@ -24,12 +24,14 @@ def real_trace(rel: str) -> str:
     """The path of a public real trace; a missing one skips the test, or fails it when
     MOE_HARNESS_REQUIRE_REAL_TRACES=1 (as CI sets), saying where it was looked for."""
     _real_users.add(_current_test[0])
-    path = REAL / rel
-    if not path.exists():
-        if os.environ.get(ENV_REQUIRE) == "1":
+    found = [d / rel for d in [REAL, *candidate_dirs()] if (d / rel).exists()]
+    if not found:
+        listed = {t.path: t for t in load_sources()}
+        required = rel not in listed or listed[rel].shared
+        if os.environ.get(ENV_REQUIRE) == "1" and required:
             pytest.fail(f"{missing_message(rel)} ({ENV_REQUIRE}=1)", pytrace=False)
         pytest.skip(missing_message(rel))
-    return str(path)
+    return str(found[0])
 
 
 def pytest_runtest_setup(item):

@@ -39,6 +39,7 @@ class RealTrace:
     commit: str
     repo_path: str
     member: str | None
+    shared: bool = True  # in ../shared/traces/real (false: only from the cache or $MOE_HARNESS_REAL_TRACES)
 
     @property
     def licence(self) -> str:
@@ -52,7 +53,8 @@ def load_licences() -> dict[str, str]:
 def load_sources() -> list[RealTrace]:
     doc = yaml.safe_load(SOURCES.read_text())
     return [RealTrace(t["path"], t["what"], t["sha256"], t["source"]["repo"], t["source"]["commit"],
-                      t["source"]["path"], t["source"].get("member")) for t in doc["traces"]]
+                      t["source"]["path"], t["source"].get("member"), bool(t.get("shared", True)))
+            for t in doc["traces"]]
 
 
 def cache_dir() -> Path:

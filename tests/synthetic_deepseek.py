@@ -131,9 +131,21 @@ def _emit_step(w: _Writer, sig: Signature, label: str, kinds: list[str], units: 
     return start, end
 
 
+# SGLang's step labels (`step[LABEL bs=N]`) by release: 0.5.17 writes draft steps as DECODE (the
+# NextN model's single layer tells them apart), 0.5.23 labels every draft-model step DRAFT.
+STEP_LABELS = {
+    "0.5.17": {"decode": "DECODE", "verify": "TARGET_VERIFY", "draft": "DECODE", "draft_extend": "DRAFT_EXTEND"},
+    "0.5.23": {"decode": "DECODE", "verify": "VERIFY", "draft": "DRAFT", "draft_extend": "DRAFT"},
+}
+
+
 def write_rank_trace(path: Path, sig: Signature, *, num_layers: int = 61, dense_layers: int = 3,
-                     steps: int = 2, tbo: bool = False, mtp_draft_steps: int = 0, scale: float = 1.0) -> Expected:
-    """Write one rank's SYNTHETIC trace (gzip'd chrome JSON) and return its known answers."""
+                     steps: int = 2, tbo: bool = False, mtp_draft_steps: int = 0, scale: float = 1.0,
+                     labels: str | dict[str, str] = "0.5.17") -> Expected:
+    """Write one rank's SYNTHETIC trace (gzip'd chrome JSON) and return its known answers.
+
+    labels: a release in STEP_LABELS, or the label per step kind (decode, verify, draft, draft_extend)."""
+    names = STEP_LABELS[labels] if isinstance(labels, str) else labels
     w = _Writer()
     expected = Expected()
     units = 2 if tbo else 1
@@ -142,13 +154,13 @@ def write_rank_trace(path: Path, sig: Signature, *, num_layers: int = 61, dense_
         step_scale = scale * (1.0 + 0.25 * step)
         if mtp_draft_steps:
             for _ in range(mtp_draft_steps):
-                s, e = _emit_step(w, sig, "step[DECODE bs=16]", ["moe"], 1, step_scale, False, None)
+                s, e = _emit_step(w, sig, f"step[{names['draft']} bs=16]", ["moe"], 1, step_scale, False, None)
                 expected.draft_step_us.append(e - s)
-            _emit_step(w, sig, "step[TARGET_VERIFY bs=16]", kinds, units, step_scale, True, expected)
-            s, e = _emit_step(w, sig, "step[DRAFT_EXTEND bs=16]", ["moe"], 1, step_scale, False, None)
+            _emit_step(w, sig, f"step[{names['verify']} bs=16]", kinds, units, step_scale, True, expected)
+            s, e = _emit_step(w, sig, f"step[{names['draft_extend']} bs=16]", ["moe"], 1, step_scale, False, None)
             expected.draft_extend_us.append(e - s)
         else:
-            _emit_step(w, sig, "step[DECODE bs=16]", kinds, units, step_scale, False, expected)
+            _emit_step(w, sig, f"step[{names['decode']} bs=16]", kinds, units, step_scale, False, expected)
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "SYNTHETIC H200"}], "traceEvents": w.events}
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)

@@ -53,11 +53,11 @@ def test_layer_count_mismatch_is_flagged_and_the_table_still_shows_what_was_foun
     assert analyze([real_trace(QWEN)], options=AnalysisOptions(layers=48)).step_rows[0].status == "ok"
 
 
-def test_strict_leaves_mismatched_steps_out():
+def test_strict_that_leaves_out_every_step_is_an_error_not_a_table_of_zeros():
     from analysis.api import AnalysisOptions
 
-    result = analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3", options=AnalysisOptions(strict=True))
-    assert result.d4.steps_used == 0 and result.d4.steps_skipped == 1 and not result.d4.rows
+    with pytest.raises(AnalysisError, match=r"--strict left out all 1 decode steps.*found 48, expected 61"):
+        analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3", options=AnalysisOptions(strict=True))
 
 
 def test_bad_rank_does_not_stop_the_others(tmp_path):

@@ -12,6 +12,8 @@ SERVING = [
     ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "generic", 36),
     ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "vllm-gpt-oss-sm100", 36),
     ("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz", "generic", 36),
+    ("amd/sglang_ds-r1-distill-llama-8b_mi300x/1782841132.2905657-TP-0-DECODE.trace.json.gz", "generic", 32),
+    ("amd/sglang_qwen3-30b-a3b_mi300x/1782859605.7198358-TP-0-DECODE.trace.json.gz", "generic", 48),
     ("amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "sglang-qwen3-dense-mi300", 36),
 ]
 

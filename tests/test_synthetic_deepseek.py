@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from analysis.api import AnalysisOptions, analyze
+from analysis.errors import AnalysisError
 from analysis.attribution.signature import load_signature
 from synthetic_deepseek import write_rank_trace
 
@@ -61,8 +62,8 @@ def test_two_batch_overlap_doubles_anchors(tmp_path):
     without = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3")
     assert all(s.status == "layer_count_mismatch" for s in without.step_rows), "122 anchors must not pass as 61 layers"
     assert without.d4.steps_mismatched == 2  # flagged in the table's notes; --strict leaves them out
-    strict = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3", options=AnalysisOptions(strict=True))
-    assert strict.d4.steps_used == 0
+    with pytest.raises(AnalysisError, match=r"--strict left out all 2 decode steps.*found 122, expected 61"):
+        analyze([str(path)], signature="dpsk-h800", model="deepseek-v3", options=AnalysisOptions(strict=True))
     result = analyze([str(path)], signature="dpsk-h800", model="deepseek-v3", options=AnalysisOptions(tbo=True))
     assert [s.layers_found for s in result.step_rows] == [61, 61]
     assert {r.micro_batch for r in result.kernel_rows if r.section == "layer"} == {0, 1}
@@ -90,6 +91,26 @@ def test_mtp_group_and_time_per_accepted_token(tmp_path):
     iteration_ms = (statistics.fmean(expected.step_us) + 2 * draft + extend) / 1000
     assert d4.step_ms == pytest.approx(iteration_ms)
     assert d4.per_token_ms == pytest.approx(iteration_ms / 2.5)
+
+
+def test_mtp_with_the_labels_of_sglang_0_5_23(tmp_path):
+    """0.5.23 writes step[VERIFY ...] and step[DRAFT ...] (the draft extend too): the same verify
+    table as with 0.5.17's labels, the draft extend told apart as the first DRAFT after a verify."""
+    sig = load_signature("sglang-sm100-deepep-ll")
+    path = tmp_path / "run-TP-0-DECODE.trace.json.gz"
+    expected = write_rank_trace(path, sig, steps=2, mtp_draft_steps=2, labels="0.5.23")
+    result = analyze([str(path)], signature="sglang-sm100-deepep-ll", model="deepseek-v3")
+    assert [s.stage for s in result.step_rows] == ["draft", "draft", "target_verify", "draft_extend"] * 2
+    d4 = result.d4
+    assert d4.stage == "target_verify" and d4.steps_used == 2
+    _check_rows(d4, [expected])
+    mtp = {r.module: r for r in d4.mtp_rows}
+    assert mtp["draft layer"].value_us == pytest.approx(statistics.fmean(expected.draft_step_us))
+    assert mtp["draft extend"].value_us == pytest.approx(statistics.fmean(expected.draft_extend_us))
+    iteration_ms = (statistics.fmean(expected.step_us) + 2 * statistics.fmean(expected.draft_step_us)
+                    + statistics.fmean(expected.draft_extend_us)) / 1000
+    assert d4.step_ms == pytest.approx(iteration_ms)
+    assert [c.verdict for c in result.checks if c.check == "stage_labels"] == ["pass"]
 
 
 @pytest.mark.parametrize("policy", ["mean", "max"])

@@ -19,14 +19,19 @@ Order of preference (the first that finds steps wins):
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from analysis.attribution.module_attribution import module_class
+from analysis.errors import AnalysisError
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
 
 STEP_ANNOTATION = re.compile(
-    r"^step\[(?P<mode>[A-Za-z_]+)(?P<rest>[^\]]*)\]"  # SGLang
+    r"^step\[(?P<mode>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^\]]*)\]"  # SGLang
     r"|^(?P<spec>draft|draft_extend)$"  # SGLang's speculative (MTP / EAGLE) draft passes
     r"|^execute_context_(?P<ctx>\d+)\(.*\)_generation_(?P<gen>\d+)\("  # vLLM step names (as recorded by TraceLens)
     r"|^ProfilerStep#\d+"  # torch.profiler schedule steps
@@ -35,17 +40,27 @@ _BATCH = re.compile(r"\bbs=(\d+)")
 GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
 DEFAULT_GAP_US = 1000.0
 
-_STAGES = {
-    "DECODE": "decode",
-    "EXTEND": "extend",
-    "PREFILL": "extend",
-    "MIXED": "extend",
-    "TARGET_VERIFY": "target_verify",
-    "DRAFT_EXTEND": "draft_extend",
-    "DRAFT_EXTEND_V2": "draft_extend",
-    "DRAFT": "draft",
-    "IDLE": "idle",
-}
+STEP_LABELS_FILE = Path(__file__).with_name("step_labels.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def _label_table() -> tuple[dict[str, str], dict[str, str]]:
+    """(label -> stage, label -> stage when the step follows a verify step), from step_labels.yaml."""
+    try:
+        data = yaml.safe_load(STEP_LABELS_FILE.read_text())
+        labels = {str(k).upper(): str(v) for k, v in data["labels"].items()}
+        after = {str(k).upper(): str(v) for k, v in (data.get("after_verify") or {}).items()}
+    except (OSError, yaml.YAMLError, KeyError, AttributeError, TypeError) as exc:
+        raise AnalysisError(f"step labels {STEP_LABELS_FILE}: cannot read: {exc}") from exc
+    return labels, after
+
+
+def step_label_stages() -> dict[str, str]:
+    """Every step label the analysis knows, with the stage it names."""
+    return dict(_label_table()[0])
+
+
+KNOWN_STAGES = frozenset(step_label_stages().values())
 
 
 @dataclass
@@ -73,10 +88,27 @@ def stage_of(label: str | None, default: str = "unknown") -> str:
     match = STEP_ANNOTATION.match(label)
     if match and match.group("ctx") is not None:
         return "decode" if int(match.group("ctx")) == 0 else "extend"
+    stages = _label_table()[0]
     if match and match.group("mode"):
         mode = match.group("mode").upper()
-        return _STAGES.get(mode, mode.lower())
-    return _STAGES.get(label.upper(), default)
+        return stages.get(mode, mode.lower())
+    return stages.get(label.upper(), default)
+
+
+def _label_mode(label: str) -> str:
+    match = STEP_ANNOTATION.match(label) if label else None
+    if match and match.group("mode"):
+        return match.group("mode").upper()
+    return (match.group("spec") or "").upper() if match else ""
+
+
+def _stages_after_verify(steps: list[Step]) -> None:
+    """Labels whose stage depends on the step before (0.5.23's DRAFT: the first after a verify
+    step is the draft extend); steps are one rank's, in time order."""
+    after = _label_table()[1]
+    for previous, step in zip(steps, steps[1:]):
+        if previous.stage == "target_verify" and _label_mode(step.label) in after:
+            step.stage = after[_label_mode(step.label)]
 
 
 def _batch_of(label: str) -> int | None:
@@ -185,6 +217,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
                     label=label,
                 )
             )
+        _stages_after_verify(steps)
         return steps
 
     launch_ts = {launch.correlation: launch.start_us for launch in trace.launches}

@@ -28,6 +28,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     kernel_class,
 )
+from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
 from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of
@@ -51,10 +52,19 @@ class _Unit:
 
 
 def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Unit]]:
-    """The busiest stream, the positions of its kernels, and those kernels as units."""
+    """The busiest stream, the positions of the chain's kernels, and those kernels as units.
+
+    With one stream the chain is that stream; with several, the step's main chain across streams
+    (chain.py): what runs one after another, and at each fork the branch that carries on, so a
+    graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
     main = main_stream(kernels)
-    main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    return main, main_idx, _units(kernels, main_idx, [kernel_class(kernels[i]) for i in main_idx])
+    classes = [kernel_class(k) for k in kernels]
+    if len({k.stream for k in kernels}) > 1:
+        main_idx = main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], [k.stream for k in kernels],
+                              [c in ANCHOR_CLASSES for c in classes])
+    else:
+        main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
+    return main, main_idx, _units(kernels, main_idx, [classes[i] for i in main_idx])
 
 
 def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> list[_Unit]:
@@ -101,7 +111,37 @@ def _attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
             hi += 1
         clusters.append((lo, hi))
         i = hi + 1
-    return clusters or _eager_attention_clusters(units)
+    return _split_merged_layers(units, clusters) if clusters else _eager_attention_clusters(units)
+
+
+def _split_merged_layers(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Clusters holding a multiple of the usual number of attention-core kernels, split into as many layers.
+
+    Why: every layer of a step runs the same attention, so its cluster holds the same number of
+    core kernels (one, or two where a prefix and a suffix part run back to back). A cluster with
+    twice the usual number is two layers whose cores ended up side by side in the kernel order:
+    a trace whose kernel order interleaves neighbouring layers (seen on an MI300X HIP-graph
+    replay, where a layer's attention core follows the next layer's QKV projection) would
+    otherwise lose a layer silently.
+    """
+    cores = [[j for j in range(lo, hi + 1) if units[j].kind == "attn_core"] for lo, hi in clusters]
+    counts = Counter(len(c) for c in cores)
+    usual = max(counts, key=lambda n: (counts[n], -n))
+    if len(counts) == 1 or not usual:
+        return clusters
+    out: list[tuple[int, int]] = []
+    for (lo, hi), own in zip(clusters, cores):
+        if len(own) <= usual or len(own) % usual:
+            out.append((lo, hi))
+            continue
+        # each piece ends at its last core (aux kernels after the last core stay with the last piece)
+        ends = [own[k + usual - 1] for k in range(0, len(own), usual)]
+        ends[-1] = hi
+        start = lo
+        for end in ends:
+            out.append((start, end))
+            start = end + 1
+    return out
 
 
 def _eager_attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
@@ -153,17 +193,20 @@ def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[in
     def key(j: int):
         return ("memory",) if units[j].kind == "memory" else units[j].names
 
+    # a core right after the previous one (layers split by _split_merged_layers) has nothing before it
+    compared = [walk for (start, end), walk in zip(regions, walks) if end > start]
     shared = 0
-    while all(shared < len(walk) for walk in walks) and len({key(walk[shared]) for walk in walks}) == 1:
+    while compared and all(shared < len(walk) for walk in compared) and len(
+            {key(walk[shared]) for walk in compared}) == 1:
         shared += 1
     while True:
-        room = [walk for walk in walks if shared < len(walk)]
-        if not room or len(room) < len(walks) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
+        room = [walk for walk in compared if shared < len(walk)]
+        if not room or len(room) < len(compared) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
             break
         shared += 1
     if shared == 0:
         return [_role_pre_length(units, region, walk) for region, walk in zip(regions, walks)]
-    return [end - walk[min(shared, len(walk)) - 1] for (_start, end), walk in zip(regions, walks)]
+    return [end - walk[min(shared, len(walk)) - 1] if walk else 0 for (_start, end), walk in zip(regions, walks)]
 
 
 def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int]) -> int:
@@ -210,12 +253,27 @@ def _final_norm_start(units: list[_Unit], clusters: list[tuple[int, int]], start
     per_layer = Counter(len(_norm_runs(units, hi + 1, nxt)) for (_lo, hi), nxt in zip(clusters, starts[1:]))
     usual = per_layer.most_common(1)[0][0]
     runs = _norm_runs(units, clusters[-1][1] + 1, len(units))
+    if len(runs) == usual and _layers_end_with_a_norm(units, clusters, starts) and any(
+            units[j].kind in GEMM_LIKE for j in range(runs[-1][1] + 1, len(units))):
+        # each layer ends with the next layer's input norm (its pre part starts at the QKV GEMM): the
+        # last layer ends with the final norm, and the GEMM after it is the LM head
+        return runs[-1][1] + 1
     if len(runs) <= usual:
         return len(units)
     start = runs[usual][0]
     while start - 1 > clusters[-1][1] and units[start - 1].kind in MINOR and units[start - 1].names in norm_pieces:
         start -= 1
     return start
+
+
+def _layers_end_with_a_norm(units: list[_Unit], clusters: list[tuple[int, int]], starts: list[int]) -> bool:
+    """True when nearly every layer but the last ends with a norm (only small kernels after it);
+    nearly: a trace whose kernel order is broken in places still shows the layers' shape."""
+    ending = 0
+    for (_lo, hi), nxt in zip(clusters, starts[1:]):
+        runs = _norm_runs(units, hi + 1, nxt)
+        ending += bool(runs) and all(units[j].kind in MINOR for j in range(runs[-1][1] + 1, nxt))
+    return ending >= 0.8 * (len(clusters) - 1)
 
 
 def _next_not_minor(units: list[_Unit], start: int, stop: int) -> int | None:
@@ -529,7 +587,7 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
             layer_moe[placed[1]] = placed[3]
     # where each layer's attention ends on the main stream (its core's last kernel)
     attention_end = {layer: kernels[main_idx[units[hi].hi]].end_us for layer, (_lo, hi) in enumerate(clusters)}
-    _place_side_streams(kernels, main, slots, layer_moe, attention_end)
+    _place_side_streams(kernels, set(main_idx), slots, layer_moe, attention_end)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
     return LayerCut([s for s in slots if s is not None], len(clusters), detail, moe_layers=moe_layers)
 
@@ -539,16 +597,16 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | None], layer_moe: dict[int, bool],
+def _place_side_streams(kernels: list[Kernel], chain: set[int], slots: list[Slot | None], layer_moe: dict[int, bool],
                         attention_end: dict[int, float]) -> None:
-    """Other streams' kernels join the layer whose main-stream span holds their start. While the
+    """Kernels off the chain join the layer whose chain span holds their start. While the
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
     it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
     the combine); collectives keep their own role; the rest is `other`."""
     first: dict[int, float] = {}
     last_end = float("-inf")
-    for k, slot in zip(kernels, slots):
-        if k.stream != main or slot is None:
+    for i, (k, slot) in enumerate(zip(kernels, slots)):
+        if i not in chain or slot is None:
             continue
         if slot.section == SECTION_LAYER:
             first[slot.unit] = min(first.get(slot.unit, k.start_us), k.start_us)
@@ -557,7 +615,7 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
     starts = [first[u] for u in layers]
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
     for i, k in enumerate(kernels):
-        if k.stream == main:
+        if i in chain:
             continue
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:
@@ -589,7 +647,8 @@ def _place_side_streams(kernels: list[Kernel], main: int, slots: list[Slot | Non
 
 
 def count_attention_cores(kernels: list[Kernel]) -> int:
-    """Attention cores on the busiest stream: the layer count a step of these kernels would have."""
+    """Attention cores on the step's chain across streams (chain.py): the layer count a step of
+    these kernels would have."""
     if not kernels:
         return 0
     return len(_attention_clusters(_main_stream_units(kernels)[2]))

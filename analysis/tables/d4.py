@@ -76,6 +76,8 @@ class D4Column(msgspec.Struct):
     comm_kernels: int = 0  # communication kernels in the used steps
     comm_unsplit: int = 0  # of those, the ones with no copy on some rank of their step: no split
     failed_files: list[str] = []  # "path: why" of each given file that could not be analysed
+    checks: str = ""  # the self-checks' verdict line (analysis/tables/self_checks.py)
+    failed_checks: list[str] = []  # names of the self-checks that failed
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -385,6 +387,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(f"{c.name}: signature {c.signature}: {c.signature_evidence}: its rows are the signature's "
                          "names, checked on no real trace")
         notes += [f"{c.name}: NOT ANALYSED, left out of the table: {failed}" for failed in c.failed_files]
+        if c.checks:
+            notes.append(f"{c.name}: {c.checks}")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     from analysis.tables.comm_table import markdown_sections

@@ -23,8 +23,9 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=positive_int, default=None,
                    help="decoder layers the model has (checks each step's layer count; overrides --model's)")
     p.add_argument("--strict", action="store_true",
-                   help="leave steps whose layer count differs from the expected one out of the table "
-                        "(default: keep them and flag the mismatch in the notes and problems.csv)")
+                   help="leave steps whose layer count differs from the expected one out of the table, and fail "
+                        "(exit 1, files still written) when a self-check fails (default: keep such steps, flag "
+                        "mismatches and failed checks in the notes, problems.csv and checks.csv)")
     p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
@@ -132,4 +133,8 @@ def run(args) -> int:
             print(f"moe-harness analyze: --out {args.out}: {exc}", file=sys.stderr)
             return 2
         print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
+    if args.strict and result.failed_checks:
+        names = ", ".join(f"{c.check} ({c.value})" for c in result.failed_checks)
+        print(f"moe-harness analyze: --strict: self-check failed: {names}", file=sys.stderr)
+        return 1
     return 0

@@ -85,4 +85,8 @@ def run(args) -> int:
             print(f"moe-harness compare: --out {args.out}: {exc}", file=sys.stderr)
             return 2
         print(f"wrote compare.md and compare.csv to {args.out}", file=sys.stderr)
+    failing = [f"{c.name}: {', '.join(c.failed_checks)}" for c in columns if c.failed_checks]
+    if args.strict and failing:
+        print(f"moe-harness compare: --strict: self-check failed in {'; '.join(failing)}", file=sys.stderr)
+        return 1
     return 0

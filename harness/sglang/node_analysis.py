@@ -11,6 +11,7 @@ from analysis.api import Analysis
 from analysis.attribution.comm_split import split_collectives
 from analysis.ingest.expert_load import ExpertLoad
 from analysis.tables.comm_table import with_comm
+from analysis.api import SELF_CHECK_PROBLEM, Analysis, apply_self_checks
 from analysis.tables.d4 import build_column
 from analysis.tables.d4_sol import with_sol
 from analysis.ingest.model_spec import load_model_spec
@@ -62,13 +63,15 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     model = load_model_spec(options["model"]) if options.get("model") else None
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
-    problems = [p for part in node_results for p in part["problems"]]
+    # each node checked its own ranks; the checks run again over every node's rows together
+    problems = [p for part in node_results for p in part["problems"] if not p.message.startswith(SELF_CHECK_PROBLEM)]
     d4 = build_column(kernel_rows, step_rows, name=options["run"], rank_policy=options["rank_policy"],
                       accept_length=accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence, model=model.name if model else None)
+    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, model, None, False, problems)
     if sol is not None:
         d4 = with_sol(d4, sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, expert_load=expert_load)
     return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4,
-                    comm_rows=comm_rows)
+                    comm_rows=comm_rows, checks=checks)

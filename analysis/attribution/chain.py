@@ -1,0 +1,101 @@
+"""The main chain of a step whose layers hop between streams (a CUDA-graph replay over many streams).
+
+Why: a captured graph runs its branches on streams of its own, so after a fork (the shared expert
+beside the router and the routed experts) the layers may carry on on another stream: the busiest
+stream then holds only some of the layers, and everything off it would pass for side work. The
+chain is what runs one kernel after another through the step, whatever the stream: every kernel
+that no other stream's kernel overlaps, and where kernels of several streams overlap (a fork),
+the anchor kernels decide (attention cores, routing, dispatch / combine, expert GEMMs: the layers'
+own line, which a shared expert's MLP never runs): streams of the overlap without one are side
+work, and the chain is read again on the others alone (so a kernel running beside many layers
+does not hide them); where every stream or none runs anchors, the stream with the most, else the
+stream that carries on after the overlap, else the busiest in it. The rest is side work.
+
+With streams that never overlap but for side work (SGLang's alternate stream beside the main one),
+the chain is the main stream, as the busiest stream was.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from analysis.attribution.kernel_classes import EXPERT_PATH, ROUTING
+
+# kernel classes (kernel_classes.yaml) of the layers' own line: a fork's branch running them is the chain
+ANCHOR_CLASSES = frozenset({"attn_core"}) | ROUTING | EXPERT_PATH
+OVERLAP_SLACK_US = 0.5  # two kernels touching within this much do not overlap (clock rounding)
+
+
+def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence[int],
+               anchors: Sequence[bool] | None = None) -> list[int]:
+    """Indices (into the inputs, sorted by start) of the chain's kernels, in start order.
+    `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone)."""
+    return _chain(sorted(range(len(starts)), key=lambda i: (starts[i], ends[i])), starts, ends, streams, anchors, None)
+
+
+def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None) -> list[int]:
+    """The chain of the kernels `order` (in start order); `after_all` is the kernel after them, if any."""
+    overlapped = _overlapped(order, starts, ends, streams)
+    chain: list[int] = []
+    pos = 0
+    while pos < len(order):
+        i = order[pos]
+        if not overlapped[i]:
+            chain.append(i)
+            pos += 1
+            continue
+        # a fork: the run of overlapping kernels, then the stream that carries on after it
+        end = pos
+        while end < len(order) and overlapped[order[end]]:
+            end += 1
+        group = order[pos:end]
+        after = order[end] if end < len(order) else after_all
+        pos = end
+        anchored = _anchored_streams(group, streams, anchors)
+        if anchored and len(anchored) < len({streams[j] for j in group}):
+            # streams without a kernel of the layers' own line are side work (a shared expert, or a
+            # kernel that runs beside many layers): the chain is read again without them
+            chain.extend(_chain([j for j in group if streams[j] in anchored], starts, ends, streams, anchors, after))
+            continue
+        keep = _most_anchored(anchored)
+        if keep is None and after is not None:
+            keep = streams[after]
+        if keep is None or keep not in {streams[j] for j in group}:  # the stream with the most busy time in it
+            busy: dict[int, float] = {}
+            for j in group:
+                busy[streams[j]] = busy.get(streams[j], 0.0) + ends[j] - starts[j]
+            keep = max(busy, key=lambda s: (busy[s], -s))
+        chain.extend(j for j in group if streams[j] == keep)
+    return chain
+
+
+def _anchored_streams(group: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> dict[int, int]:
+    """Per stream of a fork, how many anchor kernels it runs there (streams with none left out)."""
+    counts: dict[int, int] = {}
+    if anchors is not None:
+        for j in group:
+            if anchors[j]:
+                counts[streams[j]] = counts.get(streams[j], 0) + 1
+    return counts
+
+
+def _most_anchored(counts: dict[int, int]) -> int | None:
+    """The stream with the most anchor kernels, or None where none or a tie decides it."""
+    ranked = sorted(counts.values(), reverse=True)
+    if not ranked or (len(ranked) > 1 and ranked[0] == ranked[1]):
+        return None
+    return max(counts, key=lambda s: counts[s])
+
+
+def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
+    """Per kernel: does a kernel of another stream run during it?"""
+    flags = [False] * len(starts)
+    # latest end seen so far per stream, swept in start order
+    open_until: dict[int, tuple[float, int]] = {}
+    for i in order:
+        for stream, (until, j) in open_until.items():
+            if stream != streams[i] and until - starts[i] > OVERLAP_SLACK_US:
+                flags[i] = flags[j] = True
+        current = open_until.get(streams[i])
+        if current is None or ends[i] > current[0]:
+            open_until[streams[i]] = (ends[i], i)
+    return flags

@@ -1,0 +1,373 @@
+"""Self-checks run on every analysis: the table says when it is likely wrong.
+
+Why: the attribution finds layers and names kernels by rules; where a trace breaks a rule (another
+stack, kernels out of order, a graph replayed over many streams) it still produces a table, and a
+table that looks fine. These checks test what must hold whatever the stack: the layer count, layers
+of one kind alike, every attention core inside a layer, routed experts against the shared expert,
+where the step's time went, step labels, kernel durations. Each gives one CheckRow
+(checks.csv); thresholds are data (self_checks.yaml), documented in docs/analysis.md.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
+from analysis.attribution.kernel_classes import class_of_name
+from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
+from analysis.attribution.steps import KNOWN_STAGES
+from analysis.errors import AnalysisError
+from analysis.ingest.model_spec import ModelSpec
+from analysis.tables.d4 import D4Column
+
+THRESHOLDS_FILE = Path(__file__).with_name("self_checks.yaml")
+PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
+_MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
+_MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
+_NOT_ROUTED = frozenset({"dispatch", "combine"})
+_SHARED = "shared_experts"
+_ATTENTION_CORE = "attn_core"
+
+
+class CheckRow(msgspec.Struct):
+    """One self-check: what was measured against what was expected, and the verdict."""
+
+    check: str
+    scope: str  # what it looked at: "TP0 decode", "all ranks, stage decode"
+    value: str
+    expected: str
+    verdict: str  # pass | fail | n/a
+    why: str = ""
+
+
+@functools.lru_cache(maxsize=1)
+def thresholds() -> dict:
+    try:
+        data = yaml.safe_load(THRESHOLDS_FILE.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise AnalysisError(f"self-check thresholds {THRESHOLDS_FILE}: cannot read: {exc}") from exc
+    return data
+
+
+def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D4Column,
+               model: ModelSpec | None = None, layers: int | None = None, strict: bool = False) -> list[CheckRow]:
+    """Every check, in a fixed order; `column` names the stage and the steps the table used."""
+    limits = thresholds()
+    stage = column.stage
+    table_steps = [s for s in step_rows if s.stage == stage]
+    used = _used_steps(step_rows, column, strict)
+    by_step: dict[tuple[str, int], list[KernelRow]] = defaultdict(list)
+    for row in kernel_rows:
+        by_step[(row.rank, row.step)].append(row)
+    checks = [*_layer_count(step_rows, stage, model, layers)]
+    checks.append(_layer_sequence(table_steps, by_step, stage, limits["layer_sequence"]))
+    checks.append(_attention_cores(step_rows, by_step))
+    checks.append(_expert_sizes(used, by_step, stage, model, limits["expert_sizes"]))
+    checks.append(_step_time(used, by_step, stage, limits["step_time"]))
+    checks.append(_stage_labels(step_rows))
+    checks.append(_durations(step_rows, by_step, limits["durations"]))
+    return checks
+
+
+def failed(checks: list[CheckRow]) -> list[CheckRow]:
+    return [c for c in checks if c.verdict == FAIL]
+
+
+def verdict_line(checks: list[CheckRow]) -> str:
+    """One line for the table's notes: how many checks passed, and which failed with what."""
+    bad = failed(checks)
+    passed = sum(c.verdict == PASS for c in checks)
+    skipped = sum(c.verdict == NOT_APPLICABLE for c in checks)
+    head = f"self-checks: {passed} passed, {len(bad)} failed, {skipped} not applicable"
+    if not bad:
+        return head + " (checks.csv)"
+    return head + ": " + "; ".join(f"{c.check} ({c.scope}): {c.value}, expected {c.expected}" for c in bad) + \
+        " (checks.csv; the table may be wrong)"
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def _used_steps(step_rows: list[StepRow], column: D4Column, strict: bool) -> list[StepRow]:
+    """The steps the table was built from (its stage and usable status, as build_column chose)."""
+    usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
+    return [s for s in step_rows if s.stage == column.stage and s.status in usable]
+
+
+def _layer_count(step_rows: list[StepRow], stage: str, model: ModelSpec | None, layers: int | None) -> list[CheckRow]:
+    """Against the expected count where one is known (--layers, the model file), else constant
+    over steps and ranks; one row for the table's stage and one per other stage with layers."""
+    rows = []
+    stages = [stage] + sorted({s.stage for s in step_rows if s.stage != stage and s.layers_found})
+    for st in stages:
+        steps = [s for s in step_rows if s.stage == st]
+        if not steps:
+            continue
+        found = Counter(s.layers_found for s in steps)
+        value = ", ".join(f"{n} layers in {c} step(s)" for n, c in sorted(found.items()))
+        expected = {s.layers_expected for s in steps if s.layers_expected is not None}
+        scope = f"stage {st}, {len(steps)} steps, {len({s.rank for s in steps})} rank(s)"
+        if expected:
+            source = "--layers" if layers is not None and st not in ("draft", "draft_extend") else (
+                f"model {model.name}" if model is not None else "expected")
+            off = [s for s in steps if s.layers_expected is not None and s.layers_found != s.layers_expected]
+            wrong_split = [s for s in steps if s.status == "layer_count_mismatch" and s not in off]
+            bad = off + wrong_split
+            want = "/".join(str(n) for n in sorted(expected))
+            why = ""
+            if bad:
+                first = bad[0]
+                why = f"{len(bad)} step(s) off, first {first.rank} step {first.step}: {first.note.split('; ')[-1]}"
+            rows.append(CheckRow("layer_count", scope, value, f"{want} ({source})", FAIL if bad else PASS, why))
+        else:
+            rows.append(CheckRow(
+                "layer_count", scope, value, "the same count in every step and rank (no --layers or --model)",
+                FAIL if len(found) > 1 else PASS,
+                "" if len(found) <= 1 else "steps of one stage ran the same model, so they hold as many layers; "
+                "give --layers or --model to say which count is right"))
+    if not rows:
+        rows.append(CheckRow("layer_count", "all steps", "no steps", "layers", NOT_APPLICABLE, "no steps"))
+    return rows
+
+
+def _main_stream(rows: list[KernelRow]) -> int:
+    counts = Counter(r.stream for r in rows)
+    return max(counts, key=lambda s: (counts[s], -s))
+
+
+def _layer_kind(rows: list[KernelRow]) -> str:
+    return "MoE" if any(r.group in _MOE_GROUPS or r.module in _MOE_MODULES for r in rows) else "dense"
+
+
+def _on_chain(rows: list[KernelRow]) -> set[int]:
+    """Positions of the rows on the step's chain across streams (analysis/attribution/chain.py),
+    as the structural attribution reads it: layers may hop streams in a graph replay."""
+    if len({r.stream for r in rows}) > 1:
+        return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
+                              [r.stream for r in rows], [class_of_name(r.kernel_name) in ANCHOR_CLASSES for r in rows]))
+    main = _main_stream(rows)
+    return {i for i, r in enumerate(rows) if r.stream == main}
+
+
+def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
+    """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
+    they run beside the router and the routed experts, so where they fall is a matter of timing."""
+    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=lambda r: r.start_us) if r.module != _SHARED]
+    return _without_repeats(tuple(c for c in seq if c not in ignore))
+
+
+@functools.lru_cache(maxsize=4096)
+def _without_repeats(seq: tuple[str, ...]) -> tuple[str, ...]:
+    """The sequence with every block that directly repeats itself kept once: (a b c)(a b c) -> (a b c).
+    Why: a loop over the experts that got tokens runs its GEMMs as many times as there were such
+    experts, which differs from layer to layer; the layer computes the same."""
+    out = list(seq)
+    changed = True
+    while changed:
+        changed = False
+        for size in range(1, len(out) // 2 + 1):
+            i = 0
+            while i + 2 * size <= len(out):
+                if out[i:i + size] == out[i + size:i + 2 * size]:
+                    del out[i + size:i + 2 * size]
+                    changed = True
+                else:
+                    i += 1
+    return tuple(out)
+
+
+def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dict) -> CheckRow:
+    """Layers of one kind carry the same sequence of kernel classes; the outliers are named."""
+    ignore = frozenset(limits.get("ignore_classes") or ())
+    allowed = int(limits["max_outlier_layers"])
+    # (rank, kind) -> sequence -> [(step, layer)]
+    seen: dict[tuple[str, str], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    for s in steps:
+        rows = by_step.get((s.rank, s.step), [])
+        chain = _on_chain(rows) if rows else set()
+        layer_rows: dict[int, list[KernelRow]] = defaultdict(list)
+        kinds: dict[int, list[KernelRow]] = defaultdict(list)
+        for i, r in enumerate(rows):
+            if r.section == SECTION_LAYER:
+                kinds[r.layer].append(r)
+                if i in chain:
+                    layer_rows[r.layer].append(r)
+        for layer, members in kinds.items():
+            seen[(s.rank, _layer_kind(members))][_class_sequence(layer_rows[layer], ignore)].append((s.step, layer))
+    scope = f"stage {stage}"
+    if stage == "unknown":
+        return CheckRow("layer_kernel_sequence", scope, "not compared", "layers alike", NOT_APPLICABLE,
+                        "steps without a stage label may hold more than one pass (a training step's forward and "
+                        "backward layers differ)")
+    if not seen:
+        return CheckRow("layer_kernel_sequence", scope, "no layers", "layers", NOT_APPLICABLE, "no step holds layers")
+    outliers = []
+    for (rank, kind), sequences in sorted(seen.items()):
+        usual = max(sequences, key=lambda q: len(sequences[q]))
+        for seq, where in sequences.items():
+            if seq != usual:
+                outliers.extend((rank, kind, step, layer, seq, usual) for step, layer in where)
+    total = sum(len(w) for seqs in seen.values() for w in seqs.values())
+    value = f"{len(outliers)} of {total} layers differ from their kind's usual sequence"
+    expected = f"at most {allowed}"
+    if len(outliers) <= allowed:
+        return CheckRow("layer_kernel_sequence", scope, value, expected, PASS)
+    rank, kind, step, layer, seq, usual = sorted(outliers, key=lambda o: (o[0], o[2], o[3]))[0]
+    diff = _first_difference(seq, usual)
+    named = ", ".join(f"{o[0]} step {o[2]} layer {o[3]}" for o in sorted(outliers, key=lambda o: (o[0], o[2], o[3]))[:5])
+    why = (f"outlier layers: {named}{' ...' if len(outliers) > 5 else ''}; {rank} step {step} {kind} layer {layer} "
+           f"{diff} (a layer border or a role is likely misplaced)")
+    return CheckRow("layer_kernel_sequence", scope, value, expected, FAIL, why)
+
+
+def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...]) -> str:
+    i = next((i for i, (a, b) in enumerate(zip(seq, usual)) if a != b), min(len(seq), len(usual)))
+    got = seq[i] if i < len(seq) else "(end)"
+    want = usual[i] if i < len(usual) else "(end)"
+    return f"has {got} where the others have {want} (class {i + 1} of {len(usual)})"
+
+
+def _attention_cores(step_rows: list[StepRow], by_step: dict) -> CheckRow:
+    """Every attention-core kernel of a step sits inside a found layer: one outside is a layer the
+    cut missed (or folded into its neighbour's)."""
+    outside: list[tuple[str, int, KernelRow]] = []
+    total = 0
+    for s in step_rows:
+        for r in by_step.get((s.rank, s.step), []):
+            if class_of_name(r.kernel_name) != _ATTENTION_CORE:
+                continue
+            total += 1
+            if r.section != SECTION_LAYER:
+                outside.append((s.rank, s.step, r))
+    scope = "all steps"
+    if not total:
+        return CheckRow("attention_cores_in_layers", scope, "no attention-core kernels", "none outside layers",
+                        NOT_APPLICABLE, "no kernel is classed as an attention core (kernel_classes.yaml)")
+    value = f"{len(outside)} of {total} outside layers"
+    if not outside:
+        return CheckRow("attention_cores_in_layers", scope, value, "0 outside layers", PASS)
+    rank, step, r = outside[0]
+    why = f"first: {rank} step {step}, {r.section} section, {r.kernel_name[:80]}"
+    return CheckRow("attention_cores_in_layers", scope, value, "0 outside layers", FAIL, why)
+
+
+def _expert_sizes(used: list[StepRow], by_step: dict, stage: str, model: ModelSpec | None, limits: dict) -> CheckRow:
+    """Routed experts against the shared expert, per MoE layer, over the table's steps."""
+    routed = shared = 0.0
+    for s in used:
+        for r in by_step.get((s.rank, s.step), []):
+            if r.section != SECTION_LAYER:
+                continue
+            if r.module == _SHARED:
+                shared += r.busy_us
+            elif r.group == "moe" and r.module not in _NOT_ROUTED:
+                routed += r.busy_us
+    scope = f"stage {stage}"
+    shapes = (model.shapes or {}) if model is not None else {}
+    per_token, shared_n = shapes.get("num_experts_per_tok"), shapes.get("n_shared_experts")
+    if not shared:
+        return CheckRow("routed_vs_shared_experts", scope, "no shared-expert kernels", "routed >= shared",
+                        NOT_APPLICABLE, "nothing named shared_experts")
+    if per_token is not None and shared_n is not None:
+        if per_token < shared_n:
+            return CheckRow("routed_vs_shared_experts", scope, f"routed {routed:.0f} us, shared {shared:.0f} us",
+                            "routed >= shared", NOT_APPLICABLE,
+                            f"model {model.name}: {per_token} experts per token < {shared_n} shared experts")
+        ratio = float(limits["min_routed_to_shared"])
+        source = f"model {model.name}: {per_token} experts per token >= {shared_n} shared"
+    else:
+        ratio = float(limits["min_routed_to_shared_without_model"])
+        source = "no model shapes: only a wholesale swap is flagged"
+    value = f"routed {routed:.0f} us, shared {shared:.0f} us (ratio {routed / shared:.2f})"
+    expected = f"ratio >= {ratio:g} ({source})"
+    if routed >= ratio * shared:
+        return CheckRow("routed_vs_shared_experts", scope, value, expected, PASS)
+    return CheckRow("routed_vs_shared_experts", scope, value, expected, FAIL,
+                    "the routed experts' kernels are likely named shared_experts (side-stream work taken for the "
+                    "shared expert), or the experts were not found")
+
+
+def _step_time(used: list[StepRow], by_step: dict, stage: str, limits: dict) -> CheckRow:
+    """Where the table's steps spent their busy time: in layers, in `other` rows, unattributed."""
+    busy = in_layers = other = unattributed = 0.0
+    for s in used:
+        for r in by_step.get((s.rank, s.step), []):
+            busy += r.busy_us
+            if r.group == UNATTRIBUTED:
+                unattributed += r.busy_us
+            if r.section == SECTION_LAYER:
+                in_layers += r.busy_us
+                if r.group == "other":
+                    other += r.busy_us
+    scope = f"stage {stage}, {len(used)} steps"
+    if not busy:
+        return CheckRow("step_time_shares", scope, "no busy time", "time in layers", NOT_APPLICABLE, "no kernels")
+    pct = {k: 100 * v / busy for k, v in (("layers", in_layers), ("other", other), ("unattributed", unattributed))}
+    value = f"layers {pct['layers']:.1f}%, other {pct['other']:.1f}%, unattributed {pct['unattributed']:.1f}%"
+    expected = (f"layers >= {limits['min_layers_pct']}%, other <= {limits['max_other_pct']}%, "
+                f"unattributed <= {limits['max_unattributed_pct']}%")
+    bad = []
+    if pct["layers"] < limits["min_layers_pct"]:
+        bad.append("little time inside the found layers (layers missed, or steps cut wrongly)")
+    if pct["other"] > limits["max_other_pct"]:
+        bad.append("much layer time in `other` (kernels no role explains)")
+    if pct["unattributed"] > limits["max_unattributed_pct"]:
+        bad.append("much time unattributed (the signature does not fit the trace)")
+    return CheckRow("step_time_shares", scope, value, expected, FAIL if bad else PASS, "; ".join(bad))
+
+
+def _stage_labels(step_rows: list[StepRow]) -> CheckRow:
+    """Every step's label names a stage the analysis knows (SGLang renames them between releases)."""
+    stages = Counter(s.stage for s in step_rows)
+    unknown = {st: n for st, n in stages.items() if st not in KNOWN_STAGES and st != "unknown"}
+    value = ", ".join(f"{st} {n}" for st, n in sorted(stages.items()))
+    expected = "every step's label a known stage"
+    if unknown:
+        named = ", ".join(f"{st.upper()} ({n} steps)" for st, n in sorted(unknown.items()))
+        return CheckRow("stage_labels", "all steps", value, expected, FAIL,
+                        f"labels the analysis does not know: {named}; add them to "
+                        "analysis/attribution/step_labels.yaml")
+    if set(stages) == {"unknown"}:
+        return CheckRow("stage_labels", "all steps", value, expected, NOT_APPLICABLE,
+                        "no step labels in the trace or its file name")
+    return CheckRow("stage_labels", "all steps", value, expected, PASS)
+
+
+def _durations(step_rows: list[StepRow], by_step: dict, limits: dict) -> CheckRow:
+    """Kernel durations present, finite, not negative, and inside their step (not running into the
+    rank's next step)."""
+    slack = float(limits["slack_us"])
+    bad: list[str] = []
+    total = 0
+    by_rank: dict[str, list[StepRow]] = defaultdict(list)
+    for s in step_rows:
+        by_rank[s.rank].append(s)
+    for rank, steps in by_rank.items():
+        steps = sorted(steps, key=lambda s: s.start_us)
+        for s, nxt in zip(steps, [*steps[1:], None]):
+            for r in by_step.get((s.rank, s.step), []):
+                total += 1
+                dur = r.busy_us
+                if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
+                    bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur!r}")
+                elif dur < 0:
+                    bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur:g} us")
+                elif not math.isfinite(r.start_us):
+                    bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has start {r.start_us!r}")
+                elif nxt is not None and r.start_us + dur > nxt.start_us + slack and r.start_us < nxt.start_us:
+                    bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
+                               f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
+    scope = "all kernels"
+    if not total:
+        return CheckRow("kernel_durations", scope, "no kernels", "durations", NOT_APPLICABLE, "no kernels")
+    value = f"{len(bad)} of {total} kernels with a bad duration"
+    expected = "durations present, finite, >= 0, inside the step"
+    if not bad:
+        return CheckRow("kernel_durations", scope, value, expected, PASS)
+    return CheckRow("kernel_durations", scope, value, expected, FAIL,
+                    "; ".join(bad[:3]) + (" ..." if len(bad) > 3 else ""))
