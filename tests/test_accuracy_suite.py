@@ -38,6 +38,17 @@ KNOWN_ROW_ERRORS = {
     "sglang-0.5.17-eager-fused-moe":
         "SGLang's TopK module's own kernels after the selection (id mapping, padding mask) are named experts",
 }
+_WORLD_ONE = ("world size 1 (one H100): the all-to-all is a local copy and no communication kernel runs, so the "
+              "structure has nothing that marks the dispatch (1.3% of busy time in the truth); its kernels take "
+              "the MoE rows around them")
+KNOWN_ROW_ERRORS.update({"dsv3ep-h100x1-e64k8-sidestream-bs8-eager": _WORLD_ONE,
+                         "dsv3ep-h100x1-e64k8-sidestream-bs8-graph": _WORLD_ONE})
+# The truth of a graph replay is its eager twin's names, aligned kernel by kernel in order; where the
+# replay runs branches on two streams, some kernels come in another order and find no twin.
+KNOWN_UNNAMED = {"dsv3ep-h100x1-e64k8-sidestream-bs8-graph":
+                 "1.5% of the replay's busy time finds no eager twin: its shared experts run on a side stream, "
+                 "so the replay's kernel order differs from the eager one (layers and groups are checked "
+                 "against the eager ranges in tests/test_multistream_replay.py)"}
 KNOWN_GROUP_ERRORS: dict[str, str] = {}
 
 
@@ -55,7 +66,7 @@ def _group_problems(j) -> list[str]:
             if p.startswith("group ")]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", _marked(CASES, KNOWN_UNNAMED))
 def test_steps_and_layers_match_the_truth(case):
     j = judge_case(case)
     assert j.unnamed_pct < 0.5, f"{j.unnamed_pct:.2f}% of the busy time has no name in the truth"
