@@ -264,7 +264,7 @@ def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(c
     table = (run_dir / "table.md").read_text()
     assert "Profiled batch: 4 of" in table and "TP0-DP0-EP0 step 1 bs=1" in table
     problems = (run_dir / "analysis" / "problems.csv").read_text()
-    assert "profiled batch: step 1 (verify): bs=1, the scenario's batch per scheduler is 2: a ramp-up step" in problems
+    assert "profiled batch: step 1 (target_verify): bs=1, the scenario's batch per scheduler is 2: a ramp-up step" in problems
 
 
 def test_a_given_release_other_than_the_installed_one_is_refused_before_any_server_starts(cluster, env, tmp_path):
