@@ -205,9 +205,11 @@ def test_strict_fails_the_command_on_a_failed_check_and_keeps_the_files(syntheti
     # the SYNTHETIC trace's shared expert outlasts its routed experts, which a model with 8 experts
     # per token and 1 shared expert says cannot be
     shaped = _model_file(tmp_path, num_experts_per_tok=8, n_shared_experts=1)
-    assert main(["analyze", str(path), "--signature", SIGNATURE, "--model", shaped, "--out", str(out)]) == 0
+    assert main(["analyze", str(path), "--signature", SIGNATURE, "--model", shaped, "--out", str(out),
+                 "--overwrite"]) == 0  # the same command's earlier output: replaced only on request
     assert "routed_vs_shared_experts" in capsys.readouterr().out
-    code = main(["analyze", str(path), "--signature", SIGNATURE, "--model", shaped, "--strict", "--out", str(out)])
+    code = main(["analyze", str(path), "--signature", SIGNATURE, "--model", shaped, "--strict", "--out", str(out),
+                 "--overwrite"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert err[-1].startswith("moe-harness analyze: --strict: self-check failed: routed_vs_shared_experts")
@@ -233,12 +235,12 @@ def test_a_signature_whose_anchor_matches_nothing_is_an_error(synthetic, tmp_pat
     with pytest.raises(AnalysisError, match=r"no layers found in any of the 3 decode steps: signature .*anchor .*"
                                             r"no_kernel_is_called_this.* matches no kernel"):
         analyze([str(path)], signature=str(broken))
-    assert main(["analyze", str(path), "--signature", str(broken)]) == 1
+    assert main(["analyze", str(path), "--signature", str(broken)]) == 2  # an analysis error: exit 2
 
 
 def test_strict_that_leaves_out_every_step_fails_the_command(synthetic, capsys):
     path, _ = synthetic
-    assert main(["analyze", str(path), "--signature", SIGNATURE, "--layers", "61", "--strict"]) == 1
+    assert main(["analyze", str(path), "--signature", SIGNATURE, "--layers", "61", "--strict"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--strict left out all 3 decode steps" in err[0] and "expected 61" in err[0]
 
