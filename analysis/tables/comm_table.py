@@ -77,17 +77,10 @@ def _layers(split: list[CommRow]) -> list[CommLayer]:
 def extra_rows(columns) -> list[tuple[str, str, str, list[str]]]:
     """Table rows after the groups: the wait / transfer split of each collective module, then the
     expert load per MoE layer (busiest expert's tokens / mean tokens per expert)."""
-    out: list[tuple[str, str, str, list[str]]] = []
-    keys: dict[tuple[str, str], None] = {}
-    for c in columns:
-        for r in c.comm_rows:
-            keys.setdefault((r.module, r.kernel), None)
-    for module, part in keys:
-        values = []
-        for c in columns:
-            hit = next((r for r in c.comm_rows if (r.module, r.kernel) == (module, part)), None)
-            values.append(f"{hit.value_us:.1f}" if hit else "")
-        out.append((SPLIT_GROUP, module, part, values))
+    from analysis.tables.d4 import values_by_module
+
+    out = [(SPLIT_GROUP, module, part, values)
+           for module, part, values in values_by_module(columns, lambda c: c.comm_rows)]
     layers = sorted({row.layer for c in columns if c.expert_load for row in c.expert_load.layers})
     for layer in layers:
         values = []

@@ -295,6 +295,20 @@ def _sol_cells(row: D4Row | None) -> list[str]:
     return [f"{row.sol_us:.2f}", pct, row.bound or ""]
 
 
+def values_by_module(columns: list[D4Column], rows_of) -> list[tuple[str, str, list[str]]]:
+    """(module, kernel, one formatted value per column) for rows kept beside the groups (MTP, the
+    wait / transfer split): every (module, kernel) any column has, in first-seen order."""
+    keys = dict.fromkeys((r.module, r.kernel) for c in columns for r in rows_of(c))
+    lookup = []
+    for c in columns:
+        first: dict[tuple[str, str], D4Row] = {}
+        for r in rows_of(c):
+            first.setdefault((r.module, r.kernel), r)
+        lookup.append(first)
+    return [(module, kernel, [_fmt(look[(module, kernel)].value_us) if (module, kernel) in look else ""
+                              for look in lookup]) for module, kernel in keys]
+
+
 def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     """The D4 table as rows of cells (header first), shared by the markdown and CSV writers.
 
@@ -344,16 +358,8 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     from analysis.tables.comm_table import extra_rows  # beside the groups, not in their sums
 
     out += [[group_name(g), m, k, *cells(v)] for g, m, k, v in extra_rows(columns)]
-    mtp_keys: dict[tuple[str, str], None] = {}
-    for c in columns:
-        for r in c.mtp_rows:
-            mtp_keys.setdefault((r.module, r.kernel), None)
-    for module, kernel in mtp_keys:
-        values = []
-        for c in columns:
-            hit = next((r for r in c.mtp_rows if (r.module, r.kernel) == (module, kernel)), None)
-            values.append(_fmt(hit.value_us) if hit else "")
-        out.append([MTP_GROUP, module, kernel, *cells(values)])
+    out += [[MTP_GROUP, module, kernel, *cells(values)]
+            for module, kernel, values in values_by_module(columns, lambda c: c.mtp_rows)]
     if any(c.per_token_ms for c in columns):
         out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
     out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
