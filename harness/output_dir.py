@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
@@ -85,8 +86,9 @@ def check_destination_folder(path: str | Path, what: str) -> Path:
 class PreparedOutput:
     """A checked --out destination; `write(fill)` runs fill(staging folder) and moves the result in."""
 
-    def __init__(self, path: Path, command: str, overwrite: bool, beside: set[str] | None):
+    def __init__(self, path: Path, command: str, overwrite: bool, beside: set[str] | None, given: str = ""):
         self.path = path
+        self.given = given or str(path)  # --out as the user wrote it, for messages
         self.command = command
         self.overwrite = overwrite
         self.beside = beside
@@ -119,6 +121,14 @@ class PreparedOutput:
             shutil.rmtree(staging, ignore_errors=True)
         return result
 
+    def write_or_say(self, fill: Callable[[Path], T]) -> tuple[bool, T | None]:
+        """write(fill); a failure is one line on stderr naming the command and --out: (False, None)."""
+        try:
+            return True, self.write(fill)
+        except (OutputError, OSError) as exc:
+            print(f"moe-harness {self.command}: --out {self.given}: {exc}", file=sys.stderr)
+            return False, None
+
 
 def prepare_output(path: str | Path, command: str, overwrite: bool = False,
                    beside: Iterable[str] | None = ()) -> PreparedOutput:
@@ -128,7 +138,7 @@ def prepare_output(path: str | Path, command: str, overwrite: bool = False,
     folder = Path(path).expanduser()
     near = None if beside is None else set(beside)
     _check(folder, command, overwrite, near)
-    return PreparedOutput(folder, command, overwrite, near)
+    return PreparedOutput(folder, command, overwrite, near, given=str(path))
 
 
 def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None) -> None:

@@ -127,10 +127,8 @@ def run(args) -> int:
         where = f"{problem.path} " if problem.path else ""
         print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
     if out is not None:
-        try:
-            files = out.write(lambda folder: write_outputs(result, folder, args.lang))
-        except (OutputError, OSError) as exc:
-            print(f"moe-harness analyze: --out {args.out}: {exc}", file=sys.stderr)
+        written, files = out.write_or_say(lambda folder: write_outputs(result, folder, args.lang))
+        if not written:
             return 2
         print(f"wrote {len(files)} files to {args.out}", file=sys.stderr)
     if args.strict and result.failed_checks:

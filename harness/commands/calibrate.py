@@ -53,10 +53,7 @@ def run(args) -> int:
             (folder / "calibration.md").write_text(text)
             (folder / "calibration.json").write_text(json.dumps(cal.to_dict(), indent=2))
 
-        try:
-            out.write(fill)
-        except (OutputError, OSError) as exc:
-            print(f"moe-harness calibrate: --out {args.out}: {exc}", file=sys.stderr)
+        if not out.write_or_say(fill)[0]:
             return 2
         print(f"wrote {Path(args.out) / 'calibration.md'} and calibration.json", file=sys.stderr)
     return 0

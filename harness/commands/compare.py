@@ -79,10 +79,7 @@ def run(args) -> int:
             _atomic_write(folder / "compare.md", lambda fh: fh.write(table))
             write_table_csv(folder / "compare.csv", columns, args.lang)
 
-        try:
-            out.write(fill)
-        except (OutputError, OSError) as exc:
-            print(f"moe-harness compare: --out {args.out}: {exc}", file=sys.stderr)
+        if not out.write_or_say(fill)[0]:
             return 2
         print(f"wrote compare.md and compare.csv to {args.out}", file=sys.stderr)
     failing = [f"{c.name}: {', '.join(c.failed_checks)}" for c in columns if c.failed_checks]
