@@ -40,6 +40,7 @@ if __package__ in (None, ""):
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
 
 CHILD_TIMEOUT_S = 900
+_CHECKOUT_ENV = "MOE_BENCH_CHECKOUT"  # set for a child that runs another checkout's analysis code
 _ZLIB_READ_BYTES = 64 * 1024
 
 
@@ -159,10 +160,13 @@ def _isal_installed() -> bool:
 # ---------------------------------------------------------------- parent side
 
 
-def _run_child(kind: str, paths: list[Path]) -> dict:
-    """Run one measurement in a fresh process; whole-process wall time and the kernel's peak RSS."""
+def _run_child(kind: str, paths: list[Path], checkout: Path | None = None) -> dict:
+    """Run one measurement in a fresh process; whole-process wall time and the kernel's peak RSS.
+    `checkout`: another copy of the project whose analysis code the child runs (--before)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+        env = dict(os.environ, PYTHONPATH=str(checkout or REPO_ROOT))
+        if checkout is not None:
+            env[_CHECKOUT_ENV] = str(checkout)
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child", kind, *map(str, paths)],
@@ -310,9 +314,46 @@ def _print_table(rows: list[dict]) -> None:
     print(f"loader inflates gzip with: {INFLATER}; load average now: {os.getloadavg()[0]:.2f}")
 
 
+def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out: Path | None) -> int:
+    """The analyze case on the generated trace, before and after in turn, `repeat` times each: the
+    same machine in the same minutes, so the ratio is fair even where the machine is noisy."""
+    if not (before / "analysis" / "api.py").is_file():
+        print(f"ingest_bench: --before {before}: not a checkout of this project (no analysis/api.py)", file=sys.stderr)
+        return 2
+    gen_json, _gen_gz = _generated_trace(work_dir, size_mb)
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for turn in range(repeat):
+        for side, checkout in (("before", before), ("after", None)):
+            print(f"analyze-json, {side}, run {turn + 1} of {repeat} ...", file=sys.stderr, flush=True)
+            runs[side].append(_run_child("analyze", [gen_json], checkout))
+    size = gen_json.stat().st_size
+    summary = {}
+    for side, reports in runs.items():
+        walls = sorted(r["process_s"] for r in reports)
+        summary[side] = {"process_s": walls, "best_s": walls[0], "median_s": walls[len(walls) // 2],
+                         "mb_s_best": size / 1e6 / walls[0], "peak_rss_mb": max(r["peak_rss_kb"] for r in reports) / 1024,
+                         "kernels": reports[0]["kernels"]}
+    ratio_best = summary["before"]["best_s"] / summary["after"]["best_s"]
+    ratio_median = summary["before"]["median_s"] / summary["after"]["median_s"]
+    print(f"analyze-json on {gen_json.name} ({size / 1e6:.0f} MB), {repeat} runs each, interleaved")
+    for side in ("before", "after"):
+        row = summary[side]
+        print(f"  {side:<6} best {row['best_s']:.2f} s ({row['mb_s_best']:.0f} MB/s), median {row['median_s']:.2f} s, "
+              f"peak RSS {row['peak_rss_mb']:.0f} MB, {row['kernels']} kernel rows")
+    print(f"  speed-up: {ratio_best:.2f}x best to best, {ratio_median:.2f}x median to median")
+    if out:
+        tmp = out.with_name(out.name + ".partial")
+        tmp.write_text(json.dumps({"before": str(before), "summary": summary, "speedup_best": ratio_best,
+                                   "speedup_median": ratio_median, "cpus": len(os.sched_getaffinity(0))}, indent=2))
+        os.replace(tmp, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
+        if os.environ.get(_CHECKOUT_ENV):  # that checkout's analysis package, not this one's
+            sys.path.insert(0, os.environ[_CHECKOUT_ENV])
         report = _CHILDREN[argv[1]](argv[2:])
         report["child_peak_kb"] = _peak_rss_kb()
         print(json.dumps(report))
@@ -324,12 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-hta", action="store_true", help="leave out HolisticTraceAnalysis (slow)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest is reported (default 3)")
     parser.add_argument("--out", type=Path, help="write the rows and the machine description as JSON here")
+    parser.add_argument("--before", type=Path, metavar="CHECKOUT",
+                        help="only the analyze case, side by side: this checkout's code against CHECKOUT's "
+                             "(another copy of the project, e.g. a git worktree of an older commit), runs interleaved")
     args = parser.parse_args(argv)
     resolved = args.work_dir.resolve()
     if resolved == REPO_ROOT or REPO_ROOT in resolved.parents:
         parser.error("work_dir must be outside the repository")
     args.work_dir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
+    if args.before is not None:
+        return _side_by_side(args.work_dir, args.size_mb, args.before.resolve(), args.repeat, args.out)
     rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
     _print_table(rows)
     if args.out:

@@ -89,7 +89,8 @@ class _RangeSource:
         self.namer = None
         if sig.module_ranges is None and trace.module_ranges:
             forest = RangeForest(trace.module_ranges, trace.function_ranges, standard_map())
-            self.namer = ModuleRoleNamer(forest)
+            namer = ModuleRoleNamer(forest)
+            self.namer = namer if namer.names_layers() else None
         self.annotated = parse_annotations(trace.cpu_annotations, trace.gpu_annotations)
         self._points_of: tuple[Step, list] | None = None
 
@@ -149,7 +150,9 @@ def attribute_rank(
                 for named, by_template in zip(cut.slots, template.slots):
                     if (named.group, named.module) == (by_template.group, by_template.module):
                         named.kernel = by_template.kernel
-        replayed = [i for i, k in enumerate(step.kernels) if k.launcher in GRAPH_LAUNCHERS]
+        # which kernels a CUDA graph replayed: only the capture traces need it
+        replayed = ([i for i, k in enumerate(step.kernels) if k.launcher in GRAPH_LAUNCHERS]
+                    if capture is not None or captures is not None else [])
         replay_steps += bool(replayed)
         if cut is None and options.attribution == "auto" and capture is not None:
             if replayed:
@@ -182,30 +185,18 @@ def attribute_rank(
         exposed = exposed_durations(step.kernels)
         rank = trace.rank.label
         layer_kernels = []
+        run, index = options.run, step.index
         for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
             in_layer = slot.section == SECTION_LAYER
             if in_layer:
                 layer_kernels.append(kernel)
-            kernel_rows.append(
-                KernelRow(
-                    run=options.run,
-                    rank=rank,
-                    step=step.index,
-                    stage=stage,
-                    section=slot.section,
-                    layer=slot.unit // per if in_layer else -1,
-                    micro_batch=slot.unit % per if in_layer else 0,
-                    group=slot.group,
-                    module=slot.module,
-                    kernel=slot.kernel,
-                    kernel_name=kernel.name,
-                    stream=kernel.stream,
-                    start_us=kernel.start_us,
-                    busy_us=kernel.dur_us,
-                    exposed_us=exposed_us,
-                    source=slot.source,
-                )
-            )
+            # positional, in KernelRow's field order (the hottest constructor of the analysis)
+            kernel_rows.append(KernelRow(
+                run, rank, index, stage, slot.section,
+                slot.unit // per if in_layer else -1, slot.unit % per if in_layer else 0,
+                slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
+                kernel.start_us, kernel.dur_us, exposed_us, slot.source,
+            ))
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"

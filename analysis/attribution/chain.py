@@ -29,7 +29,8 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
                anchors: Sequence[bool] | None = None) -> list[int]:
     """Indices (into the inputs, sorted by start) of the chain's kernels, in start order.
     `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone)."""
-    return _chain(sorted(range(len(starts)), key=lambda i: (starts[i], ends[i])), starts, ends, streams, anchors, None)
+    order = sorted(range(len(starts)), key=list(zip(starts, ends)).__getitem__)
+    return _chain(order, starts, ends, streams, anchors, None)
 
 
 def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None) -> list[int]:
@@ -91,11 +92,13 @@ def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
     flags = [False] * len(starts)
     # latest end seen so far per stream, swept in start order
     open_until: dict[int, tuple[float, int]] = {}
+    slack = OVERLAP_SLACK_US
     for i in order:
+        stream_i, start_i = streams[i], starts[i]
         for stream, (until, j) in open_until.items():
-            if stream != streams[i] and until - starts[i] > OVERLAP_SLACK_US:
+            if stream != stream_i and until - start_i > slack:
                 flags[i] = flags[j] = True
-        current = open_until.get(streams[i])
+        current = open_until.get(stream_i)
         if current is None or ends[i] > current[0]:
-            open_until[streams[i]] = (ends[i], i)
+            open_until[stream_i] = (ends[i], i)
     return flags

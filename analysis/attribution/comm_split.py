@@ -17,6 +17,7 @@ A constant clock offset between ranks, however large, does not change the split.
 """
 from __future__ import annotations
 
+import operator
 import statistics
 from collections import defaultdict
 
@@ -97,6 +98,9 @@ def _preceding(rows: list[KernelRow], index: int) -> tuple[str, int]:
     return "", -1
 
 
+_BY_STEP_START = operator.attrgetter("step", "start_us")
+
+
 def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None) -> list[CommRow]:
     """Every communication kernel of every rank as a CommRow, split where all ranks have it."""
     by_rank: dict[str, list[KernelRow]] = defaultdict(list)
@@ -108,14 +112,18 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
             ranks_of_step[(s.step, s.stage)].add(s.rank)
     out: dict[tuple, dict[str, CommRow]] = defaultdict(dict)
     for rank, rows in by_rank.items():
-        rows.sort(key=lambda r: (r.step, r.start_us))
+        rows.sort(key=_BY_STEP_START)
         counts: dict[tuple, int] = defaultdict(int)
         step, busy_until = None, 0.0  # the latest kernel end so far in the step (any stream)
         for i, row in enumerate(rows):
+            start = row.start_us
             if row.step != step:
-                step, busy_until = row.step, row.start_us
-            idle = max(0.0, row.start_us - busy_until)
-            busy_until = max(busy_until, row.start_us + row.busy_us)
+                step, busy_until = row.step, start
+            gap = start - busy_until
+            idle = gap if gap > 0.0 else 0.0
+            end = start + row.busy_us
+            if end > busy_until:
+                busy_until = end
             if not is_comm_kernel(row):
                 continue
             base = (row.step, row.stage, row.micro_batch, row.layer, row.module)

@@ -7,6 +7,8 @@ range gives its layer.
 """
 from __future__ import annotations
 
+import functools
+
 import bisect
 from dataclasses import dataclass
 
@@ -135,6 +137,7 @@ def kernel_label(kernel: Kernel) -> str:
     return short_label(kernel.root or kernel.name)
 
 
+@functools.lru_cache(maxsize=100_000)
 def short_label(kernel_name: str, limit: int = 48) -> str:
     """A readable prefix of a kernel name for the D4 kernel column (mangled names read as their kernel)."""
     if kernel_name.startswith("_Z"):

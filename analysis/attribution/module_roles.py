@@ -165,6 +165,11 @@ class ModuleRoleNamer:
         self._moe_block: dict[int, bool] = {}
 
     # -- classification of module calls
+    def names_layers(self) -> bool:
+        """Does any module range of the rank match the map's decoder layer? Without one, no kernel
+        can be placed in a layer by ranges (every context's layer is -1), so the rank skips them."""
+        return any(n.function_role is None and self.spec.layer.search(n.cls) for n in self.forest.nodes)
+
     def kind(self, node: int) -> str:
         """attention | norm | moe | mlp | other for a direct child of a decoder layer."""
         hit = self._kind.get(node)

@@ -116,30 +116,37 @@ def _batch_of(label: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _by_windows(kernels: list[Kernel], windows: list[Range], key) -> list[list[Kernel]]:
-    """Assign each kernel to the window that contains key(kernel); windows are sorted by start."""
+def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float | None]
+                ) -> tuple[list[list[Kernel]], list[Kernel]]:
+    """Assign each kernel to the window that contains its point (points[i] for kernels[i]; None:
+    no window); windows are sorted by start. Also returns the kernels no window holds, in order."""
     starts = [w.start_us for w in windows]
+    ends = [w.end_us for w in windows]
     buckets: list[list[Kernel]] = [[] for _ in windows]
-    for kernel in kernels:
-        point = key(kernel)
+    rest: list[Kernel] = []
+    bisect_right = bisect.bisect_right
+    for kernel, point in zip(kernels, points):
         if point is None:
+            rest.append(kernel)
             continue
-        i = bisect.bisect_right(starts, point) - 1
-        while i >= 0 and windows[i].end_us < point:
+        i = bisect_right(starts, point) - 1
+        while i >= 0 and ends[i] < point:
             i -= 1
-        if i >= 0 and windows[i].start_us <= point <= windows[i].end_us:
+        if i >= 0 and starts[i] <= point <= ends[i]:
             buckets[i].append(kernel)
-    return buckets
+        else:
+            rest.append(kernel)
+    return buckets, rest
 
 
-def _place_the_rest(kernels: list[Kernel], steps: list[list[Kernel]]) -> None:
+def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]]) -> None:
     """Kernels launched outside every step window (another scheduler thread's copies) join the
     step they ran during on the GPU, or the one before them: never dropped."""
-    placed = {id(k) for step in steps for k in step}
+    if not rest:
+        return
     starts = [min(k.start_us for k in step) for step in steps]
-    for kernel in kernels:
-        if id(kernel) not in placed:
-            steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
+    for kernel in rest:
+        steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
 
 
 def _merged(windows: list[Range]) -> list[Range]:
@@ -227,6 +234,11 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             return kernel.start_us
         return launch_ts.get(kernel.correlation)
 
+    def cpu_points() -> list[float | None]:
+        """cpu_point of every kernel, in one pass."""
+        at = launch_ts.get
+        return [k.start_us if k.launcher == "cpu" else at(k.correlation) for k in kernels]
+
     calls = _model_calls(trace) if use_modules else []
     if calls:
         starts = [c.start_us for c in calls]
@@ -253,26 +265,26 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
     cpu_windows = _step_windows(trace.cpu_annotations)
     cpu_kept = []
     if cpu_windows:
-        buckets = _by_windows(kernels, cpu_windows, cpu_point)
+        buckets, cpu_rest = _by_windows(kernels, cpu_windows, cpu_points())
         cpu_kept = [(b, w.name) for b, w in zip(buckets, cpu_windows) if b]
         placed = sum(len(b) for b, _ in cpu_kept)
         if cpu_kept and placed >= 0.9 * len(kernels):
             steps = [b for b, _ in cpu_kept]
-            _place_the_rest(kernels, steps)
+            _place_the_rest(cpu_rest, steps)
             return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
 
     gpu_windows = _merged(_step_windows(trace.gpu_annotations))
     if gpu_windows:
-        buckets = _by_windows(kernels, gpu_windows, lambda k: k.start_us)
+        buckets, rest = _by_windows(kernels, gpu_windows, [k.start_us for k in kernels])
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]
         if kept:
             steps = [b for b, _ in kept]
-            _place_the_rest(kernels, steps)
+            _place_the_rest(rest, steps)
             return make(steps, "gpu_annotation", [n for _, n in kept])
 
     if cpu_kept:  # CPU windows that place fewer kernels, when there are no GPU ones
         steps = [b for b, _ in cpu_kept]
-        _place_the_rest(kernels, steps)
+        _place_the_rest(cpu_rest, steps)
         return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
 
     graph: dict[int, list[Kernel]] = {}

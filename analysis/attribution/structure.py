@@ -16,6 +16,7 @@ each role is shown as, from roles.yaml.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from analysis.attribution.kernel_classes import (
     GEMM_LIKE,
     MINOR,
     ROUTING,
+    class_of_name,
     kernel_class,
 )
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
@@ -57,25 +59,55 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     With one stream the chain is that stream; with several, the step's main chain across streams
     (chain.py): what runs one after another, and at each fork the branch that carries on, so a
     graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
+    main, main_idx = _chain_positions(kernels)
+    return main, main_idx, _units_of(_chain_key(kernels, main_idx))
+
+
+def _chain_positions(kernels: list[Kernel]) -> tuple[int, list[int]]:
+    """The busiest stream and the positions of the chain's kernels (the part that reads timing)."""
     main = main_stream(kernels)
-    classes = [kernel_class(k) for k in kernels]
-    if len({k.stream for k in kernels}) > 1:
-        main_idx = main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], [k.stream for k in kernels],
-                              [c in ANCHOR_CLASSES for c in classes])
-    else:
-        main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
-    return main, main_idx, _units(kernels, main_idx, [classes[i] for i in main_idx])
+    streams = [k.stream for k in kernels]
+    if len(set(streams)) > 1:
+        anchors = [kernel_class(k) in ANCHOR_CLASSES for k in kernels]
+        return main, main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], streams, anchors)
+    return main, list(range(len(kernels)))
 
 
-def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> list[_Unit]:
+_ChainKey = tuple[tuple[str, ...], "tuple[str, ...] | None", "tuple[int, ...] | None"]
+
+
+def _chain_key(kernels: list[Kernel], main_idx: list[int]) -> _ChainKey:
+    """All that the units (and so the layer plan) of a chain depend on: its kernels' names, CPU
+    operators' outermost calls, and which top-level CPU call each CPU operator belongs to (a
+    running number, -1 for GPU kernels). Decode steps repeat the same chain, so the plan is
+    computed once per distinct key (_layer_plan)."""
+    chain = [kernels[i] for i in main_idx]
+    names = tuple(k.name for k in chain)
+    roots = tuple(k.root for k in chain) if any(k.root for k in chain) else None
+    calls = None
+    if any(k.launcher == "cpu" for k in chain):
+        numbered, call, previous = [], -1, None
+        for k in chain:
+            if k.correlation != previous:
+                call += 1
+                previous = k.correlation
+            numbered.append(call if k.launcher == "cpu" else -1)
+        calls = tuple(numbered)
+    return names, roots, calls
+
+
+def _units_of(key: _ChainKey) -> list[_Unit]:
+    """The chain's units: a GEMM with its split-K reduction and the activation quantisation before
+    it, or the operators of one top-level CPU call; every other kernel alone."""
+    names, roots, calls = key
+    classes = [class_of_name(r or n) for r, n in zip(roots, names)] if roots else [class_of_name(n) for n in names]
     units: list[_Unit] = []
-    pos, n = 0, len(main_idx)
+    pos, n = 0, len(names)
     while pos < n:
-        kernel = kernels[main_idx[pos]]
         kind = classes[pos]
         end = pos
-        if kernel.launcher == "cpu":
-            while end + 1 < n and kernels[main_idx[end + 1]].correlation == kernel.correlation:
+        if calls is not None and calls[pos] >= 0:
+            while end + 1 < n and calls[end + 1] == calls[pos]:
                 end += 1
         elif kind in GEMM_LIKE or kind == "gemm_aux":
             kind = "gemm" if kind == "gemm_aux" else kind
@@ -83,13 +115,13 @@ def _units(kernels: list[Kernel], main_idx: list[int], classes: list[str]) -> li
                 end += 1
             lo = pos
             while units and units[-1].hi == lo - 1 and units[-1].lo == units[-1].hi and (
-                units[-1].kind == "quant" or kernels[main_idx[lo - 1]].name.startswith("Memset")
+                units[-1].kind == "quant" or names[lo - 1].startswith("Memset")
             ):
                 lo = units.pop().lo
-            units.append(_Unit(kind, lo, end, tuple(kernels[main_idx[p]].name for p in range(lo, end + 1))))
+            units.append(_Unit(kind, lo, end, names[lo:end + 1]))
             pos = end + 1
             continue
-        units.append(_Unit(kind, pos, end, tuple(kernels[main_idx[p]].name for p in range(pos, end + 1))))
+        units.append(_Unit(kind, pos, end, names[pos:end + 1]))
         pos = end + 1
     return units
 
@@ -548,7 +580,37 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     """Layers and roles of one step's kernels, or None when no attention core is found."""
     if not kernels:
         return None
-    main, main_idx, units = _main_stream_units(kernels)
+    _main, main_idx = _chain_positions(kernels)
+    plan = _layer_plan(_chain_key(kernels, main_idx))
+    if plan is None:
+        return None
+    slots: list[Slot | None] = [None] * len(kernels)
+    for i, (section, layer, group, module) in zip(main_idx, plan.rows):
+        slots[i] = Slot(section, layer, group, module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+    # where each layer's attention ends on the main stream (its core's last kernel)
+    attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
+    if len(main_idx) < len(kernels):  # kernels off the chain
+        _place_side_streams(kernels, main_idx, slots, plan.layer_moe, attention_end)
+    return LayerCut([s for s in slots if s is not None], plan.layers, plan.detail, moe_layers=plan.moe_layers)
+
+
+@dataclass(frozen=True)
+class _LayerPlan:
+    """What the chain's shape decides, whatever the timing: per chain kernel its section, layer and
+    D4 row; per layer where its attention core ends and whether it is MoE."""
+
+    rows: tuple[tuple[str, int, str, str], ...]
+    core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
+    layer_moe: dict[int, bool]
+    layers: int
+    moe_layers: int
+    detail: str
+
+
+@functools.lru_cache(maxsize=64)
+def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
+    """The layers of a chain, from its units alone (cached: a decode run repeats a few chains)."""
+    units = _units_of(key)
     clusters = _attention_clusters(units)
     if not clusters:
         return None
@@ -574,22 +636,18 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
         unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
     for j in range(post_start, len(units)):
         unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
-    slots: list[Slot | None] = [None] * len(kernels)
+    rows: list[tuple[str, int, str, str]] = []
     for unit, placed in zip(units, unit_slot):
         section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
         row = row_of(role or "experts", moe)
-        for p in range(unit.lo, unit.hi + 1):
-            i = main_idx[p]
-            slots[i] = Slot(section, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+        rows.extend([(section, layer, row.group, row.module)] * (unit.hi - unit.lo + 1))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
             layer_moe[placed[1]] = placed[3]
-    # where each layer's attention ends on the main stream (its core's last kernel)
-    attention_end = {layer: kernels[main_idx[units[hi].hi]].end_us for layer, (_lo, hi) in enumerate(clusters)}
-    _place_side_streams(kernels, set(main_idx), slots, layer_moe, attention_end)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
-    return LayerCut([s for s in slots if s is not None], len(clusters), detail, moe_layers=moe_layers)
+    return _LayerPlan(tuple(rows), tuple(units[hi].hi for _lo, hi in clusters), layer_moe, len(clusters),
+                      moe_layers, detail)
 
 
 def _outside_role(kind: str, default: str) -> str:
@@ -597,7 +655,7 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], chain: set[int], slots: list[Slot | None], layer_moe: dict[int, bool],
+def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[Slot | None], layer_moe: dict[int, bool],
                         attention_end: dict[int, float]) -> None:
     """Kernels off the chain join the layer whose chain span holds their start. While the
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
@@ -605,15 +663,16 @@ def _place_side_streams(kernels: list[Kernel], chain: set[int], slots: list[Slot
     the combine); collectives keep their own role; the rest is `other`."""
     first: dict[int, float] = {}
     last_end = float("-inf")
-    for i, (k, slot) in enumerate(zip(kernels, slots)):
-        if i not in chain or slot is None:
-            continue
-        if slot.section == SECTION_LAYER:
+    for i in sorted(main_idx):
+        slot = slots[i]
+        if slot is not None and slot.section == SECTION_LAYER:
+            k = kernels[i]
             first[slot.unit] = min(first.get(slot.unit, k.start_us), k.start_us)
             last_end = max(last_end, k.end_us)
     layers = sorted(first)
     starts = [first[u] for u in layers]
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
+    chain = set(main_idx)
     for i, k in enumerate(kernels):
         if i in chain:
             continue

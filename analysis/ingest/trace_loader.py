@@ -16,6 +16,7 @@ CPU cache (measured faster on 2 cores than inflating in a second thread).
 from __future__ import annotations
 
 import gc
+import operator
 import os
 import re
 import zlib
@@ -445,6 +446,14 @@ def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
     raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
 
 
+_BY_START_STREAM = operator.attrgetter("start_us", "stream")
+_BY_START = operator.attrgetter("start_us")
+
+
+def _by_start_longest_first(r: Range) -> tuple[float, float]:
+    return (r.start_us, -r.dur_us)
+
+
 def load_trace(
     path: str,
     rank: RankId | None = None,
@@ -486,11 +495,11 @@ def load_trace(
             "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
     kernels = collector.kernels
-    kernels.sort(key=lambda k: (k.start_us, k.stream))
+    kernels.sort(key=_BY_START_STREAM)
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges,
                    collector.function_ranges):
-        ranges.sort(key=lambda r: (r.start_us, -r.dur_us))
-    collector.launches.sort(key=lambda launch: launch.start_us)
+        ranges.sort(key=_by_start_longest_first)
+    collector.launches.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
     return RankTrace(
         path=path,

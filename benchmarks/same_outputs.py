@@ -1,0 +1,120 @@
+"""Do two checkouts of the project analyse the same traces into the same files?
+
+Why: a change that moves code or speeds it up must not move a number. This runs
+`moe-harness analyze TRACE --out DIR` from each checkout (a fresh process each, the checkout first
+on the import path) on every bundled trace (tests/data) and every public real trace found where
+the tests find them, plus the accuracy report (benchmarks/accuracy/report.py), and compares the
+outputs file by file: byte for byte, except that CSV columns which only the second checkout
+writes (`--new-columns`) are dropped from its side before comparing.
+
+Usage:
+    python benchmarks/same_outputs.py BEFORE_CHECKOUT AFTER_CHECKOUT WORK_DIR [--new-columns role,rule]
+Exit 0 when every output matches, 1 with one line per difference otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
+
+_TIMEOUT_S = 600
+
+
+def bundled_traces(root: Path) -> list[Path]:
+    """Rank traces the repository carries (capture traces are inputs of other traces, left out)."""
+    return sorted(p for p in (root / "tests" / "data").rglob("*.trace.json*")
+                  if "capture" not in p.name and "sglang_releases" not in p.parts)
+
+
+def _run(checkout: Path, args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(checkout), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, *args], cwd=cwd or checkout, env=env, capture_output=True, text=True,
+                          timeout=_TIMEOUT_S)
+
+
+def analyse(checkout: Path, trace: Path, out: Path) -> str:
+    """Run analyze; the outcome line (exit code and, on failure, the last stderr line)."""
+    done = _run(checkout, ["-m", "harness.cli", "analyze", str(trace), "--out", str(out)])
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    return f"exit {done.returncode}" + (f": {last}" if done.returncode else "")
+
+
+def _csv_without(text: str, columns: set[str]) -> str:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return text
+    keep = [i for i, name in enumerate(rows[0]) if name not in columns]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([row[i] for i in keep if i < len(row)])
+    return out.getvalue()
+
+
+def compare_dirs(before: Path, after: Path, new_columns: set[str]) -> list[str]:
+    """One line per file that differs, is missing, or is new."""
+    differences = []
+    names_before = {p.relative_to(before) for p in before.rglob("*") if p.is_file()}
+    names_after = {p.relative_to(after) for p in after.rglob("*") if p.is_file()}
+    for name in sorted(names_before - names_after):
+        differences.append(f"{before / name}: missing after")
+    for name in sorted(names_after - names_before):
+        differences.append(f"{after / name}: new after")
+    for name in sorted(names_before & names_after):
+        old, new = (before / name).read_bytes(), (after / name).read_bytes()
+        if old == new:
+            continue
+        if name.suffix == ".csv":
+            old_text = _csv_without(old.decode(), set())
+            new_text = _csv_without(new.decode(), new_columns)
+            if old_text == new_text:
+                continue
+        differences.append(f"{after / name}: differs from {before / name}")
+    return differences
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", type=Path, help="checkout whose outputs are the reference")
+    parser.add_argument("after", type=Path, help="checkout under test")
+    parser.add_argument("work_dir", type=Path, help="where both sets of outputs are written (outside both checkouts)")
+    parser.add_argument("--new-columns", default="", help="comma-separated CSV columns only AFTER writes")
+    args = parser.parse_args(argv)
+    new_columns = {c for c in args.new_columns.split(",") if c}
+    traces = bundled_traces(REPO_ROOT)
+    real = real_traces_dir()
+    if real is not None:
+        traces += real_trace_files(real)
+    differences: list[str] = []
+    for index, trace in enumerate(traces):
+        outcomes = []
+        for side, checkout in (("before", args.before), ("after", args.after)):
+            out = args.work_dir / side / f"{index:03d}-{trace.name.split('.')[0][:60]}"
+            outcomes.append(analyse(checkout.resolve(), trace, out))
+        if outcomes[0] != outcomes[1]:
+            differences.append(f"{trace}: {outcomes[0]} before, {outcomes[1]} after")
+        print(f"[{index + 1}/{len(traces)}] {trace.name}: {outcomes[1]}", file=sys.stderr, flush=True)
+    differences += compare_dirs(args.work_dir / "before", args.work_dir / "after", new_columns)
+    reports = []
+    for side, checkout in (("before", args.before), ("after", args.after)):
+        done = _run(checkout.resolve(), ["benchmarks/accuracy/report.py"])
+        reports.append(done.stdout + f"exit {done.returncode}\n")
+        (args.work_dir / f"accuracy-report-{side}.txt").write_text(reports[-1])
+    if reports[0] != reports[1]:
+        differences.append(f"accuracy report differs: {args.work_dir}/accuracy-report-before.txt vs -after.txt")
+    for line in differences:
+        print(line)
+    print(f"{len(traces)} traces and the accuracy report: {len(differences)} differences", file=sys.stderr)
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
