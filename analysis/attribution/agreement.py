@@ -112,15 +112,15 @@ def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[Kern
     target_steps: dict[int, list[int]] = {}
     for i, r in enumerate(target):
         target_steps.setdefault(r.step, []).append(i)
-    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED)
-           for r in target]
+    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED, role="",
+                                   rule="") for r in target]
     for step, indices in target_steps.items():
         source = sorted(by_step.get(step, []), key=lambda r: r.start_us)
         ordered = sorted(indices, key=lambda i: target[i].start_us)
         for a, b in matching_pairs([r.kernel_name for r in source], [target[i].kernel_name for i in ordered]):
             src, i = source[a], ordered[b]
             out[i] = msgspec.structs.replace(target[i], section=src.section, layer=src.layer, group=src.group,
-                                             module=src.module, source=src.source)
+                                             module=src.module, source=src.source, role=src.role, rule=src.rule)
     return out
 
 

@@ -107,8 +107,8 @@ class _RangeSource:
         if self.legacy is not None:
             slots = slots_from_module_ranges(step.kernels, self.launches, self.sig.module_ranges, self.legacy)
             return LayerCut.counted(slots) if slots is not None else None
-        layers, roles = roles_from_ranges(step.kernels, self._points(step), self.namer)
-        slots, moe_layers = slots_from_roles(step.kernels, layers, roles)
+        layers, roles, rules = roles_from_ranges(step.kernels, self._points(step), self.namer)
+        slots, moe_layers = slots_from_roles(step.kernels, layers, roles, rules)
         if slots is None:
             return None
         found = layer_units(slots)
@@ -195,7 +195,7 @@ def attribute_rank(
                 run, rank, index, stage, slot.section,
                 slot.unit // per if in_layer else -1, slot.unit % per if in_layer else 0,
                 slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
-                kernel.start_us, kernel.dur_us, exposed_us, slot.source,
+                kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule,
             ))
         note = f"attributed by {how}"
         if cut.detail:

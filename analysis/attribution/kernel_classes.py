@@ -54,6 +54,22 @@ def class_of_name(name: str) -> str:
     return DEFAULT_CLASS
 
 
+@functools.lru_cache(maxsize=100_000)
+def class_rule_of_name(name: str) -> str:
+    """Which entry of kernel_classes.yaml classed the name (KernelRow.rule): `kernel_classes.yaml:<class>`,
+    or `kernel_classes.yaml:none` when no entry matched (the default class)."""
+    text = name.strip()
+    plain = unmangle_prefix(text) if text.startswith("_Z") else None
+    for cls, pattern in _rules():
+        if pattern.search(text) or (plain is not None and pattern.search(plain)):
+            return f"{CLASSES_FILE.name}:{cls}"
+    return f"{CLASSES_FILE.name}:none"
+
+
+def kernel_class_rule(kernel: Kernel) -> str:
+    return class_rule_of_name(kernel.root or kernel.name)
+
+
 def kernel_class(kernel: Kernel) -> str:
     """CPU operators are classified by the outermost operator around them (aten::linear > aten::mm)."""
     return class_of_name(kernel.root or kernel.name)

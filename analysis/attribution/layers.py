@@ -40,6 +40,8 @@ class Slot:
     module: str
     kernel: str
     source: str
+    role: str = ""  # the namer's role for the kernel (KernelRow.role)
+    rule: str = ""  # the entry or rule that decided (KernelRow.rule)
 
 
 def _unattributed(section: str, unit: int) -> Slot:
@@ -47,7 +49,7 @@ def _unattributed(section: str, unit: int) -> Slot:
 
 
 def _named(section: str, unit: int, entry: Entry, source: str = SOURCE_SIGNATURE) -> Slot:
-    return Slot(section, unit, entry.group, entry.module, entry.kernel, source)
+    return Slot(section, unit, entry.group, entry.module, entry.kernel, source, entry.module, entry.rule)
 
 
 def main_stream(kernels: list[Kernel]) -> int:
@@ -271,7 +273,7 @@ def cut_generic(kernels: list[Kernel], sig: Signature) -> LayerCut:
         family = sig.family_of(kernels[i].name)
         if family is None:
             return _unattributed(section, unit)
-        return Slot(section, unit, family.group, family.family, family.family, SOURCE_GENERIC)
+        return Slot(section, unit, family.group, family.family, family.family, SOURCE_GENERIC, family.family, family.rule)
 
     coarse = [(sig.family_of(n).family if sig.family_of(n) else n) for n in names]
     period = find_period(names, coarse)

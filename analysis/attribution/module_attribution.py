@@ -78,10 +78,12 @@ class _Named:
     group: str
     module: str
     layer_range: Range | None
+    rule: str = ""  # the map entry (or the layer regex) of the signature that named it
 
 
 def _name_from_stack(stack: list[Range], spec: ModuleRanges) -> _Named | None:
     named: tuple[str, str] | None = None
+    rule = spec.rule
     layer_range = None
     classes = [module_class(r.name) for r in stack]
     for depth, r in enumerate(stack):
@@ -93,13 +95,14 @@ def _name_from_stack(stack: list[Range], spec: ModuleRanges) -> _Named | None:
                 if entry.within_regex is not None and not any(entry.within_regex.search(c) for c in classes[depth + 1 :]):
                     continue
                 named = (entry.group, entry.module)
+                rule = entry.rule
                 break
         if layer_range is None and spec.layer_regex.search(cls):
             layer_range = r
     if named is None and layer_range is None:
         return None
     group, module = named if named is not None else (UNATTRIBUTED, UNATTRIBUTED)
-    return _Named(group, module, layer_range)
+    return _Named(group, module, layer_range, rule)
 
 
 def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_labels: list[str], source: str) -> list[Slot] | None:
@@ -115,11 +118,11 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
             if named.group == UNATTRIBUTED:
                 slots.append(Slot(SECTION_LAYER, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
             else:
-                slots.append(Slot(SECTION_LAYER, unit, named.group, named.module, label, source))
+                slots.append(Slot(SECTION_LAYER, unit, named.group, named.module, label, source, named.module, named.rule))
         else:
             section = SECTION_PRE if kernel.start_us < first_layer_start else SECTION_POST
             if named is not None:
-                slots.append(Slot(section, -1, named.group, named.module, label, source))
+                slots.append(Slot(section, -1, named.group, named.module, label, source, named.module, named.rule))
             else:
                 slots.append(Slot(section, -1, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
     # Section by position relative to the layers, on the kernel timeline.

@@ -21,11 +21,11 @@ from pathlib import Path
 import yaml
 
 from analysis.errors import AnalysisError
-from analysis.attribution.kernel_classes import GEMM_LIKE, kernel_class
+from analysis.attribution.kernel_classes import GEMM_LIKE, kernel_class, kernel_class_rule
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
 from analysis.attribution.structure import routed_roles
-from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_MODULE_RANGE
+from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_ANNOTATION, SOURCE_MODULE_RANGE
 from analysis.ingest.trace_model import Kernel, Launch, Range
 
 MAP_FILE = Path(__file__).parent / "module_map.yaml"
@@ -307,8 +307,10 @@ class ModuleRoleNamer:
 
 
 def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | None],
-                      namer: ModuleRoleNamer) -> tuple[list[int], list[str | None]]:
-    """Per kernel: its decoder-layer call (-1 outside layers) and its role, from the ranges around its launch."""
+                      namer: ModuleRoleNamer) -> tuple[list[int], list[str | None], list[str]]:
+    """Per kernel: its decoder-layer call (-1 outside layers), its role, and the rule that decided
+    (KernelRow.rule: the module map's key whose match placed it, or the kernel class), from the
+    ranges around its launch."""
     forest = namer.forest
     nodes = forest.nodes
     spec = namer.spec
@@ -326,17 +328,20 @@ def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | No
             if is_core:
                 core_time[ctx.top] = min(core_time.get(ctx.top, point[1]), point[1])
     roles: list[str | None] = [None] * len(kernels)
+    rules: list[str] = [f"{MAP_FILE.name}:layer"] * len(kernels)  # outside a layer: no layer range holds it
     by_container: dict[int, list[int]] = {}
     for i, (k, ctx, cls, point) in enumerate(zip(kernels, contexts, classes, points)):
         if ctx.layer < 0:
             continue
         if cls == "allreduce":
             roles[i] = "all_reduce"
+            rules[i] = kernel_class_rule(k)
             continue
         if ctx.top < 0:
             roles[i] = "residual_add"
             continue
         kind = namer.kind(ctx.top)
+        rules[i] = f"{MAP_FILE.name}:{_MAP_KEY_OF_KIND.get(kind, 'layer')}"
         if kind == "function":
             roles[i] = ctx.function_role
         elif kind == "norm":
@@ -345,13 +350,24 @@ def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | No
             roles[i] = _attention_role(namer, ctx, cls, point, core_time.get(ctx.top))
         elif kind == "moe":
             roles[i] = _moe_role(namer, ctx, cls)
+            rules[i] = f"{MAP_FILE.name}:{_MAP_KEY_OF_MOE_ROLE.get(roles[i] or 'experts', 'experts')}"
             if roles[i] is None:
                 by_container.setdefault(ctx.path[-2], []).append(i)
         else:  # a dense MLP (or a module the map does not know): by its linear layers
             roles[i] = _mlp_role(namer, ctx, cls)
+        if ctx.function_role is not None and roles[i] == ctx.function_role:
+            rules[i] = f"{MAP_FILE.name}:functions"
     for members in by_container.values():
         _name_routed(members, kernels, classes, roles)
-    return [ctx.layer for ctx in contexts], roles
+    return [ctx.layer for ctx in contexts], roles, rules
+
+
+# KernelRow.rule of a kernel named by module ranges: the module map's key whose regex matched the
+# decoder layer's child that launched it (module_map.yaml)
+_MAP_KEY_OF_KIND = {"attention": "attention", "norm": "norm", "moe": "experts", "mlp": "linear",
+                    "function": "functions"}
+_MAP_KEY_OF_MOE_ROLE = {"router": "router", "topk": "router", "shared_experts": "shared", "dispatch": "dispatch",
+                        "combine": "combine"}
 
 
 def _attention_role(namer: ModuleRoleNamer, ctx: _Context, cls: str, point: tuple[int, float],
@@ -498,7 +514,7 @@ def launch_points(kernels: list[Kernel], launches: dict[int, Launch]) -> list[tu
     return points
 
 
-def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str | None],
+def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str | None], rules: list[str],
                      source: str = SOURCE_MODULE_RANGE):
     """Slots (analysis.attribution.layers.Slot) and the MoE layer count from per-kernel layer calls and roles;
     (None, 0) when no kernel is in a layer."""
@@ -514,15 +530,17 @@ def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str |
     moe_calls = {layer for layer, role in zip(layers, roles) if layer >= 0 and role and is_moe_role(role)}
     first_layer_start = min(first_start.values())
     slots = []
-    for k, layer, role in zip(kernels, layers, roles):
+    for k, layer, role, rule in zip(kernels, layers, roles, rules):
         label = kernel_label(k)
         if layer >= 0:
-            r = row_of(role or "layer_other", layer in moe_calls)
-            slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source))
+            role = role or "layer_other"
+            r = row_of(role, layer in moe_calls)
+            slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source, role, rule))
         else:
             section = SECTION_PRE if k.start_us < first_layer_start else SECTION_POST
-            r = row_of("embedding" if section == SECTION_PRE else "lm_head")
-            slots.append(Slot(section, -1, r.group, r.module, label, source))
+            role = "embedding" if section == SECTION_PRE else "lm_head"
+            r = row_of(role)
+            slots.append(Slot(section, -1, r.group, r.module, label, source, role, rule))
     return slots, len(moe_calls)
 
 
@@ -533,4 +551,5 @@ def apply_annotations(slots: list, rows: list[tuple[str, str] | None] | None) ->
     for slot, row in zip(slots, rows):
         if row is not None:
             slot.group, slot.module = row
+            slot.source, slot.role, slot.rule = SOURCE_ANNOTATION, f"{row[0]}.{row[1]}", "annotation"
 

@@ -19,6 +19,7 @@ SOURCE_SIGNATURE = "signature"
 SOURCE_GENERIC = "generic"
 SOURCE_STRUCTURE = "structure"  # role in the layer, from the kernel's position (no signature needed)
 SOURCE_UNATTRIBUTED = "unattributed"
+SOURCE_ANNOTATION = "annotation"  # a `group.module` annotation in the trace (the user's word)
 
 UNATTRIBUTED = "unattributed"
 
@@ -41,7 +42,9 @@ class KernelRow(msgspec.Struct, gc=False):
     start_us: float
     busy_us: float  # the kernel's duration
     exposed_us: float  # the part of its duration not covered by kernels on other streams
-    source: str  # module_range | capture | signature | structure | generic | unattributed
+    source: str  # module_range | capture | signature | structure | generic | annotation | unattributed
+    role: str = ""  # what the kernel does in the layer as the namer saw it (router, shared_experts, ...)
+    rule: str = ""  # the data entry or code rule that decided: kernel_classes.yaml:router_gemm, ... (docs/architecture.md)
 
 
 class StepRow(msgspec.Struct):

@@ -41,6 +41,11 @@ class Entry(_Strict):
     example: str | None = None  # a real kernel name for this slot (documentation; synthetic fixtures)
     in_layers: str = "all"  # all | dense | moe: which layers launch it (documentation; synthetic fixtures)
     weights: dict[str, float] | None = None  # per name regex (full match): how characteristic of this slot (learned)
+    _rule: str = PrivateAttr(default="")  # where the entry is written, set by its Signature: sm90.yaml:layer[3]
+
+    @property
+    def rule(self) -> str:
+        return self._rule
 
     @field_validator("in_layers")
     @classmethod
@@ -97,6 +102,11 @@ class Family(_Strict):
     family: str
     group: str
     match: str
+    _rule: str = PrivateAttr(default="")  # where the family is written, set by its Signature
+
+    @property
+    def rule(self) -> str:
+        return self._rule
 
     _match_compiles = field_validator("match")(lambda cls, v: _compiled(v, "match"))
 
@@ -110,6 +120,11 @@ class ModuleMapEntry(_Strict):
     group: str
     module: str
     within: str | None = None  # only when an enclosing module's class matches this regex
+    _rule: str = PrivateAttr(default="")  # where the entry is written, set by its Signature
+
+    @property
+    def rule(self) -> str:
+        return self._rule
 
     _regexes_compile = field_validator("match", "within")(lambda cls, v, info: _compiled(v, info.field_name))
 
@@ -125,6 +140,11 @@ class ModuleMapEntry(_Strict):
 class ModuleRanges(_Strict):
     layer: str
     map: list[ModuleMapEntry]
+    _rule: str = PrivateAttr(default="")  # where `layer` is written, set by its Signature
+
+    @property
+    def rule(self) -> str:
+        return self._rule
 
     _layer_compiles = field_validator("layer")(lambda cls, v: _compiled(v, "layer"))
 
@@ -148,6 +168,25 @@ class Signature(_Strict):
     evidence: str = ""
     source: str = ""
     _family_by_name: dict[str, Family | None] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _entry_rules(self) -> "Signature":
+        """Each entry and family knows where it is written (KernelRow.rule): file:section[index]."""
+        path = Path(self.source) if self.source else None
+        if path is None:
+            where = f"signature {self.name}"
+        elif path.parent.resolve() == SIGNATURE_DIR.resolve():
+            where = f"signatures/{path.name}"
+        else:
+            where = str(path)
+        for section in ("layer", "side", "pre", "post", "families"):
+            for index, entry in enumerate(getattr(self, section)):
+                entry._rule = f"{where}:{section}[{index}]"
+        if self.module_ranges is not None:
+            self.module_ranges._rule = f"{where}:module_ranges.layer"
+            for index, entry in enumerate(self.module_ranges.map):
+                entry._rule = f"{where}:module_ranges.map[{index}]"
+        return self
 
     @model_validator(mode="after")
     def _one_anchor(self) -> "Signature":

@@ -29,6 +29,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     class_of_name,
     kernel_class,
+    kernel_class_rule,
 )
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
@@ -585,8 +586,10 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     if plan is None:
         return None
     slots: list[Slot | None] = [None] * len(kernels)
-    for i, (section, layer, group, module) in zip(main_idx, plan.rows):
-        slots[i] = Slot(section, layer, group, module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+    for i, (section, layer, group, module, role) in zip(main_idx, plan.rows):
+        kernel = kernels[i]
+        slots[i] = Slot(section, layer, group, module, kernel_label(kernel), SOURCE_STRUCTURE, role,
+                        kernel_class_rule(kernel))
     # where each layer's attention ends on the main stream (its core's last kernel)
     attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
     if len(main_idx) < len(kernels):  # kernels off the chain
@@ -599,7 +602,7 @@ class _LayerPlan:
     """What the chain's shape decides, whatever the timing: per chain kernel its section, layer and
     D4 row; per layer where its attention core ends and whether it is MoE."""
 
-    rows: tuple[tuple[str, int, str, str], ...]
+    rows: tuple[tuple[str, int, str, str, str], ...]  # section, layer, group, module, role
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
     layer_moe: dict[int, bool]
     layers: int
@@ -636,11 +639,12 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
     for j in range(post_start, len(units)):
         unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
-    rows: list[tuple[str, int, str, str]] = []
+    rows: list[tuple[str, int, str, str, str]] = []
     for unit, placed in zip(units, unit_slot):
         section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
-        row = row_of(role or "experts", moe)
-        rows.extend([(section, layer, row.group, row.module)] * (unit.hi - unit.lo + 1))
+        role = role or "experts"
+        row = row_of(role, moe)
+        rows.extend([(section, layer, row.group, row.module, role)] * (unit.hi - unit.lo + 1))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
@@ -679,8 +683,10 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:
             section, role = (SECTION_PRE, "embedding") if pos < 0 else (SECTION_POST, "lm_head")
-            row = row_of(_outside_role(kernel_class(k), role))
-            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE)
+            role = _outside_role(kernel_class(k), role)
+            row = row_of(role)
+            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE, role,
+                            kernel_class_rule(k))
         else:
             by_layer_stream.setdefault((layers[pos], k.stream), []).append(i)
     for (layer, _stream), members in by_layer_stream.items():
@@ -702,7 +708,8 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
             else:
                 role = "layer_other"
             row = row_of(role, moe)
-            slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE)
+            slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE,
+                            role, kernel_class_rule(kernels[i]))
 
 
 def count_attention_cores(kernels: list[Kernel]) -> int:

@@ -10,6 +10,7 @@ from analysis.attribution.rows import KernelRow
 _FIELDS = KernelRow.__struct_fields__
 _INT_FIELDS = {"step", "layer", "micro_batch", "stream"}
 _FLOAT_FIELDS = {"start_us", "busy_us", "exposed_us"}
+_OPTIONAL_FIELDS = {"role", "rule"}  # added later: a kernels_long.csv written before them still reads
 
 
 class KernelCsvError(AnalysisError):
@@ -23,12 +24,15 @@ def read_kernel_rows(path: str | Path) -> list[KernelRow]:
     try:
         with path.open(newline="") as handle:
             reader = csv.DictReader(handle)
-            missing = [f for f in _FIELDS if f not in (reader.fieldnames or [])]
+            present = set(reader.fieldnames or [])
+            missing = [f for f in _FIELDS if f not in present and f not in _OPTIONAL_FIELDS]
             if missing:
                 raise KernelCsvError(str(path), f"not a kernels_long.csv: missing columns {', '.join(missing)}")
             for line_no, record in enumerate(reader, start=2):
                 values = {}
                 for field in _FIELDS:
+                    if field not in present:
+                        continue
                     text = record[field]
                     try:
                         if field in _INT_FIELDS:
