@@ -16,6 +16,7 @@ import msgspec
 from analysis.attribution.comm_split import CommLayer, CommRow, stragglers
 from analysis.attribution.rows import StepRow
 from analysis.ingest.expert_load import ExpertLoad
+from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, values_by_module
 
 SPLIT_GROUP = "wait / transfer"
 LOAD_GROUP = "expert load"
@@ -31,7 +32,6 @@ def used_steps(step_rows: list[StepRow], stage: str, strict: bool) -> set[tuple[
 def with_comm(column, comm_rows: list[CommRow], step_rows: list[StepRow], strict: bool = False,
               expert_load: ExpertLoad | None = None):
     """The D4 column with its wait / transfer rows, per-layer split, stragglers and expert load."""
-    from analysis.tables.d4 import D4Row, _per_rank_stat, _policy  # d4 renders what this builds
 
     used = used_steps(step_rows, column.stage, strict)
     in_used = [c for c in comm_rows if (c.rank, c.step) in used and c.stage == column.stage]
@@ -77,7 +77,6 @@ def _layers(split: list[CommRow]) -> list[CommLayer]:
 def extra_rows(columns) -> list[tuple[str, str, str, list[str]]]:
     """Table rows after the groups: the wait / transfer split of each collective module, then the
     expert load per MoE layer (busiest expert's tokens / mean tokens per expert)."""
-    from analysis.tables.d4 import values_by_module
 
     out = [(SPLIT_GROUP, module, part, values)
            for module, part, values in values_by_module(columns, lambda c: c.comm_rows)]

@@ -18,27 +18,20 @@ from analysis.sol.estimate import SolSettings
 from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
+from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
+from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
+    STATS,
+    D4Row,
+    _fmt,
+    _per_rank_stat,
+    _policy,
+    _stat,
+    values_by_module,
+)
 
-STATS = ("mean", "median", "p90")
 MTP_GROUP = "mtp"
 # The seed table's group order; groups not listed follow in order of first appearance.
 GROUP_ORDER = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "unattributed")
-
-
-class D4Row(msgspec.Struct):
-    group: str
-    module: str
-    kernel: str
-    value_us: float  # per layer, after the step statistic and the rank policy
-    exposed_us: float
-    median_us: float
-    p90_us: float
-    layers: float  # layers per step that hold this row
-    # Speed of light (analysis/sol/estimate.py), filled by analysis.tables.d4_sol when deployment parameters are given.
-    sol_us: float | None = None
-    sol_pct: float | None = None  # 100 x SOL / value_us: 100 = at the hardware limit
-    bound: str | None = None  # compute | memory | network
-    sol_term: str | None = None
 
 
 class D4Column(msgspec.Struct):
@@ -80,34 +73,6 @@ class D4Column(msgspec.Struct):
     failed_checks: list[str] = []  # names of the self-checks that failed
 
 
-def _stat(values: list[float], how: str) -> float:
-    if not values:
-        return 0.0
-    if how == "mean":
-        return statistics.fmean(values)
-    if how == "median":
-        return statistics.median(values)
-    if how == "p90":
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    raise ValueError(f"unknown statistic {how!r}; choose one of {', '.join(STATS)}")
-
-
-def _policy(per_rank: dict[str, float], policy: str) -> float:
-    if not per_rank:
-        return 0.0
-    if policy == "mean":
-        return statistics.fmean(per_rank.values())
-    if policy == "max":
-        return max(per_rank.values())
-    if policy.startswith("rank:"):
-        label = policy[5:]
-        if label not in per_rank:
-            raise ValueError(f"rank policy names rank {label!r}, which is not among {sorted(per_rank)}")
-        return per_rank[label]
-    raise ValueError(f"unknown rank policy {policy!r}: use mean, max or rank:LABEL")
-
-
 def main_stage(steps: Iterable[StepRow]) -> str:
     """The stage the table describes: verify (MTP) over decode over extend, among usable steps."""
     steps = list(steps)
@@ -116,10 +81,6 @@ def main_stage(steps: Iterable[StepRow]) -> str:
         if stage in ok:
             return stage
     return max(set(ok), key=ok.count) if ok else "unknown"
-
-
-def _per_rank_stat(samples: dict[str, list[float]], stat: str) -> dict[str, float]:
-    return {rank: _stat(vals, stat) for rank, vals in samples.items() if vals}
 
 
 def build_column(
@@ -282,31 +243,11 @@ _TEXT = {
 SOL_CELLS = 3  # SOL us, % of SOL, bound: after the value of every column that has SOL settings
 
 
-def _fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return ""
-    return f"{value:.2f}{unit}" if unit else f"{value:.1f}"
-
-
 def _sol_cells(row: D4Row | None) -> list[str]:
     if row is None or row.sol_us is None:
         return [""] * SOL_CELLS
     pct = "" if row.sol_pct is None else f"{row.sol_pct:.0f}%"
     return [f"{row.sol_us:.2f}", pct, row.bound or ""]
-
-
-def values_by_module(columns: list[D4Column], rows_of) -> list[tuple[str, str, list[str]]]:
-    """(module, kernel, one formatted value per column) for rows kept beside the groups (MTP, the
-    wait / transfer split): every (module, kernel) any column has, in first-seen order."""
-    keys = dict.fromkeys((r.module, r.kernel) for c in columns for r in rows_of(c))
-    lookup = []
-    for c in columns:
-        first: dict[tuple[str, str], D4Row] = {}
-        for r in rows_of(c):
-            first.setdefault((r.module, r.kernel), r)
-        lookup.append(first)
-    return [(module, kernel, [_fmt(look[(module, kernel)].value_us) if (module, kernel) in look else ""
-                              for look in lookup]) for module, kernel in keys]
 
 
 def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
@@ -355,7 +296,6 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
             out.append([group_name(group), key[1], key[2], *cells([_fmt(h.value_us) if h else "" for h in hits], hits)])
         sums = [sum(look[k].value_us for k in members if k in look) for look in lookup]
         out.append([group_name(group), text["sum"], "", *cells([_fmt(s) for s in sums])])
-    from analysis.tables.comm_table import extra_rows  # beside the groups, not in their sums
 
     out += [[group_name(g), m, k, *cells(v)] for g, m, k, v in extra_rows(columns)]
     out += [[MTP_GROUP, module, kernel, *cells(values)]
@@ -397,6 +337,5 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(f"{c.name}: {c.checks}")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
-    from analysis.tables.comm_table import markdown_sections
 
     return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)) + "\n"
