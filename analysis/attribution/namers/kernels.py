@@ -1,0 +1,41 @@
+"""Namers from the kernels alone, the last in the order: a stack's signature template, or (the
+generic signature) the structure of the layers around their attention cores, and failing that
+the kernels' families over the period of the repeating sequence. They always answer."""
+from __future__ import annotations
+
+from analysis.attribution.layers import cut_by_template, cut_generic
+from analysis.attribution.namers import Naming
+from analysis.attribution.signature import Signature
+from analysis.attribution.steps import Step
+from analysis.attribution.structure import cut_structural
+
+
+class TemplateNamer:
+    def __init__(self, sig: Signature):
+        self.sig = sig
+
+    def name(self, step: Step) -> Naming:
+        return Naming(cut_by_template(step.kernels, self.sig), "signature")
+
+    def rank_notes(self) -> list[str]:
+        return []
+
+
+class StructureNamer:
+    def name(self, step: Step) -> Naming:
+        cut = cut_structural(step.kernels)
+        return Naming(cut, "structure" if cut is not None else "")
+
+    def rank_notes(self) -> list[str]:
+        return []
+
+
+class GenericNamer:
+    def __init__(self, sig: Signature):
+        self.sig = sig
+
+    def name(self, step: Step) -> Naming:
+        return Naming(cut_generic(step.kernels, self.sig), "generic")
+
+    def rank_notes(self) -> list[str]:
+        return []

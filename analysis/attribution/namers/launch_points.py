@@ -1,0 +1,18 @@
+"""Where a step's kernels were launched on the CPU, computed once per step for every namer that
+reads CPU ranges (module ranges, annotations)."""
+from __future__ import annotations
+
+from analysis.attribution.module_roles import launch_points
+from analysis.attribution.steps import Step
+from analysis.ingest.trace_model import RankTrace
+
+
+class LaunchPoints:
+    def __init__(self, trace: RankTrace):
+        self.launches = trace.launch_by_correlation()
+        self._of: tuple[Step, list] | None = None
+
+    def of(self, step: Step) -> list:
+        if self._of is None or self._of[0] is not step:
+            self._of = (step, launch_points(step.kernels, self.launches))
+        return self._of[1]

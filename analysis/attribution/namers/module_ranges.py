@@ -1,0 +1,62 @@
+"""Namer: the trace's own nn.Module ranges (eager traces recorded with stacks).
+
+The standard module map (module_map.yaml) names roles for every model; a signature that brings
+its own `module_ranges` map (the embedded engine's) is read by that map instead, and where its
+template agrees on group and module the template's shorter kernel label is kept."""
+from __future__ import annotations
+
+from analysis.attribution.layers import LayerCut, cut_by_template, layer_units
+from analysis.attribution.module_attribution import ModuleIndex, slots_from_module_ranges
+from analysis.attribution.module_roles import (
+    ModuleRoleNamer,
+    RangeForest,
+    roles_from_ranges,
+    slots_from_roles,
+    standard_map,
+)
+from analysis.attribution.namers import Naming
+from analysis.attribution.namers.launch_points import LaunchPoints
+from analysis.attribution.signature import Signature
+from analysis.attribution.steps import Step
+from analysis.ingest.trace_model import RankTrace
+
+HOW = "module_range"
+
+
+class ModuleRangeNamer:
+    def __init__(self, trace: RankTrace, sig: Signature, points: LaunchPoints):
+        self.sig = sig
+        self.points = points
+        self.own_map = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
+        self.namer = None
+        if sig.module_ranges is None and trace.module_ranges:
+            namer = ModuleRoleNamer(RangeForest(trace.module_ranges, trace.function_ranges, standard_map()))
+            self.namer = namer if namer.names_layers() else None  # no layer range: nothing to name
+
+    def __bool__(self) -> bool:
+        return self.own_map is not None or self.namer is not None
+
+    def name(self, step: Step) -> Naming:
+        cut = self._cut(step)
+        if cut is not None and self.sig.module_ranges is not None and not self.sig.generic:
+            # Where the template agrees on group and module, keep its (shorter) kernel label.
+            template = cut_by_template(step.kernels, self.sig)
+            for named, by_template in zip(cut.slots, template.slots):
+                if (named.group, named.module) == (by_template.group, by_template.module):
+                    named.kernel = by_template.kernel
+        return Naming(cut, HOW if cut is not None else "")
+
+    def _cut(self, step: Step) -> LayerCut | None:
+        if self.own_map is not None:
+            slots = slots_from_module_ranges(step.kernels, self.points.launches, self.sig.module_ranges, self.own_map)
+            return LayerCut.counted(slots) if slots is not None else None
+        layers, roles, rules = roles_from_ranges(step.kernels, self.points.of(step), self.namer)
+        slots, moe_layers = slots_from_roles(step.kernels, layers, roles, rules)
+        if slots is None:
+            return None
+        found = layer_units(slots)
+        return LayerCut(slots, found, f"{found} layers by module ranges ({moe_layers} MoE, {found - moe_layers} dense)",
+                        moe_layers=moe_layers)
+
+    def rank_notes(self) -> list[str]:
+        return []
