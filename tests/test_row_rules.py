@@ -16,7 +16,7 @@ from analysis.api import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
-ATTRIBUTION = ROOT / "analysis" / "attribution"
+RULES = ROOT / "analysis" / "data" / "rules"
 SIGNATURES = ROOT / "analysis" / "data" / "signatures"
 _INDEXED = re.compile(r"^(?P<section>[\w.]+)\[(?P<index>\d+)\]$")
 
@@ -41,10 +41,10 @@ def resolve_rule(rule: str) -> bool:
         return True
     file, _, entry = rule.partition(":")
     if file == "kernel_classes.yaml":
-        classes = {item["class"] for item in _yaml(ATTRIBUTION / file)["classes"]}
+        classes = {item["class"] for item in _yaml(RULES / file)["classes"]}
         return entry in classes or entry == "none"
     if file == "module_map.yaml":
-        return entry in _yaml(ATTRIBUTION / file)
+        return entry in _yaml(RULES / file)
     if file.startswith("signatures/"):
         data = _yaml(SIGNATURES / file.removeprefix("signatures/"))
         if entry == "module_ranges.layer":

@@ -4,7 +4,7 @@ The labels are read from each release's own source in its wheel (`pip download -
 under $MOE_HARNESS_CACHE or ~/.cache/moe-harness/sglang-wheels): `build_step_span_name` (the
 ForwardMode names it writes, and any literal stage it puts in their place, 0.5.23's VERIFY and
 DRAFT), plus every other `step[LABEL ...]` literal of the release (the MTP draft loop's). A release
-that renames a label fails here, not in a user's table (analysis/attribution/step_labels.yaml).
+that renames a label fails here, not in a user's table (analysis/data/rules/step_labels.yaml).
 """
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_every_step_label_of_the_release_names_a_known_stage(version):
     assert {"DECODE", "EXTEND"} <= labels, (where, labels)
     unknown = {label: stage_of(f"step[{label} bs=1]") for label in labels
                if stage_of(f"step[{label} bs=1]") not in KNOWN_STAGES}
-    assert not unknown, f"sglang {version} ({where}) writes labels analysis/attribution/step_labels.yaml lacks: {unknown}"
+    assert not unknown, f"sglang {version} ({where}) writes labels analysis/data/rules/step_labels.yaml lacks: {unknown}"
 
 
 def test_the_verify_label_of_each_release():

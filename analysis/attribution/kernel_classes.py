@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
-import yaml
-
-from analysis.errors import AnalysisError
+from analysis.rules import load_rules, rules_path
+from analysis.rules_schema import KernelClasses
 from analysis.ingest.kernel_names import unmangle_prefix
 from analysis.ingest.trace_model import Kernel
 
-CLASSES_FILE = Path(__file__).parent / "kernel_classes.yaml"
+CLASSES_FILE = rules_path("kernel_classes.yaml")
 DEFAULT_CLASS = "elementwise"
 
 # Groupings the structural attribution uses.
@@ -30,17 +28,7 @@ MINOR = frozenset({"elementwise", "memory", "quant", "view"})
 
 @functools.lru_cache(maxsize=1)
 def _rules() -> list[tuple[str, re.Pattern[str]]]:
-    try:
-        raw = yaml.safe_load(CLASSES_FILE.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise AnalysisError(f"kernel classes {CLASSES_FILE}: cannot read: {exc}") from exc
-    rules = []
-    for index, item in enumerate(raw.get("classes") or []):
-        try:
-            rules.append((str(item["class"]), re.compile(item["match"])))
-        except (KeyError, TypeError, re.error) as exc:
-            raise AnalysisError(f"kernel classes {CLASSES_FILE}: classes[{index}]: {exc}") from exc
-    return rules
+    return [(entry.cls, re.compile(entry.match)) for entry in load_rules(CLASSES_FILE.name, KernelClasses).classes]
 
 
 @functools.lru_cache(maxsize=100_000)

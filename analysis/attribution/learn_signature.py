@@ -12,14 +12,14 @@ import difflib
 import re
 from collections import Counter, defaultdict
 from functools import lru_cache
-from pathlib import Path
 
-import yaml
 
 from analysis.attribution.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import Signature
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow
 from analysis.ingest.trace_model import RankTrace
+from analysis.rules import load_rules
+from analysis.rules_schema import NameKeys
 
 Block = tuple[str, str]  # (group, module)
 BODY_WEIGHT = 0.9
@@ -28,8 +28,7 @@ FIRST_LAST_SHARE = 0.9  # a block's first (last) kernel gets its own slot when t
 
 @lru_cache(maxsize=1)
 def _key_rules() -> list[tuple[re.Pattern[str], str]]:
-    rules = yaml.safe_load((Path(__file__).parent / "name_keys.yaml").read_text())
-    return [(re.compile(r["pattern"]), r["key"]) for r in rules]
+    return [(re.compile(r.pattern), r.key) for r in load_rules("name_keys.yaml", NameKeys).root]
 
 
 @lru_cache(maxsize=100_000)

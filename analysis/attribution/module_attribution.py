@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import functools
 
-import bisect
 from dataclasses import dataclass
 
 from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
 from analysis.attribution.signature import ModuleRanges
+from analysis.ingest.range_tree import RangeTree
 from analysis.attribution.rows import (
     SECTION_LAYER,
     SECTION_POST,
@@ -34,43 +34,17 @@ def module_class(range_name: str) -> str:
 
 
 class ModuleIndex:
-    """Per-thread nested module ranges, answering 'which ranges enclose time t on thread tid'."""
+    """Which module ranges enclose time t on thread tid (the rank's range tree, RankTrace.module_range_tree)."""
 
-    def __init__(self, ranges: list[Range]):
-        self._by_tid: dict[int, tuple[list[Range], list[float], list[int]]] = {}
-        grouped: dict[int, list[Range]] = {}
-        for r in ranges:
-            grouped.setdefault(r.tid, []).append(r)
-        for tid, items in grouped.items():
-            items.sort(key=lambda r: (r.start_us, -r.dur_us))
-            parents: list[int] = []
-            stack: list[int] = []
-            for i, r in enumerate(items):
-                while stack and items[stack[-1]].end_us < r.start_us:
-                    stack.pop()
-                parents.append(stack[-1] if stack else -1)
-                stack.append(i)
-            self._by_tid[tid] = (items, [r.start_us for r in items], parents)
+    def __init__(self, tree: RangeTree):
+        self._tree = tree
 
     def __bool__(self) -> bool:
-        return bool(self._by_tid)
+        return bool(self._tree)
 
     def stack_at(self, tid: int, t: float) -> list[Range]:
         """Enclosing ranges, innermost first."""
-        entry = self._by_tid.get(tid)
-        if entry is None:
-            return []
-        items, starts, parents = entry
-        i = bisect.bisect_right(starts, t) - 1
-        # Walk back to the innermost range that still contains t.
-        while i >= 0 and items[i].end_us < t:
-            i = parents[i]
-        result = []
-        while i >= 0:
-            if items[i].start_us <= t <= items[i].end_us:
-                result.append(items[i])
-            i = parents[i]
-        return result
+        return self._tree.enclosing(tid, t)
 
 
 @dataclass
@@ -184,7 +158,7 @@ class CaptureMap:
 
 
 def build_capture_map(capture: RankTrace, spec: ModuleRanges) -> CaptureMap:
-    index = ModuleIndex(capture.module_ranges)
+    index = ModuleIndex(capture.module_range_tree())
     names, named = [], []
     for launch in capture.launches:
         if not launch.kernel_name:

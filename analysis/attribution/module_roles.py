@@ -16,19 +16,19 @@ import bisect
 import functools
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
 
-from analysis.errors import AnalysisError
 from analysis.attribution.kernel_classes import GEMM_LIKE, kernel_class, kernel_class_rule
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
 from analysis.attribution.structure import routed_roles
+from analysis.ingest.range_tree import RangeTree
+from analysis.rules import load_rules, rules_path
+from analysis.rules_schema import ModuleMapRules
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_ANNOTATION, SOURCE_MODULE_RANGE
 from analysis.ingest.trace_model import Kernel, Launch, Range
 
-MAP_FILE = Path(__file__).parent / "module_map.yaml"
+MAP_FILE = rules_path("module_map.yaml")
 _ANNOTATED = re.compile(r"^(?P<group>[a-z][\w /]*)\.(?P<module>[\w. /-]+)$")
 D4_GROUPS = ("attention", "gate", "moe", "combine/share overlap", "mlp", "communication", "other", "mtp")
 
@@ -53,16 +53,13 @@ class ModuleMap:
 
 @functools.lru_cache(maxsize=1)
 def standard_map() -> ModuleMap:
-    try:
-        raw = yaml.safe_load(MAP_FILE.read_text())
-        keys = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router", "shared",
-                "dispatch", "combine")
-        patterns = {k: re.compile(raw[k]) for k in keys}
-        functions = tuple((re.compile(f["match"]), f["role"]) for f in raw.get("functions") or [])
-        core = [f["match"] for f in raw.get("functions") or [] if f.get("core")]
-        patterns["core_functions"] = re.compile("|".join(f"(?:{c})" for c in core)) if core else None
-    except (OSError, yaml.YAMLError, KeyError, TypeError, re.error) as exc:
-        raise AnalysisError(f"module map {MAP_FILE}: {exc}") from exc
+    rules = load_rules(MAP_FILE.name, ModuleMapRules)
+    keys = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router", "shared",
+            "dispatch", "combine")
+    patterns = {k: re.compile(getattr(rules, k)) for k in keys}
+    functions = tuple((re.compile(f.match), f.role) for f in rules.functions)
+    core = [f.match for f in rules.functions if f.core]
+    patterns["core_functions"] = re.compile("|".join(f"(?:{c})" for c in core)) if core else None
     for _pattern, role in functions:
         row_of(role)  # an unknown role fails here, naming the file
     return ModuleMap(functions=functions, **patterns)
@@ -85,56 +82,34 @@ class RangeForest:
 
     def __init__(self, module_ranges: list[Range], function_ranges: list[Range], spec: ModuleMap):
         self.nodes: list[_Node] = []
-        self._by_tid: dict[int, tuple[list[int], list[float]]] = {}
-        grouped: dict[int, list[tuple[Range, str | None]]] = {}
-        for r in module_ranges:
-            grouped.setdefault(r.tid, []).append((r, None))
+        roles: list[str | None] = [None] * len(module_ranges)
+        ranges = list(module_ranges)
         for r in function_ranges:
             role = next((role for pattern, role in spec.functions if pattern.search(r.name)), None)
             if role is not None:
-                grouped.setdefault(r.tid, []).append((r, role))
-        for tid, items in grouped.items():
-            items.sort(key=lambda item: (item[0].start_us, -item[0].dur_us))
-            ids: list[int] = []
-            stack: list[int] = []
-            for r, role in items:
-                while stack and self.nodes[stack[-1]].rng.end_us < r.start_us:
-                    stack.pop()
-                node_id = len(self.nodes)
-                parent = stack[-1] if stack else -1
-                self.nodes.append(_Node(r, module_class(r.name) if role is None else r.name, parent, function_role=role))
-                if role is None:  # a module's children are the nearest modules inside it, functions are transparent
-                    owner = parent
-                    while owner >= 0 and self.nodes[owner].function_role is not None:
-                        owner = self.nodes[owner].parent
-                    if owner >= 0:
-                        self.nodes[owner].children.append(node_id)
-                stack.append(node_id)
-                ids.append(node_id)
-            self._by_tid[tid] = (ids, [self.nodes[i].rng.start_us for i in ids])
+                ranges.append(r)
+                roles.append(role)
+        self.tree = RangeTree(ranges)
+        for node, (r, parent) in enumerate(zip(self.tree.ranges, self.tree.parent)):
+            role = roles[self.tree.source[node]]
+            self.nodes.append(_Node(r, module_class(r.name) if role is None else r.name, parent, function_role=role))
+            if role is None:  # a module's children are the nearest modules inside it, functions are transparent
+                owner = parent
+                while owner >= 0 and self.nodes[owner].function_role is not None:
+                    owner = self.nodes[owner].parent
+                if owner >= 0:
+                    self.nodes[owner].children.append(node)
 
     def __bool__(self) -> bool:
         return bool(self.nodes)
 
     def innermost(self, tid: int, t: float) -> int:
         """The innermost range that holds time t on thread tid, or -1."""
-        entry = self._by_tid.get(tid)
-        if entry is None:
-            return -1
-        ids, starts = entry
-        pos = bisect.bisect_right(starts, t) - 1
-        node = ids[pos] if pos >= 0 else -1
-        while node >= 0 and not (self.nodes[node].rng.start_us <= t <= self.nodes[node].rng.end_us):
-            node = self.nodes[node].parent
-        return node
+        return self.tree.innermost(tid, t)
 
     def path(self, node: int) -> list[int]:
         """node and its ancestors, innermost first."""
-        out = []
-        while node >= 0:
-            out.append(node)
-            node = self.nodes[node].parent
-        return out
+        return self.tree.ancestors(node)
 
     def roots(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.parent < 0 and n.function_role is None]

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 
-import yaml
 
 from analysis.errors import AnalysisError
+from analysis.rules import load_rules, rules_path
+from analysis.rules_schema import Roles
 
-ROLES_FILE = Path(__file__).parent / "roles.yaml"
+ROLES_FILE = rules_path("roles.yaml")
 MOE_GROUPS = frozenset({"gate", "moe", "combine/share overlap"})
 
 
@@ -27,15 +27,11 @@ class _Role:
 
 @functools.lru_cache(maxsize=1)
 def _roles() -> dict[str, _Role]:
-    try:
-        raw = yaml.safe_load(ROLES_FILE.read_text())["roles"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
-        raise AnalysisError(f"roles {ROLES_FILE}: cannot read: {exc}") from exc
     out = {}
-    for name, spec in raw.items():
-        row = Row(spec["group"], spec["module"])
-        dense = spec.get("dense") or {}
-        out[name] = _Role(row, Row(dense.get("group", row.group), dense.get("module", row.module)))
+    for name, spec in load_rules(ROLES_FILE.name, Roles).roles.items():
+        row = Row(spec.group, spec.module)
+        dense = spec.dense
+        out[name] = _Role(row, Row(dense.group or row.group, dense.module or row.module) if dense else row)
     return out
 
 

@@ -22,13 +22,12 @@ import bisect
 import functools
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import yaml
 
 from analysis.attribution.module_attribution import module_class
-from analysis.errors import AnalysisError
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
+from analysis.rules import load_rules, rules_path
+from analysis.rules_schema import StepLabels
 
 STEP_ANNOTATION = re.compile(
     r"^step\[(?P<mode>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^\]]*)\]"  # SGLang
@@ -40,18 +39,15 @@ _BATCH = re.compile(r"\bbs=(\d+)")
 GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
 DEFAULT_GAP_US = 1000.0
 
-STEP_LABELS_FILE = Path(__file__).with_name("step_labels.yaml")
+STEP_LABELS_FILE = rules_path("step_labels.yaml")
 
 
 @functools.lru_cache(maxsize=1)
 def _label_table() -> tuple[dict[str, str], dict[str, str]]:
     """(label -> stage, label -> stage when the step follows a verify step), from step_labels.yaml."""
-    try:
-        data = yaml.safe_load(STEP_LABELS_FILE.read_text())
-        labels = {str(k).upper(): str(v) for k, v in data["labels"].items()}
-        after = {str(k).upper(): str(v) for k, v in (data.get("after_verify") or {}).items()}
-    except (OSError, yaml.YAMLError, KeyError, AttributeError, TypeError) as exc:
-        raise AnalysisError(f"step labels {STEP_LABELS_FILE}: cannot read: {exc}") from exc
+    data = load_rules(STEP_LABELS_FILE.name, StepLabels)
+    labels = {str(k).upper(): str(v) for k, v in data.labels.items()}
+    after = {str(k).upper(): str(v) for k, v in data.after_verify.items()}
     return labels, after
 
 
@@ -172,14 +168,8 @@ def _model_calls(trace: RankTrace) -> list[Range]:
 
     if not trace.module_ranges:
         return []
-    roots: list[Range] = []
-    end_by_tid: dict[int, float] = {}
-    for r in trace.module_ranges:  # sorted by (start, -duration): a root starts after every earlier root ends
-        if r.start_us > end_by_tid.get(r.tid, float("-inf")):
-            roots.append(r)
-            end_by_tid[r.tid] = r.end_us
-        else:
-            end_by_tid[r.tid] = max(end_by_tid[r.tid], r.end_us)
+    tree = trace.module_range_tree()
+    roots = [tree.ranges[node] for node in tree.roots()]  # in the trace's order: by start, longer first
     by_class: dict[str, list[Range]] = {}
     for r in roots:
         by_class.setdefault(module_class(r.name), []).append(r)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
 import msgspec
-import yaml
 
 from analysis.errors import AnalysisError
+from analysis.rules import load_rules_file, rules_path
+from analysis.rules_schema import KernelFamilies
 
-FAMILIES_FILE = Path(__file__).parent / "kernel_families.yaml"
+FAMILIES_FILE = rules_path("kernel_families.yaml")
 OTHER_FAMILY = "other"
 MAX_READABLE_CHARS = 80
 
@@ -37,20 +37,11 @@ class _Families(msgspec.Struct, frozen=True):
 @functools.lru_cache(maxsize=4)
 def _load(path: str = str(FAMILIES_FILE)) -> _Families:
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise KernelFamiliesError(path, f"cannot read: {exc}") from exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("families"), list):
-        raise KernelFamiliesError(path, "needs a `families:` list")
-    rules = []
-    for index, item in enumerate(raw["families"]):
-        if not isinstance(item, dict) or "family" not in item or "match" not in item:
-            raise KernelFamiliesError(path, f"families[{index}] needs family and match")
-        try:
-            rules.append((str(item["family"]), re.compile(item["match"]), bool(item.get("whole_name_only"))))
-        except re.error as exc:
-            raise KernelFamiliesError(path, f"families[{index}].match: bad regex: {exc}") from exc
-    return _Families(rules=rules, wrappers=frozenset(raw.get("wrappers") or ()))
+        raw = load_rules_file(path, KernelFamilies)
+    except AnalysisError as exc:  # the rules loader names the file and the key
+        raise KernelFamiliesError(path, str(exc).removeprefix(f"rules {path}: ")) from None
+    rules = [(f.family, re.compile(f.match), f.whole_name_only) for f in raw.families]
+    return _Families(rules=rules, wrappers=frozenset(raw.wrappers))
 
 
 # ---- unwrapping mangled names ------------------------------------------------------------------

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
+from analysis.ingest.range_tree import RangeTree
+
 
 class RankId(msgspec.Struct, frozen=True):
     """Where a trace comes from. Fields absent from the file name stay None."""
@@ -72,6 +74,13 @@ class RankTrace(msgspec.Struct):
     json_bytes: int = 0  # uncompressed JSON size, for throughput figures
     function_ranges: list[Range] = []  # python functions that name a role (module_map.yaml `functions`)
     capture_windows: list[Range] = []  # cudaStreamBeginCapture .. cudaStreamEndCapture, per thread (capture traces)
+    module_tree: RangeTree | None = None  # module_ranges as a tree, built once (module_range_tree)
 
     def launch_by_correlation(self) -> dict[int, Launch]:
         return {launch.correlation: launch for launch in self.launches}
+
+    def module_range_tree(self) -> RangeTree:
+        """The rank's nn.Module ranges as one tree per thread, built on first use and kept."""
+        if self.module_tree is None:
+            self.module_tree = RangeTree(self.module_ranges)
+        return self.module_tree

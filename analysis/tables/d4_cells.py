@@ -64,7 +64,7 @@ def _fmt(value: float | None, unit: str = "") -> str:
     return f"{value:.2f}{unit}" if unit else f"{value:.1f}"
 
 
-def values_by_module(columns: list[D4Column], rows_of) -> list[tuple[str, str, list[str]]]:
+def values_by_module(columns: list, rows_of) -> list[tuple[str, str, list[str]]]:
     """(module, kernel, one formatted value per column) for rows kept beside the groups (MTP, the
     wait / transfer split): every (module, kernel) any column has, in first-seen order."""
     keys = dict.fromkeys((r.module, r.kernel) for c in columns for r in rows_of(c))

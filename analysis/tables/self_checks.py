@@ -331,7 +331,7 @@ def _stage_labels(step_rows: list[StepRow]) -> CheckRow:
         named = ", ".join(f"{st.upper()} ({n} steps)" for st, n in sorted(unknown.items()))
         return CheckRow("stage_labels", "all steps", value, expected, FAIL,
                         f"labels the analysis does not know: {named}; add them to "
-                        "analysis/attribution/step_labels.yaml")
+                        "analysis/data/rules/step_labels.yaml")
     if set(stages) == {"unknown"}:
         return CheckRow("stage_labels", "all steps", value, expected, NOT_APPLICABLE,
                         "no step labels in the trace or its file name")

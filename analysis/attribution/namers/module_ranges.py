@@ -27,7 +27,7 @@ class ModuleRangeNamer:
     def __init__(self, trace: RankTrace, sig: Signature, points: LaunchPoints):
         self.sig = sig
         self.points = points
-        self.own_map = ModuleIndex(trace.module_ranges) if sig.module_ranges and trace.module_ranges else None
+        self.own_map = ModuleIndex(trace.module_range_tree()) if sig.module_ranges and trace.module_ranges else None
         self.namer = None
         if sig.module_ranges is None and trace.module_ranges:
             namer = ModuleRoleNamer(RangeForest(trace.module_ranges, trace.function_ranges, standard_map()))

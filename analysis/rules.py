@@ -1,0 +1,46 @@
+"""The naming rules' data (analysis/data/rules/*.yaml), read through one typed loader.
+
+Why one: every rule file (kernel classes, the module map, roles, step labels, kernel families,
+name keys) is read the same way: YAML in, checked against its schema (rules_schema.py), a file
+that does not fit fails naming the file and the key, never a KeyError deep inside a namer.
+Each file is read once per process."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from analysis.data_files import validation_problems
+from analysis.errors import AnalysisError
+
+RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"
+Schema = TypeVar("Schema", bound=BaseModel)
+
+
+def rules_path(file_name: str) -> Path:
+    return RULES_DIR / file_name
+
+
+def load_rules(file_name: str, schema: type[Schema]) -> Schema:
+    """A built-in rule file of analysis/data/rules, checked against its schema (cached)."""
+    return _load(str(rules_path(file_name)), schema)
+
+
+def load_rules_file(path: str | Path, schema: type[Schema]) -> Schema:
+    """A rule file by path (a user's own kernel families), checked against its schema (cached)."""
+    return _load(str(path), schema)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: str, schema: type[Schema]) -> Schema:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise AnalysisError(f"rules {path}: cannot read: {' '.join(str(exc).split())}") from None
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise AnalysisError(f"rules {path}: {validation_problems(exc)}") from None
