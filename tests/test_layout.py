@@ -57,3 +57,33 @@ def test_both_engines_implement_the_one_engine_interface():
 
     for cls in (EmbeddedRayEngine, SGLangEngine):
         assert issubclass(cls, Engine) and not getattr(cls, "__abstractmethods__", None), cls
+
+
+def _past_the_door(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, module) of each import of analysis/ other than analysis.api, at any level of nesting."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names
+                      if a.name.startswith("analysis.") and a.name != "analysis.api"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "analysis":
+            found += [(node.lineno, f"analysis.{a.name}") for a in node.names if a.name != "api"]
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.startswith("analysis.")
+              and node.module != "analysis.api"):
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_the_harness_reaches_analysis_only_through_analysis_api():
+    """harness/ imports analysis.api and nothing else of analysis/, so analysis can move its
+    internals without the harness noticing (tests and benchmarks may import internals)."""
+    past = [f"{path.relative_to(ROOT)}:{line}: imports {name}" for path in sorted((ROOT / "harness").rglob("*.py"))
+            for line, name in _past_the_door(path.read_text(), str(path))]
+    assert not past, "import these through analysis.api:\n" + "\n".join(past)
+
+
+def test_the_door_check_sees_every_spelling():
+    source = ("import analysis.api\nfrom analysis import api\nfrom analysis.api import analyze\nimport analysis\n"
+              "def f():\n    from analysis.errors import AnalysisError\n    import analysis.tables.d4\n"
+              "    from analysis import tables\n    from . import analysis\n")
+    assert [name for _, name in _past_the_door(source)] == ["analysis.errors", "analysis.tables.d4", "analysis.tables"]

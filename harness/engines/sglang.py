@@ -24,7 +24,7 @@ from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed, actor_error
 from harness.scenario_sol import sol_settings_for
-from analysis.ingest.expert_load import load_expert_load
+from analysis.api import load_expert_load
 from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
 from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
@@ -231,8 +231,7 @@ class SGLangEngine(Engine):
     def _check_profiled_batch(self, result) -> str:
         """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
         outside it become problems (problems.csv) and the line under the table names them."""
-        from analysis.attribution.rows import RankProblem
-        from analysis.tables.profiled_batch import check_profiled_batch
+        from analysis.api import RankProblem, check_profiled_batch
 
         check = check_profiled_batch(result.step_rows, self.spec.scheduler_batch)
         result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.ingest.expert_load import FILE_NAME, FORMAT
+from analysis.api import EXPERT_LOAD_FILE_NAME as FILE_NAME, EXPERT_LOAD_FORMAT as FORMAT
 from harness.run_dir import write_atomic
 from harness.sglang.plan import expert_record_dir
 

@@ -118,8 +118,7 @@ class SGLangNodeActor:
         options["capture_traces"] (this node's CUDA-graph capture folder), replayed kernels are named
         from the captures.
         """
-        from analysis.api import AnalysisOptions, analyze
-        from analysis.errors import AnalysisError
+        from analysis.api import AnalysisError, AnalysisOptions, analyze
         captures = _capture_folders_with_files(options.get("capture_traces") or [])
         signature = options.get("signature", "generic")
         try:
@@ -135,8 +134,7 @@ class SGLangNodeActor:
     def calibrate_signature(self, paths: list[str], options: dict) -> dict:
         """The run's signature checked against this node's first decode trace named by its captures
         (analysis.attribution.calibration), or why it could not be; the driver picks the signature from these."""
-        from analysis.attribution.calibration import calibrate, render_markdown
-        from analysis.errors import AnalysisError
+        from analysis.api import AnalysisError, calibrate, render_calibration_markdown as render_markdown
         signature = options.get("signature", "generic")
         asked = options.get("capture_traces") or []
         captures = _capture_folders_with_files(asked)
