@@ -27,7 +27,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines.base import Engine, RunContext, engine_for
+from harness.engines.base import Engine, RunContext
+from harness.engines.registry import engine_for
 from harness.interrupts import InterruptGuard, as_interrupted, signals_held
 from harness.progress import Progress
 from harness.run_dir import (

@@ -8,6 +8,8 @@ Each stage opens its own progress phases (their names are the engine's words, an
 manifest names as `error.phase`) and records what it learns in the manifest at once, so a failure
 keeps everything collected before it. A stage that cannot complete raises RunFailed (or one of the
 engine's `expected_errors`), whose message is shown as is.
+
+This module imports no engine: harness/engines/registry.py names the class of each `engine.kind`.
 """
 from __future__ import annotations
 
@@ -86,16 +88,3 @@ class Engine(ABC):
     def stop(self) -> None:
         """Stop whatever is still running (servers, actors, load); called on every exit, more than once safe."""
 
-
-def engine_for(ctx: RunContext, sglang_version: str | None = None) -> Engine:
-    """The engine `engine.kind` names. Imported here, not at the top: SGLang's needs Ray, which the
-    driver connects to first (a missing Ray is then reported in that phase).
-
-    sglang_version: the SGLang release an sglang scenario is planned for (None: the one installed on the nodes)."""
-    if ctx.scenario.engine.kind == "embedded":
-        from harness.engines.embedded.ray_engine import EmbeddedRayEngine
-
-        return EmbeddedRayEngine(ctx)
-    from harness.engines.sglang import SGLangEngine
-
-    return SGLangEngine(ctx, sglang_version=sglang_version)
