@@ -445,7 +445,7 @@ def scenario_to_yaml(scenario: Scenario) -> str:
     Values of secret-looking engine.env names (HF_TOKEN, *_KEY) are masked: secrets belong in the
     environment (engine.passthrough_env), and a run directory is shared.
     """
-    from harness.sglang.secrets import mask_env
+    from harness.node.secrets import mask_env
 
     data = scenario.model_dump(mode="json")
     if isinstance(data["engine"].get("env"), dict):

@@ -3,7 +3,7 @@
 plan (harness.sglang.plan) -> ServerProcess (process group, log, /health_generate) -> the harness's
 streaming load (token ids: the model directory has no tokenizer) until /metrics shows the running
 batch -> POST /start_profile (profile_by_stage, num_steps decode steps) -> the DECODE trace of every
-rank (harness.sglang.trace_files) -> stop. Also keeps what the fake server should imitate: the
+rank (harness.node.trace_files) -> stop. Also keeps what the fake server should imitate: the
 responses of /metrics, /get_server_info, /server_info, /v1/loads and /start_profile, and the names
 of every file the profiler wrote.
 
@@ -24,9 +24,9 @@ from pathlib import Path
 from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
-from harness.sglang.process import ServerProcess, ServerStartError
+from harness.node.process import ServerProcess, ServerStartError
 from harness.sglang.profile import post_json, start_profile_body
-from harness.sglang.trace_files import TraceWaitError, wait_for_traces
+from harness.node.trace_files import TraceWaitError, wait_for_traces
 
 
 def parse(argv=None) -> argparse.Namespace:
