@@ -205,3 +205,22 @@ def test_every_engine_kind_has_a_registered_engine():
     for kind in ENGINES:
         cls = engine_class(kind)
         assert issubclass(cls, Engine) and not getattr(cls, "__abstractmethods__", None), kind
+
+
+def test_every_runner_goes_through_the_one_stage_driver():
+    """The Ray job, the standalone runner and the Ray-free SGLang driver call harness/stages.py's
+    run_stages instead of writing the stage order again."""
+    for rel in ("harness/run.py", "harness/engines/embedded/standalone.py", "benchmarks/gpu/sglang_real/drive.py"):
+        tree = ast.parse((ROOT / rel).read_text())
+        imported = any(isinstance(n, ast.ImportFrom) and n.module == "harness.stages"
+                       and any(a.name == "run_stages" for a in n.names) for n in ast.walk(tree))
+        called = any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "run_stages" for n in ast.walk(tree))
+        assert imported and called, rel
+
+
+def test_the_node_package_knows_no_engine():
+    """harness/node/ (processes, files and analysis on each node) imports no engine: an engine's own
+    node code (harness/sglang/server_actor.py) builds on it, never the reverse."""
+    found = [(str(p.relative_to(ROOT)), name) for p in (ROOT / "harness" / "node").rglob("*.py")
+             for name in _all_imports(p) if name.startswith(("harness.sglang", "harness.engines"))]
+    assert not found, found

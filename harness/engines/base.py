@@ -1,4 +1,4 @@
-"""What every engine does in a run, stage by stage; harness/run.py calls the stages in this order.
+"""What every engine does in a run, stage by stage; harness/stages.py calls the stages in this order.
 
 Why one interface: the embedded engine (one Ray actor) and SGLang (a server per node) differ in every
 detail but go through the same stages, and the driver keeps what they share: the order, the run
@@ -25,12 +25,12 @@ from harness.scenario import Scenario
 @dataclass
 class RunContext:
     """What every stage works on: the scenario, the new run directory, the manifest filled as the run
-    goes, and the progress phases."""
+    goes, and the progress phases (None for the standalone runner, which times its stages itself)."""
 
     scenario: Scenario
     run_dir: Path
     manifest: dict[str, Any]
-    progress: Progress
+    progress: Progress | None
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Traces:
 
 
 class Engine(ABC):
-    """One engine's stages. harness/run.py calls, in order: start, reach_steady_state, profile,
+    """One engine's stages. harness/stages.py calls, in order: start, reach_steady_state, profile,
     finish, collect, analyse, discard_traces; and stop on every exit, success or failure."""
 
     expected_errors: tuple[type[BaseException], ...] = ()  # besides RunFailed: failures shown without a traceback
