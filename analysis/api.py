@@ -356,3 +356,52 @@ def load_column(analysis_dir: str | Path) -> D4Column:
         return msgspec.json.decode(path.read_bytes(), type=_Saved).d4
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc
+
+
+# --- The harness' door into analysis -------------------------------------------------------------
+# harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
+# the names it uses from the stages, named here even where the top of this file already imports them:
+# the door stays the same whatever this module's own code imports. Two are renamed to say what they
+# are beside the D4 table's names: the calibration report's render_markdown and the expert-load
+# file's name and format tag.
+from analysis.errors import AnalysisError, TraceLoadError  # noqa: E402,F811
+from analysis.ingest.expert_load import (  # noqa: E402,F811
+    FILE_NAME as EXPERT_LOAD_FILE_NAME,
+    FORMAT as EXPERT_LOAD_FORMAT,
+    ExpertLoad,
+    load_expert_load,
+)
+from analysis.ingest.model_spec import builtin_models, load_model_spec  # noqa: E402,F811
+from analysis.ingest.trace_loader import load_trace  # noqa: E402,F811
+from analysis.attribution.attribute import RankOptions, attribute_rank  # noqa: E402,F811
+from analysis.attribution.calibration import (  # noqa: E402
+    calibrate,
+    render_markdown as render_calibration_markdown,
+)
+from analysis.attribution.comm_split import split_collectives  # noqa: E402,F811
+from analysis.attribution.learn_signature import learn_signature  # noqa: E402
+from analysis.attribution.overlap import stream_summary  # noqa: E402,F811
+from analysis.attribution.rows import RankProblem  # noqa: E402,F811
+from analysis.attribution.signature import builtin_signatures, load_signature  # noqa: E402,F811
+from analysis.sol.estimate import (  # noqa: E402,F811
+    MLA_ABSORBED,
+    MLA_EXPANDED,
+    Deployment,
+    SolInputError,
+    SolSettings,
+    layer_sol,
+    sol_for_d4_rows,
+)
+from analysis.sol.hardware import list_hardware, load_hardware  # noqa: E402
+from analysis.sol.model_shapes import ModelShapes, load_model_shapes  # noqa: E402
+from analysis.tables.comm_table import with_comm  # noqa: E402,F811
+from analysis.tables.d4 import build_column, render_markdown  # noqa: E402,F811
+from analysis.tables.d4_sol import with_sol  # noqa: E402
+from analysis.tables.kernel_rows_csv import read_kernel_rows  # noqa: E402
+from analysis.tables.profiled_batch import check_profiled_batch  # noqa: E402
+from analysis.report.kernel_report import ReportInputs, build_report, write_report  # noqa: E402
+from analysis.report.ncu import classify, load_metric_config, read_ncu_csv  # noqa: E402
+from analysis.report.sol_vs_ncu import row_checks  # noqa: E402
+from analysis.report.top_kernels import samples_from_rows, samples_from_traces, top_kernels  # noqa: E402
+from analysis.report.whatif import what_if_at_sol, what_if_speedup  # noqa: E402
+# --- end of the harness' door --------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Launch the engine through Ray (the embedded engine in one actor, or SGLang on every node), drive the
 batch to a steady state, profile a bounded number of decode steps on every rank, collect into a new
 run directory, analyse, print the D4 table. Both engines go through the same stages
-(harness/engines/base.py, called in order by run_stages); this module owns the run directory, the
-manifest's run-level keys and the error record.
+(harness/engines/base.py, called in order by harness/stages.py's run_stages); this module owns the
+run directory, the manifest's run-level keys and the error record.
 Every phase's output is written as soon as it exists; manifest.json, written last, says whether
 the run finished (status ok) or where it stopped (status failed) and why. SIGINT and SIGTERM end it
 with status interrupted, the phase and what was kept (harness/interrupts.py), exit 130 / 143.
@@ -27,7 +27,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from harness.engines.base import Engine, RunContext, engine_for
+from harness.engines.base import RunContext
+from harness.engines.registry import engine_for
 from harness.interrupts import InterruptGuard, as_interrupted, signals_held
 from harness.progress import Progress
 from harness.run_dir import (
@@ -43,6 +44,7 @@ from harness.output_dir import OutputError, check_destination_folder
 from harness.run_errors import RunFailed
 from harness.run_owner import claim as claim_run_dir, release as release_run_dir
 from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
+from harness.stages import run_stages
 from harness.steady_state import NotSteadyError
 
 # Kept out of the code Ray uploads for actors when the driver is not already a Ray job.
@@ -206,28 +208,6 @@ def kept_files(run_dir: Path) -> list[str]:
         key = f"{top}/" if sep else top
         counts[key] = counts.get(key, 0) + 1
     return [f"{k} ({n} files)" if k.endswith("/") else k for k, n in sorted(counts.items())]
-
-
-def run_stages(engine: Engine, on_interrupt=None) -> str:
-    """Every engine's stages, in order; returns the D4 table with the run's notes under it.
-
-    The engine is stopped on every exit (servers, actors, load), before the failure is recorded; an
-    interrupt is recorded first (on_interrupt), since a second one may cut the stopping short."""
-    try:
-        engine.start()
-        engine.reach_steady_state()
-        traces = engine.profile()
-        engine.finish()
-        traces = engine.collect(traces)
-        table = engine.analyse(traces)
-        engine.discard_traces(traces)
-        return table
-    except KeyboardInterrupt as exc:  # Interrupted (harness/interrupts.py), or Ray's re-raise of it
-        if on_interrupt is not None:
-            on_interrupt(exc)
-        raise
-    finally:
-        engine.stop()
 
 
 def _start_live_exporter(scenario: Scenario, run_dir: Path, metrics: MetricsOptions, progress: Progress):

@@ -168,8 +168,7 @@ class Analysis(_Strict):
     @classmethod
     def _signature_loads(cls, value: str) -> str:
         """Checked now: the analysis would refuse it only after deployment and profile."""
-        from analysis.attribution.signature import load_signature
-        from analysis.errors import AnalysisError
+        from analysis.api import AnalysisError, load_signature
 
         try:
             load_signature(value)
@@ -180,8 +179,7 @@ class Analysis(_Strict):
     @field_validator("model")
     @classmethod
     def _model_loads(cls, value: str | None) -> str | None:
-        from analysis.errors import AnalysisError
-        from analysis.ingest.model_spec import load_model_spec
+        from analysis.api import AnalysisError, load_model_spec
 
         if value is not None:
             try:
@@ -447,7 +445,7 @@ def scenario_to_yaml(scenario: Scenario) -> str:
     Values of secret-looking engine.env names (HF_TOKEN, *_KEY) are masked: secrets belong in the
     environment (engine.passthrough_env), and a run directory is shared.
     """
-    from harness.sglang.secrets import mask_env
+    from harness.node.secrets import mask_env
 
     data = scenario.model_dump(mode="json")
     if isinstance(data["engine"].get("env"), dict):

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import math
 
-from analysis.errors import AnalysisError
-from analysis.sol.hardware import list_hardware
-from analysis.sol.model_shapes import ModelShapes, load_model_shapes
-from analysis.sol.estimate import MLA_ABSORBED, MLA_EXPANDED, Deployment, SolInputError, SolSettings
+from analysis.api import (MLA_ABSORBED, MLA_EXPANDED, AnalysisError, Deployment, ModelShapes, SolInputError,
+                          SolSettings, list_hardware, load_model_shapes)
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
 
 # DeepseekV3Config keyword -> ModelShapes field, where the names differ

@@ -132,10 +132,10 @@ def test_scenarios_give_sol_settings_where_they_say_enough():
 
 
 def test_sglang_driver_combine_adds_the_scenario_sol(trace):
-    """harness/sglang/node_analysis.combine over node parts gives the columns analysis.api gives."""
+    """harness/node/node_analysis.combine over node parts gives the columns analysis.api gives."""
     from harness.scenario import load_scenario
     from harness.scenario_sol import sol_settings_for
-    from harness.sglang.node_analysis import analysis_options, combine
+    from harness.node.node_analysis import analysis_options, combine
 
     scenario = load_scenario("h800_deepep")[0]
     settings, why = sol_settings_for(scenario)

@@ -57,3 +57,170 @@ def test_both_engines_implement_the_one_engine_interface():
 
     for cls in (EmbeddedRayEngine, SGLangEngine):
         assert issubclass(cls, Engine) and not getattr(cls, "__abstractmethods__", None), cls
+
+
+def _all_imports(path: Path) -> list[str]:
+    """Every module `path` imports, at module level or inside functions, spelled absolutely; a
+    `from X import y` also yields X.y (y may be a module)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    package = list(rel.parts[:-1])  # the package a relative import starts from
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            names.append(module)
+            names.extend(f"{module}.{a.name}" for a in node.names)
+    return names
+
+
+
+def _past_the_door(source: str, filename: str = "<source>") -> list[tuple[int, str]]:
+    """(line, module) of each import of analysis/ other than analysis.api, at any level of nesting."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names
+                      if a.name.startswith("analysis.") and a.name != "analysis.api"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "analysis":
+            found += [(node.lineno, f"analysis.{a.name}") for a in node.names if a.name != "api"]
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.startswith("analysis.")
+              and node.module != "analysis.api"):
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_the_harness_reaches_analysis_only_through_analysis_api():
+    """harness/ imports analysis.api and nothing else of analysis/, so analysis can move its
+    internals without the harness noticing (tests and benchmarks may import internals)."""
+    past = [f"{path.relative_to(ROOT)}:{line}: imports {name}" for path in sorted((ROOT / "harness").rglob("*.py"))
+            for line, name in _past_the_door(path.read_text(), str(path))]
+    assert not past, "import these through analysis.api:\n" + "\n".join(past)
+
+
+def test_the_door_check_sees_every_spelling():
+    source = ("import analysis.api\nfrom analysis import api\nfrom analysis.api import analyze\nimport analysis\n"
+              "def f():\n    from analysis.errors import AnalysisError\n    import analysis.tables.d4\n"
+              "    from analysis import tables\n    from . import analysis\n")
+    assert [name for _, name in _past_the_door(source)] == ["analysis.errors", "analysis.tables.d4", "analysis.tables"]
+
+# Import cycles inside analysis/ are analysis' own to untangle; each one here is listed by its modules.
+# analysis.tables.d4 <-> comm_table: d4 imports comm_table's rows and sections at function level,
+# comm_table imports d4's row type and helpers at function level.
+KNOWN_ANALYSIS_CYCLES = [{"analysis.tables.comm_table", "analysis.tables.d4"}]
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """harness/ and analysis/ modules -> the modules of theirs they import (module or function level)."""
+    files = {}
+    for package in ("harness", "analysis"):
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            files[".".join(parts)] = path
+    graph = {}
+    for module, path in files.items():
+        targets = set()
+        for name in _all_imports(path):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in files:  # harness.x.y -> the module it names, if any
+                parts.pop()
+            if parts:
+                targets.add(".".join(parts))
+        targets.discard(module)
+        graph[module] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles_in_harness_or_analysis():
+    """Modules of harness/ and analysis/ import one another one way only (function-level imports
+    count too: they hide a cycle, they do not remove it)."""
+    graph = _module_graph()
+    cycles = [c for c in _cycles(graph) if set(c) not in KNOWN_ANALYSIS_CYCLES]
+    described = ["; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}" for m in c) for c in cycles]
+    assert not cycles, "import cycles:\n" + "\n".join(described)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_engine_kind_has_a_registered_engine():
+    """The registry names one Engine class per `engine.kind` a scenario may give."""
+    import typing
+
+    from harness.engines.base import Engine
+    from harness.engines.registry import ENGINES, engine_class
+    from harness.scenario import EmbeddedEngine, SGLangEngine
+
+    kinds = {typing.get_args(cls.model_fields["kind"].annotation)[0] for cls in (EmbeddedEngine, SGLangEngine)}
+    assert set(ENGINES) == kinds
+    for kind in ENGINES:
+        cls = engine_class(kind)
+        assert issubclass(cls, Engine) and not getattr(cls, "__abstractmethods__", None), kind
+
+
+def test_every_runner_goes_through_the_one_stage_driver():
+    """The Ray job, the standalone runner and the Ray-free SGLang driver call harness/stages.py's
+    run_stages instead of writing the stage order again."""
+    for rel in ("harness/run.py", "harness/engines/embedded/standalone.py", "benchmarks/gpu/sglang_real/drive.py"):
+        tree = ast.parse((ROOT / rel).read_text())
+        imported = any(isinstance(n, ast.ImportFrom) and n.module == "harness.stages"
+                       and any(a.name == "run_stages" for a in n.names) for n in ast.walk(tree))
+        called = any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "run_stages" for n in ast.walk(tree))
+        assert imported and called, rel
+
+
+def test_the_node_package_knows_no_engine():
+    """harness/node/ (processes, files and analysis on each node) imports no engine: an engine's own
+    node code (harness/sglang/server_actor.py) builds on it, never the reverse."""
+    found = [(str(p.relative_to(ROOT)), name) for p in (ROOT / "harness" / "node").rglob("*.py")
+             for name in _all_imports(p) if name.startswith(("harness.sglang", "harness.engines"))]
+    assert not found, found

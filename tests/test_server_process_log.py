@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from harness.sglang.process import ServerProcess
+from harness.node.process import ServerProcess
 
 CRASH = """
 import sys

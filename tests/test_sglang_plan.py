@@ -4,7 +4,7 @@ import pytest
 
 from harness.sglang.plan import (NODE0_PLACEHOLDER, DeploymentSpec, PlanError, SpeculativeSpec, build_plan,
                                  expected_rank_labels)
-from harness.sglang.secrets import mask_argv, mask_env, mask_text, secret_values
+from harness.node.secrets import mask_argv, mask_env, mask_text, secret_values
 from harness.sglang.spec import deployment_spec
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,7 +5,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.errors import AnalysisError
 from harness.arg_types import positive_float, positive_int, rank_policy
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 from harness.output_dir import OutputError, prepare_output
@@ -70,13 +69,11 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
 
 
 def run(args) -> int:
-    from analysis.api import analyze, write_outputs
-    from analysis.tables.d4 import render_markdown
-    from analysis.ingest.model_spec import builtin_models
-    from analysis.attribution.signature import builtin_signatures
+    from analysis.api import (AnalysisError, analyze, builtin_models, builtin_signatures, render_markdown,
+                              write_outputs)
 
     if args.list_signatures:
-        from analysis.attribution.signature import load_signature
+        from analysis.api import load_signature
 
         print("signatures:")
         for name in builtin_signatures():
@@ -95,7 +92,7 @@ def run(args) -> int:
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
     if args.expert_load:
-        from analysis.ingest.expert_load import load_expert_load
+        from analysis.api import load_expert_load
 
         try:
             load_expert_load(args.expert_load)  # a bad file is the user's input: exit 2 before any trace is read
@@ -116,7 +113,7 @@ def run(args) -> int:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 2
     print(render_markdown([result.d4], args.lang))
-    from analysis.attribution.overlap import stream_summary
+    from analysis.api import stream_summary
 
     streams = stream_summary(result.kernel_rows)
     if len({s.stream for s in streams}) > 1:

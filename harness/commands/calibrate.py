@@ -26,8 +26,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from analysis.attribution.calibration import calibrate, render_markdown
-    from analysis.errors import AnalysisError
+    from analysis.api import AnalysisError, calibrate, render_calibration_markdown as render_markdown
 
     if (args.truth is None) == (not args.capture_trace):
         print("moe-harness calibrate: give either --truth TRACE or --decode TRACE with --capture-trace", file=sys.stderr)

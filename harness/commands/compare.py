@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.errors import AnalysisError
 from harness.commands.analyze import add_analysis_options, add_overwrite_argument, options_from
 from harness.output_dir import OutputError, prepare_output
 from harness.commands.sol_options import sol_settings_from
@@ -33,7 +32,7 @@ def _column(name: str, paths: list[str], args):
                 column.name = name
                 settings = sol_settings_from(args, model=args.model)
                 if settings is not None:  # SOL options on the command line apply to saved columns too
-                    from analysis.tables.d4_sol import with_sol
+                    from analysis.api import with_sol
 
                     column = with_sol(column, settings)
                 return column
@@ -53,8 +52,7 @@ def layer_count_note(columns) -> str:
 
 
 def run(args) -> int:
-    from analysis.api import _atomic_write, write_table_csv
-    from analysis.tables.d4 import render_markdown
+    from analysis.api import AnalysisError, _atomic_write, render_markdown, write_table_csv
 
     columns = []
     try:

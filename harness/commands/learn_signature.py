@@ -25,10 +25,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import yaml
 
-    from analysis.errors import AnalysisError
-    from analysis.attribution.learn_signature import learn_signature
-    from analysis.attribution.signature import load_signature
-    from analysis.ingest.trace_loader import load_trace
+    from analysis.api import AnalysisError, learn_signature, load_signature, load_trace
 
     out = Path(args.out)
     if out.exists():

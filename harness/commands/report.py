@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.errors import AnalysisError
 from harness.arg_types import positive_float, positive_int
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
@@ -44,6 +43,8 @@ def register(subparsers) -> None:
 
 
 def _read_d4_detail(path: Path) -> list[dict]:
+    from analysis.api import AnalysisError
+
     rows = []
     with path.open(newline="") as handle:
         for line_no, rec in enumerate(csv.DictReader(handle), start=2):
@@ -59,7 +60,7 @@ def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
     """(step ms, saved SolSettings or None) from analysis.json, when present."""
     import msgspec
 
-    from analysis.sol.estimate import SolSettings
+    from analysis.api import AnalysisError, SolSettings
 
     path = analysis_dir / "analysis.json"
     if not path.exists():
@@ -97,8 +98,7 @@ class _Loaded:
 
 
 def _from_analysis_dir(adir: Path) -> _Loaded:
-    from analysis.tables.kernel_rows_csv import read_kernel_rows
-    from analysis.report.top_kernels import samples_from_rows
+    from analysis.api import read_kernel_rows, samples_from_rows
 
     got = _Loaded()
     long_csv = adir / "kernels_long.csv"
@@ -114,10 +114,8 @@ def _from_analysis_dir(adir: Path) -> _Loaded:
 
 def _from_traces(paths: list[Path], signature: str) -> _Loaded:
     """Analyse the traces (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
-    from analysis.api import AnalysisOptions, analyze
-    from analysis.errors import TraceLoadError
-    from analysis.report.top_kernels import samples_from_rows, samples_from_traces
-    from analysis.ingest.trace_loader import load_trace
+    from analysis.api import (AnalysisError, AnalysisOptions, TraceLoadError, analyze, load_trace, samples_from_rows,
+                              samples_from_traces)
 
     got = _Loaded()
     try:
@@ -150,6 +148,8 @@ def _from_traces(paths: list[Path], signature: str) -> _Loaded:
 
 
 def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
+    from analysis.api import AnalysisError
+
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise AnalysisError(f"no such file or directory: {', '.join(missing)}")
@@ -168,12 +168,8 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
 
 
 def build(args) -> tuple[list, str]:
-    from analysis.sol.hardware import load_hardware
-    from analysis.report.kernel_report import ReportInputs, build_report
-    from analysis.report.ncu import classify, read_ncu_csv
-    from analysis.sol.estimate import layer_sol, sol_for_d4_rows
-    from analysis.report.top_kernels import top_kernels
-    from analysis.report.whatif import what_if_at_sol, what_if_speedup
+    from analysis.api import (AnalysisError, ReportInputs, build_report, classify, layer_sol, load_hardware,
+                              read_ncu_csv, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
     top = top_kernels(got.samples, top_n=args.top)
@@ -204,7 +200,7 @@ def build(args) -> tuple[list, str]:
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
         inputs.sources.append(args.ncu)
         if inputs.sol_rows and got.kernel_rows:
-            from analysis.report.sol_vs_ncu import row_checks
+            from analysis.api import row_checks
 
             inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
     return build_report(inputs), inputs.title
@@ -230,7 +226,7 @@ def prepare_out(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.report.kernel_report import write_report
+    from analysis.api import AnalysisError, write_report
     from harness.output_dir import OutputError
 
     try:

@@ -5,7 +5,6 @@ import argparse
 
 from harness.arg_types import non_negative_int, positive_int
 
-from analysis.errors import AnalysisError
 
 DEPLOYMENT_FIELDS = ("batch_per_rank", "kv_len", "tp", "dp", "ep", "mtp_draft_tokens", "weight_dtype", "kv_dtype",
                      "mla_form")
@@ -41,7 +40,7 @@ def sol_settings_from(args, model: str | None, base=None, hardware_alone_ok: boo
     Half-given options (a batch without hardware, hardware without batch and KV length) are errors,
     except hardware alone where the caller uses it for something else (report's roofline).
     """
-    from analysis.sol.estimate import Deployment, SolSettings
+    from analysis.api import AnalysisError, Deployment, SolSettings
 
     given = deployment_given(args)
     hardware = args.hardware or (base.hardware if base else None)

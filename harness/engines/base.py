@@ -1,4 +1,4 @@
-"""What every engine does in a run, stage by stage; harness/run.py calls the stages in this order.
+"""What every engine does in a run, stage by stage; harness/stages.py calls the stages in this order.
 
 Why one interface: the embedded engine (one Ray actor) and SGLang (a server per node) differ in every
 detail but go through the same stages, and the driver keeps what they share: the order, the run
@@ -8,6 +8,8 @@ Each stage opens its own progress phases (their names are the engine's words, an
 manifest names as `error.phase`) and records what it learns in the manifest at once, so a failure
 keeps everything collected before it. A stage that cannot complete raises RunFailed (or one of the
 engine's `expected_errors`), whose message is shown as is.
+
+This module imports no engine: harness/engines/registry.py names the class of each `engine.kind`.
 """
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ from harness.scenario import Scenario
 @dataclass
 class RunContext:
     """What every stage works on: the scenario, the new run directory, the manifest filled as the run
-    goes, and the progress phases."""
+    goes, and the progress phases (None for the standalone runner, which times its stages itself)."""
 
     scenario: Scenario
     run_dir: Path
     manifest: dict[str, Any]
-    progress: Progress
+    progress: Progress | None
 
 
 @dataclass
@@ -45,7 +47,7 @@ class Traces:
 
 
 class Engine(ABC):
-    """One engine's stages. harness/run.py calls, in order: start, reach_steady_state, profile,
+    """One engine's stages. harness/stages.py calls, in order: start, reach_steady_state, profile,
     finish, collect, analyse, discard_traces; and stop on every exit, success or failure."""
 
     expected_errors: tuple[type[BaseException], ...] = ()  # besides RunFailed: failures shown without a traceback
@@ -86,16 +88,3 @@ class Engine(ABC):
     def stop(self) -> None:
         """Stop whatever is still running (servers, actors, load); called on every exit, more than once safe."""
 
-
-def engine_for(ctx: RunContext, sglang_version: str | None = None) -> Engine:
-    """The engine `engine.kind` names. Imported here, not at the top: SGLang's needs Ray, which the
-    driver connects to first (a missing Ray is then reported in that phase).
-
-    sglang_version: the SGLang release an sglang scenario is planned for (None: the one installed on the nodes)."""
-    if ctx.scenario.engine.kind == "embedded":
-        from harness.engines.embedded.ray_engine import EmbeddedRayEngine
-
-        return EmbeddedRayEngine(ctx)
-    from harness.engines.sglang import SGLangEngine
-
-    return SGLangEngine(ctx, sglang_version=sglang_version)

@@ -1,9 +1,9 @@
 """SGLang's stages: plan, place and start a server per node, steady load, profile every rank, analyse.
 
 Paths: each node writes its server log and its ranks' traces under a node-local folder
-(harness/sglang/node_dir.py). Nodes share no file system, so logs and, with `outputs.keep_traces`,
+(harness/node/node_dir.py). Nodes share no file system, so logs and, with `outputs.keep_traces`,
 traces come back to the run directory through Ray. Each node analyses its own ranks; the driver
-combines their rows into the D4 column (harness/sglang/node_analysis.py). Node-local decode traces
+combines their rows into the D4 column (harness/node/node_analysis.py). Node-local decode traces
 are removed once copied and analysed (after a failure they stay); the CUDA-graph capture traces stay
 in the node folder, and with `profile.capture_traces` are copied into the run directory at start.
 The helpers of each stage live in harness/sglang/; this module sequences them and records what the
@@ -24,12 +24,12 @@ from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed, actor_error
 from harness.scenario_sol import sol_settings_for
-from analysis.ingest.expert_load import load_expert_load
+from analysis.api import load_expert_load
 from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
-from harness.sglang.node_analysis import (analysis_options, calibration_report, combine,
-                                          signature_after_calibration)
-from harness.sglang.node_dir import node_dir_for
+from harness.node.node_analysis import (analysis_options, calibration_report, combine,
+                                        signature_after_calibration)
+from harness.node.node_dir import node_dir_for
 from harness.sglang.plan import build_plan
 from harness.sglang.profile import profile_decode
 from harness.sglang.running_batch import wait_for_running_batch
@@ -231,8 +231,7 @@ class SGLangEngine(Engine):
     def _check_profiled_batch(self, result) -> str:
         """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
         outside it become problems (problems.csv) and the line under the table names them."""
-        from analysis.attribution.rows import RankProblem
-        from analysis.tables.profiled_batch import check_profiled_batch
+        from analysis.api import RankProblem, check_profiled_batch
 
         check = check_profiled_batch(result.step_rows, self.spec.scheduler_batch)
         result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.ingest.expert_load import FILE_NAME, FORMAT
+from analysis.api import EXPERT_LOAD_FILE_NAME as FILE_NAME, EXPERT_LOAD_FORMAT as FORMAT
 from harness.run_dir import write_atomic
+from harness.sglang.http_post import post_json
 from harness.sglang.plan import expert_record_dir
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ class ExpertRecordError(RuntimeError):
 
 
 def _call(dep: "Deployment", endpoint: str) -> str:
-    from harness.sglang.profile import post_json  # profile.py calls this module around its window
-
     url = dep.url + dep.plan.sglang.endpoints[endpoint]
     try:
         status, text = post_json(url, None, 60.0)

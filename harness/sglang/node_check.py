@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from harness.sglang.secrets import mask_text, secret_values
+from harness.node.secrets import mask_text, secret_values
 
 SCRIPT_PATH = Path(__file__).with_name("node_check_script.py")
 MARK = "MOE_HARNESS_NODE_CHECK "

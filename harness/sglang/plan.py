@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
-from harness.sglang.secrets import mask_argv, mask_env
+from harness.node.secrets import mask_argv, mask_env
 from harness.sglang.version import SGLangVersion, load_version
 
 ENV_DEFAULTS_PATH = Path(__file__).with_name("env_defaults.yaml")

@@ -13,15 +13,13 @@ The MTP accept length is measured over the same window, from the load's own chun
 """
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.load.client import window_accept_length
 from harness.sglang import expert_load
+from harness.sglang.http_post import post_json
 from harness.run_errors import RunFailed, actor_error
 
 if TYPE_CHECKING:  # Ray only where a deployment runs through actors: the request bodies need none
@@ -40,17 +38,6 @@ class ProfileOutcome:
     stop_profile: str | None = None          # v1: what /stop_profile answered
     expert_record: str | None = None         # profile.expert_load: "recorded", or why not
     whole_batch: bool | None = None          # every request in flight at the pause outlasts the window
-
-
-def post_json(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
-    """(HTTP status, text) of one POST with a JSON body (none when body is None); HTTP errors are answers too."""
-    data = json.dumps(body).encode() if body is not None else b""
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
 
 
 def start_profile_body(output_dir: str, num_steps: int, prefix: str, profiler: str, decode_stage: str,

@@ -6,7 +6,6 @@ Any node that fails to start ends the deployment at once with that node's log ta
 """
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,31 +14,16 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from harness.node.actor import DeploymentError, NodeActor
+from harness.node.process import ServerStartError
 from harness.sglang.plan import LaunchPlan, NodeLaunch
-from harness.sglang.process import ServerProcess, ServerStartError
-from harness.sglang.trace_files import TraceWaitError, wait_for_traces
-
-
-class DeploymentError(RuntimeError):
-    """A node failed: the message names the node and ends with its log tail."""
 
 
 # Threaded: exit_code / log_tail / stop must answer while wait_ready or wait_for_traces still blocks,
 # or a dead peer would be noticed only when node 0's readiness wait runs out.
 @ray.remote(num_cpus=0, max_concurrency=8)
-class SGLangNodeActor:
-    def __init__(self, node_rank: int):
-        self.node_rank = node_rank
-        self.server: ServerProcess | None = None
-
-    def node_ip(self) -> str:
-        return ray.util.get_node_ip_address()
-
-    def where(self) -> dict:
-        """Which Ray node and host this actor (and so its server) landed on, for the manifest."""
-        import socket
-        return {"node_rank": self.node_rank, "ip": ray.util.get_node_ip_address(),
-                "ray_node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
+class SGLangNodeActor(NodeActor):
+    """NodeActor (start the server, ship files, analyse this node's ranks) with SGLang's own checks."""
 
     def check_args(self, launch: NodeLaunch, launcher_len: int) -> dict:
         """SGLang's own parser on this node judges the planned argv (harness/sglang/node_check.py)."""
@@ -50,124 +34,6 @@ class SGLangNodeActor:
         """The SGLang release the launcher's Python imports on this node ({sglang_version} or {error})."""
         from harness.sglang.node_check import run_node_check
         return run_node_check(launch.argv[0], [], launch.env, timeout_s=300.0, mode="version")
-
-    def start(self, launch: NodeLaunch, log_path: str) -> int:
-        self.server = ServerProcess(list(launch.argv), launch.env, log_path)
-        return self.server.start()
-
-    def read_log(self) -> bytes:
-        """The whole server log (already masked), so the driver can keep it in the run directory."""
-        if self.server is None or not self.server.log_path.exists():
-            return b""
-        return self.server.log_path.read_bytes()
-
-    def read_file(self, path: str) -> bytes:
-        """One file of this node (a rank's trace), shipped through Ray: nodes share no file system."""
-        return Path(path).read_bytes()
-
-    def remove_files(self, paths: list[str]) -> None:
-        for p in paths:
-            Path(p).unlink(missing_ok=True)
-
-    def wait_ready(self, health_url: str | None, timeout_s: float) -> None:
-        self.server.wait_ready(health_url, timeout_s)
-
-    def exit_code(self) -> int | None:
-        return self.server.exit_code() if self.server else None
-
-    def log_tail(self) -> str:
-        return self.server.log_tail() if self.server else ""
-
-    def pid(self) -> int | None:
-        return self.server.proc.pid if self.server and self.server.proc else None
-
-    def wait_for_traces(self, trace_dir: str, rank_labels: list[str], prefix: str, timeout_s: float,
-                        stage: str | None = None, rename_to: str | None = None) -> list[str]:
-        """Paths of this node's trace files, one per expected rank label; raises when some never appear.
-
-        With `stage` (DECODE, or decode from profile V2), only that stage's files count: a capture of
-        another stage (EXTEND) is never taken for decode steps. A file counts once its size is non-zero
-        and unchanged over one poll: the profiler writes the final name progressively. `rename_to`
-        renames the stage suffix (V2's -decode to -DECODE, the suffix the analysis reads).
-        """
-        try:
-            found = wait_for_traces(trace_dir, rank_labels, prefix, timeout_s, stage,
-                                    alive=lambda: self.exit_code() is None)
-        except TraceWaitError as exc:
-            what = f" ({stage} stage)" if stage else ""
-            raise DeploymentError(f"node {self.node_rank}: {str(exc).replace('no trace for', f'no trace{what} for')}") from None
-        return [str(self._renamed(Path(p), stage, rename_to)) for p in found]
-
-    @staticmethod
-    def _renamed(path: Path, stage: str | None, rename_to: str | None) -> Path:
-        if not stage or not rename_to or stage == rename_to:
-            return path
-        target = path.with_name(path.name[: -len(f"-{stage}.trace.json.gz")] + f"-{rename_to}.trace.json.gz")
-        path.rename(target)
-        return target
-
-    def list_files(self, folder: str, pattern: str) -> list[str]:
-        """Files of this node matching a glob pattern in folder (e.g. CUDA-graph capture traces)."""
-        return sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file())
-
-    def analyze_traces(self, paths: list[str], options: dict) -> dict:
-        """Analyse this node's ranks where the traces are; only the row tables travel back.
-
-        Each rank is attributed on its own (analysis.api), so the driver combining every node's rows
-        into one D4 column gets what analysing all files in one place would give. With
-        options["capture_traces"] (this node's CUDA-graph capture folder), replayed kernels are named
-        from the captures.
-        """
-        from analysis.api import AnalysisOptions, analyze
-        from analysis.errors import AnalysisError
-        captures = _capture_folders_with_files(options.get("capture_traces") or [])
-        signature = options.get("signature", "generic")
-        try:
-            result = analyze(paths, signature=signature, model=options.get("model"),
-                             options=AnalysisOptions(run=options.get("run", "run"),
-                                                     rank_policy=options.get("rank_policy", "mean"),
-                                                     tbo=bool(options.get("tbo", False)),
-                                                     jobs=options.get("jobs"), capture_traces=captures))
-        except AnalysisError as exc:
-            raise DeploymentError(f"node {self.node_rank}: analysis of {len(paths)} trace(s) failed: {exc}") from None
-        return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
-
-    def calibrate_signature(self, paths: list[str], options: dict) -> dict:
-        """The run's signature checked against this node's first decode trace named by its captures
-        (analysis.attribution.calibration), or why it could not be; the driver picks the signature from these."""
-        from analysis.attribution.calibration import calibrate, render_markdown
-        from analysis.errors import AnalysisError
-        signature = options.get("signature", "generic")
-        asked = options.get("capture_traces") or []
-        captures = _capture_folders_with_files(asked)
-        decode_path = sorted(paths)[0]
-        where = {"node": self.node_rank, "decode_trace": Path(decode_path).name}
-        if not captures:
-            return {**where, "error": f"no capture trace in {', '.join(asked)}"}
-        try:
-            cal = calibrate(signature, decode_trace=decode_path, capture_refs=captures)
-        except AnalysisError as exc:
-            return {**where, "error": str(exc)}
-        return {**where, "result": cal.to_dict(), "markdown": render_markdown(cal)}
-
-    def copy_traces(self, paths: list[str], dest_dir: str) -> list[str]:
-        Path(dest_dir).mkdir(parents=True, exist_ok=True)
-        out = []
-        for p in paths:
-            target = Path(dest_dir) / Path(p).name
-            tmp = target.with_suffix(target.suffix + ".tmp")
-            shutil.copyfile(p, tmp)
-            tmp.rename(target)
-            out.append(str(target))
-        return out
-
-    def stop(self) -> int | None:
-        return self.server.stop() if self.server else None
-
-
-def _capture_folders_with_files(folders: list[str]) -> list[str]:
-    """The node's capture folders that exist and hold files (a release that wrote none leaves it empty)."""
-    return [d for d in folders if Path(d).is_dir() and any(Path(d).iterdir())]
 
 
 @dataclass

@@ -3,9 +3,9 @@
 plan (harness.sglang.plan) -> ServerProcess (process group, log, /health_generate) -> the harness's
 streaming load (token ids: the model directory has no tokenizer) until /metrics shows the running
 batch -> POST /start_profile (profile_by_stage, num_steps decode steps) -> the DECODE trace of every
-rank (harness.sglang.trace_files) -> stop. Also keeps what the fake server should imitate: the
+rank (harness.node.trace_files) -> stop. Also keeps what the fake server should imitate: the
 responses of /metrics, /get_server_info, /server_info, /v1/loads and /start_profile, and the names
-of every file the profiler wrote.
+of every file the profiler wrote. The stages run in the harness's order (harness/stages.py).
 
     python3 drive.py --model-dir model --out OUT [--decode-attn flashmla] [--mtp] [--tp 2 --ep 2 ...]
 """
@@ -24,9 +24,10 @@ from pathlib import Path
 from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
-from harness.sglang.process import ServerProcess, ServerStartError
+from harness.node.process import ServerProcess, ServerStartError
 from harness.sglang.profile import post_json, start_profile_body
-from harness.sglang.trace_files import TraceWaitError, wait_for_traces
+from harness.stages import run_stages
+from harness.node.trace_files import TraceWaitError, wait_for_traces
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -105,6 +106,95 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")  # a time-out's SIGTERM still stops the server group
 
 
+class OneServer:
+    """This script's stage bodies on one server, called in the harness's order (harness/stages.py).
+
+    status["phase"] names the stage a failure happened in (status.json); the traces stay in OUT/traces
+    (nothing collected, analysed or discarded: the files are what this run is for)."""
+
+    def __init__(self, a: argparse.Namespace, plan, server: ServerProcess, out: Path, trace_dir: Path, facts: Path):
+        self.a, self.plan, self.server, self.out, self.trace_dir, self.facts = a, plan, server, out, trace_dir, facts
+        self.url = f"http://127.0.0.1:{a.port}"
+        self.timings: dict[str, float] = {}
+        self.t0 = time.monotonic()
+        self.load = None
+        self.paths: list[str] = []
+        self.status = {"ok": False, "phase": "start"}
+
+    def start(self) -> None:
+        a, server = self.a, self.server
+        try:
+            server.wait_ready(self.url + "/health_generate", a.ready_timeout_s, poll_s=1.0)
+        except ServerStartError as exc:
+            raise RuntimeError(f"{exc}\n--- log tail ---\n{server.log_tail()}") from None
+        self.timings["ready_s"] = time.monotonic() - self.t0
+        print(f"ready after {self.timings['ready_s']:.0f} s", flush=True)
+        keep_facts(self.url, self.facts, "idle")
+
+    def reach_steady_state(self) -> None:
+        a, server = self.a, self.server
+        self.status["phase"] = "load"
+        load = self.load = BackgroundLoad(self.url, a.batch, a.input_len, a.output_len, str(self.out / "requests.jsonl"),
+                                          ramp_s=1.0, api="generate_ids")
+        deadline, seen = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            if load.first_failure():
+                raise RuntimeError(load.first_failure())
+            if server.exit_code() is not None:
+                raise RuntimeError(f"server exited ({server.exit_code()}) under load\n{server.log_tail()}")
+            seen = load.running_batch()
+            if seen is not None and seen >= a.batch:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"running batch {seen} never reached {a.batch}")
+        self.timings["batch_s"] = time.monotonic() - self.t0
+        time.sleep(2.0)  # a few decode steps past the last prefill
+        keep_facts(self.url, self.facts, "loaded")
+
+    def profile(self) -> list[str]:
+        a, plan, server = self.a, self.plan, self.server
+        self.status["phase"] = "profile"
+        prefix = a.label
+        # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
+        # request and the file names agree: V2 writes -decode, the classic one -DECODE
+        body = start_profile_body(str(self.trace_dir), a.num_steps, prefix, plan.profiler,
+                                  plan.sglang.profile["v2_decode_stage"])
+        status_code, answer = post_json(self.url + plan.sglang.endpoints["start_profile"], body, 30.0)
+        (self.facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
+        labels = expected_rank_labels(plan.spec)[0]
+        paths = wait_for_traces(str(self.trace_dir), labels, prefix, a.profile_timeout_s, stage=plan.decode_stage,
+                                alive=lambda: server.exit_code() is None)
+        self.timings["traces_s"] = time.monotonic() - self.t0
+        print("traces:", paths, flush=True)
+        self.paths = paths
+        return paths
+
+    def finish(self) -> None:
+        self.status["phase"] = "finish"
+        self.load.stop()
+        time.sleep(1.0)
+        self.status.update(ok=True, traces=[Path(p).name for p in self.paths])
+
+    def collect(self, traces: list[str]) -> list[str]:
+        return traces
+
+    def analyse(self, traces: list[str]) -> None:
+        return None
+
+    def discard_traces(self, traces: list[str]) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.server.stop(grace_s=10)
+        load = self.load
+        if load is not None:
+            load.stop()
+            load.thread.join(timeout=5)
+            records = [asdict(r) for r in load.records]
+            (self.out / "load-summary.json").write_text(json.dumps(summarize(records, num_gpus=self.a.tp), indent=1))
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -118,68 +208,19 @@ def main(argv=None) -> int:
     if a.dry_run:
         return 0
     node = plan.nodes[0]
-    url = f"http://127.0.0.1:{a.port}"
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
     server = ServerProcess(list(node.argv), node.env, str(out / "server.log"), tail_lines=80)
+    stages = OneServer(a, plan, server, out, trace_dir, facts)
     server.start()
-    load = None
-    status = {"ok": False, "phase": "start"}
     try:
-        try:
-            server.wait_ready(url + "/health_generate", a.ready_timeout_s, poll_s=1.0)
-        except ServerStartError as exc:
-            raise RuntimeError(f"{exc}\n--- log tail ---\n{server.log_tail()}") from None
-        timings["ready_s"] = time.monotonic() - t0
-        print(f"ready after {timings['ready_s']:.0f} s", flush=True)
-        keep_facts(url, facts, "idle")
-        status["phase"] = "load"
-        load = BackgroundLoad(url, a.batch, a.input_len, a.output_len, str(out / "requests.jsonl"),
-                              ramp_s=1.0, api="generate_ids")
-        deadline, seen = time.monotonic() + 120, None
-        while time.monotonic() < deadline:
-            if load.first_failure():
-                raise RuntimeError(load.first_failure())
-            if server.exit_code() is not None:
-                raise RuntimeError(f"server exited ({server.exit_code()}) under load\n{server.log_tail()}")
-            seen = load.running_batch()
-            if seen is not None and seen >= a.batch:
-                break
-            time.sleep(0.5)
-        else:
-            raise RuntimeError(f"running batch {seen} never reached {a.batch}")
-        timings["batch_s"] = time.monotonic() - t0
-        time.sleep(2.0)  # a few decode steps past the last prefill
-        keep_facts(url, facts, "loaded")
-        status["phase"] = "profile"
-        prefix = a.label
-        # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
-        # request and the file names agree: V2 writes -decode, the classic one -DECODE
-        body = start_profile_body(str(trace_dir), a.num_steps, prefix, plan.profiler, plan.sglang.profile["v2_decode_stage"])
-        status_code, answer = post_json(url + plan.sglang.endpoints["start_profile"], body, 30.0)
-        (facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
-        labels = expected_rank_labels(plan.spec)[0]
-        paths = wait_for_traces(str(trace_dir), labels, prefix, a.profile_timeout_s, stage=plan.decode_stage,
-                                alive=lambda: server.exit_code() is None)
-        timings["traces_s"] = time.monotonic() - t0
-        print("traces:", paths, flush=True)
-        status["phase"] = "finish"
-        load.stop()
-        time.sleep(1.0)
-        status.update(ok=True, traces=[Path(p).name for p in paths])
+        run_stages(stages)  # the harness's own stage order; stop() on every exit
         return 0
     except (RuntimeError, TraceWaitError, KeyboardInterrupt) as exc:
-        status["error"] = str(exc)[-4000:]
-        print(f"FAILED in {status['phase']}: {exc}", flush=True)
+        stages.status["error"] = str(exc)[-4000:]
+        print(f"FAILED in {stages.status['phase']}: {exc}", flush=True)
         return 1
     finally:
-        server.stop(grace_s=10)
-        if load is not None:
-            load.stop()
-            load.thread.join(timeout=5)
-            records = [asdict(r) for r in load.records]
-            (out / "load-summary.json").write_text(json.dumps(summarize(records, num_gpus=a.tp), indent=1))
-        status["timings_s"] = timings
+        status = stages.status
+        status["timings_s"] = stages.timings
         status["files"] = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
         (out / "status.json").write_text(json.dumps(status, indent=1))
         print(json.dumps({k: v for k, v in status.items() if k != "files"}, indent=1)[-3000:], flush=True)

@@ -11,9 +11,7 @@ import argparse
 import sys
 from collections import defaultdict
 
-from analysis.attribution.attribute import RankOptions, attribute_rank
-from analysis.attribution.signature import load_signature
-from analysis.ingest.trace_loader import load_trace
+from analysis.api import RankOptions, attribute_rank, load_signature, load_trace
 
 
 def per_module_us(trace, sig, mode: str) -> dict[tuple[str, str], float]:

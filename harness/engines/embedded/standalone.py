@@ -4,6 +4,7 @@ Why: a GPU box with torch and transformers but no Ray can still produce the same
 table as the Ray job (same engine class, same steady-state rule, same file names). Writes into
 a new folder under DIR: scenario.yaml, engine.log, load/requests.jsonl, load/steps.jsonl,
 traces/<name>-TP-0-DECODE.trace.json.gz, analysis/ (d4.md ...) and manifest.json (last).
+Its stages are called by harness/stages.py, as the Ray job's are; StandaloneEngine says what differs.
 """
 from __future__ import annotations
 
@@ -13,11 +14,102 @@ import sys
 import time
 from pathlib import Path
 
+from harness.engines.base import Engine, RunContext, Traces
 from harness.engines.embedded.engine import DecodeEngine
 from harness.run_dir import append_lines, create_run_dir, write_atomic, write_jsonl, write_manifest
 from harness.scenario import EmbeddedEngine, ScenarioError, embedded_model_config, load_scenario, scenario_to_yaml
+from harness.stages import run_stages
 from harness.steady_state import NotSteadyError, is_steady
 from harness.trace_names import trace_file_name
+
+
+class StandaloneEngine(Engine):
+    """The embedded engine in this process, its stages called by harness/stages.py as the Ray job's are.
+
+    What differs from the Ray job's engine (ray_engine.py), kept as this runner has always written it:
+    each stage's time goes to this manifest's `timings_s` and one stderr line ("  name: 1.2 s"), not to
+    progress phases; the engine's log lines are appended to engine.log after each timed step; the
+    trace stays in traces/ (nothing discarded: the trace is what a GPU box run is for); with
+    analyse=False the analyse stage does nothing and returns None; a failure's error has no phase."""
+
+    def __init__(self, ctx: RunContext, analyse: bool = True):
+        super().__init__(ctx)
+        self.analyse_traces = analyse
+        self.log_path = self.run_dir / "engine.log"
+        self.timings: dict[str, float] = {}
+        self.engine: DecodeEngine | None = None
+        self.warmup: list[float] = []
+        self.profiled_step_ms: list[float] = []
+
+    def timed(self, name: str, fn):
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.timings[name] = round(time.perf_counter() - t0, 3)
+            append_lines(self.log_path, self.engine.log.drain() if self.engine is not None else [])
+            print(f"  {name}: {self.timings[name]:.1f} s", file=sys.stderr)
+
+    def start(self) -> None:
+        s, w = self.scenario, self.scenario.workload
+        self.engine = self.timed("start engine", lambda: DecodeEngine(
+            s.engine.model_dump(mode="json"), embedded_model_config(s), w.model_dump(mode="json")))
+        self.manifest["engine_info"] = self.engine.describe()
+
+    def reach_steady_state(self) -> None:
+        engine, w = self.engine, self.scenario.workload
+        self.manifest["prefill_ms"] = self.timed("prefill", engine.prefill)
+        warmup: list[float] = self.manifest.setdefault("warmup_step_ms", [])
+        self.warmup = warmup
+
+        def warm() -> None:
+            while len(warmup) < w.max_warmup_steps:
+                warmup.extend(engine.decode(1))
+                if is_steady(warmup, w.warmup_steps, w.steady_window, w.steady_rel_spread):
+                    return
+            raise NotSteadyError(warmup, w.steady_window, w.steady_rel_spread)
+
+        self.timed("warm up to steady state", warm)
+
+    def profile(self) -> Traces:
+        engine, p = self.engine, self.scenario.profile
+        prefix = self.scenario.outputs.trace_prefix or self.run_dir.name
+        profiled = self.timed("profile", lambda: engine.profile(p.num_steps, prefix, p.record_shapes, p.with_stack))
+        self.manifest["profiled_step_ms"] = profiled["step_ms"]
+        self.profiled_step_ms = profiled["step_ms"]
+        name = trace_file_name(prefix)
+        if name not in profiled["files"]:
+            raise RuntimeError(f"the profile wrote no trace (expected {name})")
+        return Traces(in_run_dir=[write_atomic(self.run_dir / "traces" / name, profiled["files"][name])])
+
+    def finish(self) -> None:
+        engine = self.engine
+        finish_ms = self.timed("finish requests", engine.finish)
+        write_jsonl(self.run_dir / "load" / "requests.jsonl", engine.request_records())
+        steps = [("warmup", x) for x in self.warmup] + [("profile", x) for x in self.profiled_step_ms]
+        steps += [("finish", x) for x in finish_ms]
+        write_jsonl(self.run_dir / "load" / "steps.jsonl",
+                    [{"step": i, "phase": ph, "step_ms": x} for i, (ph, x) in enumerate(steps)])
+
+    def collect(self, traces: Traces) -> Traces:
+        """Nothing to copy: profile() wrote the trace into the run directory."""
+        return traces
+
+    def analyse(self, traces: Traces) -> str | None:
+        if not self.analyse_traces:
+            return None
+        from harness.engines.embedded.analyse import analyse as analyse_traces
+
+        table, written = self.timed("analyse", lambda: analyse_traces(traces.in_run_dir, self.scenario,
+                                                                      self.run_dir.name, self.run_dir / "analysis"))
+        self.manifest["analysis_outputs"] = written
+        return table
+
+    def discard_traces(self, traces: Traces) -> None:
+        """The trace stays: it is this runner's output."""
+
+    def stop(self) -> None:
+        """Nothing runs apart: the engine lives in this process."""
 
 
 def run(scenario_name: str, out_root: Path, analyse: bool = True) -> int:
@@ -33,53 +125,11 @@ def run(scenario_name: str, out_root: Path, analyse: bool = True) -> int:
     run_dir = create_run_dir(out_root, scenario.name, started)
     print(f"run directory: {run_dir}", file=sys.stderr)
     write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
-    log = run_dir / "engine.log"
     manifest: dict = {"status": "failed", "scenario": scenario.name, "runner": "standalone", "started_at": started}
-    timings: dict[str, float] = {}
-    w, p = scenario.workload, scenario.profile
-
-    def timed(name: str, fn):
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            timings[name] = round(time.perf_counter() - t0, 3)
-            append_lines(log, engine.log.drain() if engine is not None else [])
-            print(f"  {name}: {timings[name]:.1f} s", file=sys.stderr)
-
-    engine: DecodeEngine | None = None
+    engine = StandaloneEngine(RunContext(scenario, run_dir, manifest, progress=None), analyse=analyse)
     try:
-        engine = timed("start engine", lambda: DecodeEngine(
-            scenario.engine.model_dump(mode="json"), embedded_model_config(scenario), w.model_dump(mode="json")))
-        manifest["engine_info"] = engine.describe()
-        manifest["prefill_ms"] = timed("prefill", engine.prefill)
-        warmup: list[float] = manifest.setdefault("warmup_step_ms", [])
-
-        def warm() -> None:
-            while len(warmup) < w.max_warmup_steps:
-                warmup.extend(engine.decode(1))
-                if is_steady(warmup, w.warmup_steps, w.steady_window, w.steady_rel_spread):
-                    return
-            raise NotSteadyError(warmup, w.steady_window, w.steady_rel_spread)
-
-        timed("warm up to steady state", warm)
-        prefix = scenario.outputs.trace_prefix or run_dir.name
-        profiled = timed("profile", lambda: engine.profile(p.num_steps, prefix, p.record_shapes, p.with_stack))
-        manifest["profiled_step_ms"] = profiled["step_ms"]
-        name = trace_file_name(prefix)
-        if name not in profiled["files"]:
-            raise RuntimeError(f"the profile wrote no trace (expected {name})")
-        trace = write_atomic(run_dir / "traces" / name, profiled["files"][name])
-        finish_ms = timed("finish requests", engine.finish)
-        write_jsonl(run_dir / "load" / "requests.jsonl", engine.request_records())
-        steps = [("warmup", x) for x in warmup] + [("profile", x) for x in profiled["step_ms"]]
-        steps += [("finish", x) for x in finish_ms]
-        write_jsonl(run_dir / "load" / "steps.jsonl", [{"step": i, "phase": ph, "step_ms": x} for i, (ph, x) in enumerate(steps)])
-        if analyse:
-            from harness.engines.embedded.analyse import analyse as analyse_traces
-
-            table, written = timed("analyse", lambda: analyse_traces([trace], scenario, run_dir.name, run_dir / "analysis"))
-            manifest["analysis_outputs"] = written
+        table = run_stages(engine)
+        if table is not None:
             print(table)
         manifest["status"] = "ok"
         return 0
@@ -88,7 +138,7 @@ def run(scenario_name: str, out_root: Path, analyse: bool = True) -> int:
         print(f"run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        manifest["timings_s"] = timings
+        manifest["timings_s"] = engine.timings
         manifest["wall_s"] = round(time.time() - started, 3)
         write_manifest(run_dir, manifest)
         print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})", file=sys.stderr)

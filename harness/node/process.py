@@ -12,7 +12,7 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-from harness.sglang.secrets import mask_text
+from harness.node.secrets import mask_text
 
 
 # Lines that say why a server died, kept from the whole log: a crash's stack dump (C++ frames, every

@@ -7,16 +7,8 @@ added here too (analysis.tables.d4_sol), from the settings the driver reads off 
 """
 from __future__ import annotations
 
-from analysis.api import Analysis
-from analysis.attribution.comm_split import split_collectives
-from analysis.ingest.expert_load import ExpertLoad
-from analysis.tables.comm_table import with_comm
-from analysis.api import SELF_CHECK_PROBLEM, Analysis, apply_self_checks
-from analysis.tables.d4 import build_column
-from analysis.tables.d4_sol import with_sol
-from analysis.ingest.model_spec import load_model_spec
-from analysis.attribution.signature import load_signature
-from analysis.sol.estimate import SolSettings
+from analysis.api import (SELF_CHECK_PROBLEM, Analysis, ExpertLoad, SolSettings, apply_self_checks, build_column,
+                          load_model_spec, load_signature, split_collectives, with_comm, with_sol)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:

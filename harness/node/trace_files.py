@@ -1,6 +1,7 @@
-"""Finding the trace files SGLang's profiler writes, without Ray.
+"""Finding a profiler's per-rank trace files on a node, without Ray.
 
-The node actor (server_actor.py) and the Ray-free single-node driver share this: a rank's trace
+File names follow SGLang's per-rank pattern, which every engine's traces share (harness/trace_names.py).
+The node actor (actor.py) and the Ray-free single-node driver share this: a rank's trace
 counts once its size is non-zero and unchanged over one poll, because the profiler writes the final
 name progressively (gzip stream), and with profile_by_stage it also writes EXTEND files when new
 requests are prefilled while the profiler runs.
