@@ -14,10 +14,18 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # trace_model builds a rank's tree; only the type comes from there
-    from analysis.ingest.trace_model import Range
+
+class Range(Protocol):
+    """What the tree reads of a range (analysis.ingest.trace_model.Range, which builds a rank's tree)."""
+
+    tid: int
+    start_us: float
+    dur_us: float
+
+    @property
+    def end_us(self) -> float: ...
 
 
 def _start_longest_first(r: Range) -> tuple[float, float]:
