@@ -19,6 +19,7 @@ from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.errors import AnalysisError, TraceLoadError
+from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
 from analysis.ingest.rank_id import rank_id_for
@@ -88,6 +89,12 @@ def expand_paths(paths: list[str]) -> list[str]:
 def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
                  rank_options: RankOptions, capture_refs: list[str]):
     """Load and attribute one rank (runs in a worker process when several ranks are given)."""
+    with gc_paused():
+        return _load_and_attribute(path, label, index, sig_ref, model_ref, rank_options, capture_refs)
+
+
+def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
+                        rank_options: RankOptions, capture_refs: list[str]):
     sig = load_signature(sig_ref)
     model = load_model_spec(model_ref) if model_ref else None
     rank = rank_id_for(path, label, index)
@@ -97,9 +104,9 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
     elif capture_refs:
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
     trace = load_trace(path, rank=rank)
-    options = dataclasses.replace(rank_options, notes=[])
+    options = dataclasses.replace(rank_options, notes=[], chains={})
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
-    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes
+    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains
 
 
 def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
@@ -118,7 +125,14 @@ def analyze(
     options: AnalysisOptions | None = None,
     progress: bool = False,
 ) -> Analysis:
-    """Analyse one trace set (one file per rank). A rank that fails is reported, not fatal."""
+    """Analyse one trace set (one file per rank). A rank that fails is reported, not fatal.
+    The garbage collector is paused throughout (analysis/gc_paused.py)."""
+    with gc_paused():
+        return _analyze(paths, signature, model, options, progress)
+
+
+def _analyze(paths: list[str], signature: str, model: str | None, options: AnalysisOptions | None,
+             progress: bool) -> Analysis:
     options = options or AnalysisOptions()
     if options.attribution not in ATTRIBUTION_MODES:
         raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
@@ -140,6 +154,7 @@ def analyze(
                                attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), os.cpu_count() or 1)
+    chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     problems: list[RankProblem] = []
@@ -160,7 +175,8 @@ def analyze(
     for i in sorted(results):
         ok, value = results[i]
         if ok:
-            k_rows, s_rows, nbytes, label, notes = value
+            k_rows, s_rows, nbytes, label, notes, rank_chains = value
+            chains.update({(label, step): chain for step, chain in rank_chains.items()})
             kernel_rows.extend(k_rows)
             step_rows.extend(s_rows)
             total_bytes += nbytes
@@ -181,7 +197,7 @@ def analyze(
     d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
-    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems)
+    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -196,9 +212,10 @@ SELF_CHECK_PROBLEM = "self-check "  # how a failed check's line in problems.csv 
 
 
 def apply_self_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], d4: D4Column, spec: ModelSpec | None,
-                      layers: int | None, strict: bool, problems: list[RankProblem]) -> tuple[D4Column, list[CheckRow]]:
+                      layers: int | None, strict: bool, problems: list[RankProblem],
+                      chains: dict[tuple[str, int], list[int]] | None = None) -> tuple[D4Column, list[CheckRow]]:
     """Run the self-checks on a built column: its verdict line set, each failed check added to problems."""
-    checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict)
+    checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict, chains)
     d4 = msgspec.structs.replace(d4, checks=verdict_line(checks), failed_checks=[c.check for c in failed(checks)])
     problems.extend(RankProblem(path="", rank=c.scope, message=f"{SELF_CHECK_PROBLEM}{c.check} failed: {c.value}, "
                                 f"expected {c.expected}" + (f"; {c.why}" if c.why else "")) for c in failed(checks))
@@ -360,48 +377,53 @@ def load_column(analysis_dir: str | Path) -> D4Column:
 
 # --- The harness' door into analysis -------------------------------------------------------------
 # harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
-# the names it uses from the stages, named here even where the top of this file already imports them:
-# the door stays the same whatever this module's own code imports. Two are renamed to say what they
-# are beside the D4 table's names: the calibration report's render_markdown and the expert-load
-# file's name and format tag.
-from analysis.errors import AnalysisError, TraceLoadError  # noqa: E402,F811
-from analysis.ingest.expert_load import (  # noqa: E402,F811
-    FILE_NAME as EXPERT_LOAD_FILE_NAME,
-    FORMAT as EXPERT_LOAD_FORMAT,
-    ExpertLoad,
-    load_expert_load,
-)
-from analysis.ingest.model_spec import builtin_models, load_model_spec  # noqa: E402,F811
-from analysis.ingest.trace_loader import load_trace  # noqa: E402,F811
-from analysis.attribution.attribute import RankOptions, attribute_rank  # noqa: E402,F811
-from analysis.attribution.calibration import (  # noqa: E402
-    calibrate,
-    render_markdown as render_calibration_markdown,
-)
-from analysis.attribution.comm_split import split_collectives  # noqa: E402,F811
-from analysis.attribution.learn_signature import learn_signature  # noqa: E402
-from analysis.attribution.overlap import stream_summary  # noqa: E402,F811
-from analysis.attribution.rows import RankProblem  # noqa: E402,F811
-from analysis.attribution.signature import builtin_signatures, load_signature  # noqa: E402,F811
-from analysis.sol.estimate import (  # noqa: E402,F811
-    MLA_ABSORBED,
-    MLA_EXPANDED,
-    Deployment,
-    SolInputError,
-    SolSettings,
-    layer_sol,
-    sol_for_d4_rows,
-)
-from analysis.sol.hardware import list_hardware, load_hardware  # noqa: E402
-from analysis.sol.model_shapes import ModelShapes, load_model_shapes  # noqa: E402
-from analysis.tables.comm_table import with_comm  # noqa: E402,F811
-from analysis.tables.d4 import build_column, render_markdown  # noqa: E402,F811
-from analysis.tables.d4_sol import with_sol  # noqa: E402
-from analysis.tables.kernel_rows_csv import read_kernel_rows  # noqa: E402
-from analysis.tables.profiled_batch import check_profiled_batch  # noqa: E402
-from analysis.report.kernel_report import ReportInputs, build_report, write_report  # noqa: E402
-from analysis.report.ncu import classify, load_metric_config, read_ncu_csv  # noqa: E402
-from analysis.report.sol_vs_ncu import row_checks  # noqa: E402
-from analysis.report.top_kernels import samples_from_rows, samples_from_traces, top_kernels  # noqa: E402
-from analysis.report.whatif import what_if_at_sol, what_if_speedup  # noqa: E402
+# the names it uses from the stages, each with the module it comes from. They load on first use
+# (module __getattr__), so importing this module for `analyze` does not also import the report,
+# calibration and learning code. Two are renamed to say what they are beside the D4 table's names:
+# the calibration report's render_markdown and the expert-load file's name and format tag.
+_DOOR: dict[str, tuple[str, str]] = {
+    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError")},
+    "EXPERT_LOAD_FILE_NAME": ("analysis.ingest.expert_load", "FILE_NAME"),
+    "EXPERT_LOAD_FORMAT": ("analysis.ingest.expert_load", "FORMAT"),
+    **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},
+    **{name: ("analysis.ingest.model_spec", name) for name in ("builtin_models", "load_model_spec")},
+    "load_trace": ("analysis.ingest.trace_loader", "load_trace"),
+    **{name: ("analysis.attribution.attribute", name) for name in ("RankOptions", "attribute_rank")},
+    "calibrate": ("analysis.attribution.calibration", "calibrate"),
+    "render_calibration_markdown": ("analysis.attribution.calibration", "render_markdown"),
+    "split_collectives": ("analysis.attribution.comm_split", "split_collectives"),
+    "learn_signature": ("analysis.attribution.learn_signature", "learn_signature"),
+    "stream_summary": ("analysis.attribution.overlap", "stream_summary"),
+    "RankProblem": ("analysis.attribution.rows", "RankProblem"),
+    **{name: ("analysis.attribution.signature", name) for name in ("builtin_signatures", "load_signature")},
+    **{name: ("analysis.sol.estimate", name) for name in (
+        "MLA_ABSORBED", "MLA_EXPANDED", "Deployment", "SolInputError", "SolSettings", "layer_sol", "sol_for_d4_rows")},
+    **{name: ("analysis.sol.hardware", name) for name in ("list_hardware", "load_hardware")},
+    **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
+    "with_comm": ("analysis.tables.comm_table", "with_comm"),
+    **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
+    "with_sol": ("analysis.tables.d4_sol", "with_sol"),
+    "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),
+    "check_profiled_batch": ("analysis.tables.profiled_batch", "check_profiled_batch"),
+    **{name: ("analysis.report.kernel_report", name) for name in ("ReportInputs", "build_report", "write_report")},
+    **{name: ("analysis.report.ncu", name) for name in ("classify", "load_metric_config", "read_ncu_csv")},
+    "row_checks": ("analysis.report.sol_vs_ncu", "row_checks"),
+    **{name: ("analysis.report.top_kernels", name) for name in (
+        "samples_from_rows", "samples_from_traces", "top_kernels")},
+    **{name: ("analysis.report.whatif", name) for name in ("what_if_at_sol", "what_if_speedup")},
+}
+
+
+def __getattr__(name: str):
+    """A door name (_DOOR), imported from its module on first use and kept here."""
+    where = _DOOR.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value
+    return value
+
+
 # --- end of the harness' door --------------------------------------------------------------------

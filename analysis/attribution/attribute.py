@@ -9,7 +9,7 @@ from analysis.attribution.namers import name_step
 from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
-from analysis.attribution.overlap import exposed_durations, wall_span_us
+from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, segment_steps
@@ -27,6 +27,8 @@ class RankOptions:
     attribution: str = "auto"  # auto: module ranges > capture > template/generic
     notes: list[str] = field(default_factory=list)
     layers: int | None = None  # expected decoder layers per step (--layers); overrides the model's
+    # per step index: its chain across streams as the structural cut read it (the self-checks reuse it)
+    chains: dict[int, list[int]] = field(default_factory=dict)
 
 
 def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
@@ -78,6 +80,8 @@ def attribute_rank(
             annotations.apply(step, cut)
         slots = cut.slots
         units_found = cut.units_found
+        if cut.chain is not None and not any(k.root for k in step.kernels):
+            options.chains[step.index] = cut.chain  # what the self-check would read from the rows again
         if options.attribution == "modules" and how != "module_range":
             how = f"{how} (no module ranges)"
         stage = step.stage
@@ -87,12 +91,23 @@ def attribute_rank(
         status, mismatch = _layer_check(units_found, expected, cut.moe_layers, stage, model, options, per)
         exposed = exposed_durations(step.kernels)
         rank = trace.rank.label
-        layer_kernels = []
         run, index = options.run, step.index
+        # the step's and its layers' first start and last end, in the same pass as the rows
+        inf = float("inf")
+        first, last, layers_first, layers_last = inf, -inf, inf, -inf
         for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
+            start = kernel.start_us
+            end = start + kernel.dur_us
+            if start < first:
+                first = start
+            if end > last:
+                last = end
             in_layer = slot.section == SECTION_LAYER
             if in_layer:
-                layer_kernels.append(kernel)
+                if start < layers_first:
+                    layers_first = start
+                if end > layers_last:
+                    layers_last = end
             # positional, in KernelRow's field order (the hottest constructor of the analysis)
             kernel_rows.append(KernelRow(
                 run, rank, index, stage, slot.section,
@@ -113,10 +128,10 @@ def attribute_rank(
                 rank=rank,
                 step=step.index,
                 stage=stage,
-                start_us=step.start_us,
-                end_us=step.end_us,
-                step_us=wall_span_us(step.kernels),
-                layers_us=wall_span_us(layer_kernels),
+                start_us=first,
+                end_us=last,
+                step_us=last - first,
+                layers_us=layers_last - layers_first if layers_last > -inf else 0.0,
                 busy_us=sum(k.dur_us for k in step.kernels),
                 exposed_us=sum(exposed),
                 kernels=len(step.kernels),

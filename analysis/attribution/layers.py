@@ -30,7 +30,7 @@ from analysis.ingest.trace_model import Kernel
 OUTSIDE_WEIGHT = 0.02  # pre/post catch-alls score less than any layer entry in the alignment
 
 
-@dataclass
+@dataclass(slots=True)
 class Slot:
     """Where one kernel sits: section, layer unit, and the name the attribution gave it."""
 
@@ -65,6 +65,7 @@ class LayerCut:
     units_found: int
     detail: str = ""
     moe_layers: int | None = None  # layers with experts, where the cut can tell
+    chain: list[int] | None = None  # positions of the step's chain across streams, where the cut read one
 
     @classmethod
     def counted(cls, slots: list[Slot], detail: str = "", moe_layers: int | None = None) -> LayerCut:

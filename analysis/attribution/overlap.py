@@ -60,7 +60,7 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
     by_stream: dict[int, list[tuple[float, float]]] = {}
     for k in kernels:
-        by_stream.setdefault(k.stream, []).append((k.start_us, k.end_us))
+        by_stream.setdefault(k.stream, []).append((k.start_us, k.start_us + k.dur_us))
     if len(by_stream) < 2:
         return [k.dur_us for k in kernels]
     others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
@@ -72,7 +72,8 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     resume: dict[int, tuple[float, int]] = {}
     result = []
     for k in kernels:
-        stream, start, end = k.stream, k.start_us, k.end_us
+        stream, start, dur = k.stream, k.start_us, k.dur_us
+        end = start + dur
         merged, starts = others[stream]
         last = resume.get(stream)
         if last is not None and last[0] <= start:
@@ -91,7 +92,7 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
             if hi > lo:
                 total += hi - lo
             i += 1
-        covered = k.dur_us - total
+        covered = dur - total
         result.append(covered if covered > 0.0 else 0.0)
     return result
 

@@ -28,12 +28,13 @@ from analysis.attribution.kernel_classes import (
     MINOR,
     ROUTING,
     class_of_name,
+    class_rule_of_name,
     kernel_class,
     kernel_class_rule,
 )
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
-from analysis.attribution.module_attribution import kernel_label
+from analysis.attribution.module_attribution import kernel_label, short_label
 from analysis.attribution.roles import row_of
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
 from analysis.ingest.trace_model import Kernel
@@ -60,18 +61,19 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     With one stream the chain is that stream; with several, the step's main chain across streams
     (chain.py): what runs one after another, and at each fork the branch that carries on, so a
     graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
-    main, main_idx = _chain_positions(kernels)
-    return main, main_idx, _units_of(_chain_key(kernels, main_idx))
+    main_idx = _chain_positions(kernels)
+    return main_stream(kernels), main_idx, _units_of(_chain_key(kernels, main_idx))
 
 
-def _chain_positions(kernels: list[Kernel]) -> tuple[int, list[int]]:
-    """The busiest stream and the positions of the chain's kernels (the part that reads timing)."""
-    main = main_stream(kernels)
+def _chain_positions(kernels: list[Kernel]) -> list[int]:
+    """The positions of the chain's kernels (the part of the cut that reads timing)."""
     streams = [k.stream for k in kernels]
     if len(set(streams)) > 1:
-        anchors = [kernel_class(k) in ANCHOR_CLASSES for k in kernels]
-        return main, main_chain([k.start_us for k in kernels], [k.end_us for k in kernels], streams, anchors)
-    return main, list(range(len(kernels)))
+        anchors = [class_of_name(k.root or k.name) in ANCHOR_CLASSES for k in kernels]
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
+        return main_chain(starts, ends, streams, anchors)
+    return list(range(len(kernels)))
 
 
 _ChainKey = tuple[tuple[str, ...], "tuple[str, ...] | None", "tuple[int, ...] | None"]
@@ -83,10 +85,11 @@ def _chain_key(kernels: list[Kernel], main_idx: list[int]) -> _ChainKey:
     running number, -1 for GPU kernels). Decode steps repeat the same chain, so the plan is
     computed once per distinct key (_layer_plan)."""
     chain = [kernels[i] for i in main_idx]
-    names = tuple(k.name for k in chain)
-    roots = tuple(k.root for k in chain) if any(k.root for k in chain) else None
+    names = tuple([k.name for k in chain])
+    root_list = [k.root for k in chain]
+    roots = tuple(root_list) if any(root_list) else None
     calls = None
-    if any(k.launcher == "cpu" for k in chain):
+    if "cpu" in {k.launcher for k in chain}:
         numbered, call, previous = [], -1, None
         for k in chain:
             if k.correlation != previous:
@@ -581,20 +584,19 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     """Layers and roles of one step's kernels, or None when no attention core is found."""
     if not kernels:
         return None
-    _main, main_idx = _chain_positions(kernels)
+    main_idx = _chain_positions(kernels)
     plan = _layer_plan(_chain_key(kernels, main_idx))
     if plan is None:
         return None
     slots: list[Slot | None] = [None] * len(kernels)
-    for i, (section, layer, group, module, role) in zip(main_idx, plan.rows):
-        kernel = kernels[i]
-        slots[i] = Slot(section, layer, group, module, kernel_label(kernel), SOURCE_STRUCTURE, role,
-                        kernel_class_rule(kernel))
+    for i, row in zip(main_idx, plan.rows):
+        slots[i] = Slot(*row)
     # where each layer's attention ends on the main stream (its core's last kernel)
     attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
     if len(main_idx) < len(kernels):  # kernels off the chain
         _place_side_streams(kernels, main_idx, slots, plan.layer_moe, attention_end)
-    return LayerCut([s for s in slots if s is not None], plan.layers, plan.detail, moe_layers=plan.moe_layers)
+    return LayerCut([s for s in slots if s is not None], plan.layers, plan.detail, moe_layers=plan.moe_layers,
+                    chain=main_idx)
 
 
 @dataclass(frozen=True)
@@ -602,7 +604,7 @@ class _LayerPlan:
     """What the chain's shape decides, whatever the timing: per chain kernel its section, layer and
     D4 row; per layer where its attention core ends and whether it is MoE."""
 
-    rows: tuple[tuple[str, int, str, str, str], ...]  # section, layer, group, module, role
+    rows: tuple[tuple, ...]  # per chain kernel, its Slot's fields in order
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
     layer_moe: dict[int, bool]
     layers: int
@@ -639,12 +641,17 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
     for j in range(post_start, len(units)):
         unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
-    rows: list[tuple[str, int, str, str, str]] = []
+    names, roots, _calls = key
+    labels = roots or names  # a CPU operator is labelled and classed by its outermost call
+    rows: list[tuple] = []
     for unit, placed in zip(units, unit_slot):
         section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
         role = role or "experts"
         row = row_of(role, moe)
-        rows.extend([(section, layer, row.group, row.module, role)] * (unit.hi - unit.lo + 1))
+        for p in range(unit.lo, unit.hi + 1):
+            name = labels[p] or names[p]
+            rows.append((section, layer, row.group, row.module, short_label(name), SOURCE_STRUCTURE, role,
+                         class_rule_of_name(name)))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
@@ -667,7 +674,7 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
     the combine); collectives keep their own role; the rest is `other`."""
     first: dict[int, float] = {}
     last_end = float("-inf")
-    for i in sorted(main_idx):
+    for i in main_idx:  # min / max: the order does not matter
         slot = slots[i]
         if slot is not None and slot.section == SECTION_LAYER:
             k = kernels[i]
@@ -676,10 +683,8 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
     layers = sorted(first)
     starts = [first[u] for u in layers]
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
-    chain = set(main_idx)
-    for i, k in enumerate(kernels):
-        if i in chain:
-            continue
+    for i in sorted(set(range(len(kernels))).difference(main_idx)):  # the kernels off the chain, in order
+        k = kernels[i]
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:
             section, role = (SECTION_PRE, "embedding") if pos < 0 else (SECTION_POST, "lm_head")

@@ -15,7 +15,6 @@ CPU cache (measured faster on 2 cores than inflating in a second thread).
 """
 from __future__ import annotations
 
-import gc
 import operator
 import os
 import re
@@ -34,6 +33,7 @@ INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by
 import msgspec
 
 from analysis.errors import TraceLoadError
+from analysis.gc_paused import gc_paused
 from analysis.ingest.kept_functions import function_pattern
 from analysis.ingest.rank_id import rank_id_for
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
@@ -468,16 +468,12 @@ def load_trace(
     if not os.path.exists(path):
         raise TraceLoadError(path, "no such file")
     collector = _Collector()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # the decoder allocates millions of short-lived objects; none form cycles
     try:
-        header_bytes, tail, total = _read_events(path, on_bytes, collector)
+        with gc_paused():  # the decoder allocates millions of short-lived objects; none form cycles
+            header_bytes, tail, total = _read_events(path, on_bytes, collector)
     except _BadDuration as exc:
         raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
                                    "negative (docs/analysis.md, durations)") from None
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     device_name = _device_name(header_bytes, tail)
     launch_names = {launch.correlation: launch.name for launch in collector.launches}
     for kernel in collector.kernels:

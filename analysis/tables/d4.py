@@ -107,15 +107,23 @@ def build_column(
     mtp_kernels: dict[tuple[str, int], float] = defaultdict(float)
     order: dict[tuple[str, str, str], None] = dict.fromkeys(row_order or [])
     by_source: dict[str, float] = defaultdict(float)
+    row_rank = row_step = cells_of_step = None  # rows come step by step: a step's cells are looked up once
+    in_use = False
     for row in kernel_rows:
-        key_step = (row.rank, row.step)
-        if key_step not in used:
+        if row.step != row_step or row.rank != row_rank:
+            row_rank, row_step = row.rank, row.step
+            key_step = (row_rank, row_step)
+            in_use = key_step in used
+            cells_of_step = None
+        if not in_use:
             continue
         by_source[row.source] += row.busy_us
         if row.section == SECTION_LAYER:
             key = (row.group, row.module, row.kernel)
             order.setdefault(key, None)
-            cell = per_step[key_step].setdefault(key, [0.0, 0.0, set()])
+            if cells_of_step is None:
+                cells_of_step = per_step[key_step]
+            cell = cells_of_step.setdefault(key, [0.0, 0.0, set()])
             cell[0] += row.busy_us
             cell[1] += row.exposed_us
             cell[2].add(row.layer)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -55,8 +56,11 @@ def thresholds() -> dict:
 
 
 def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D4Column,
-               model: ModelSpec | None = None, layers: int | None = None, strict: bool = False) -> list[CheckRow]:
-    """Every check, in a fixed order; `column` names the stage and the steps the table used."""
+               model: ModelSpec | None = None, layers: int | None = None, strict: bool = False,
+               chains: dict[tuple[str, int], list[int]] | None = None) -> list[CheckRow]:
+    """Every check, in a fixed order; `column` names the stage and the steps the table used.
+    `chains`: per (rank, step), its chain across streams where the attribution already read it
+    from the same kernels (positions in the step's rows); other steps' chains are read here."""
     limits = thresholds()
     stage = column.stage
     table_steps = [s for s in step_rows if s.stage == stage]
@@ -65,7 +69,7 @@ def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D
     for row in kernel_rows:
         by_step[(row.rank, row.step)].append(row)
     checks = [*_layer_count(step_rows, stage, model, layers)]
-    checks.append(_layer_sequence(table_steps, by_step, stage, limits["layer_sequence"]))
+    checks.append(_layer_sequence(table_steps, by_step, stage, limits["layer_sequence"], chains or {}))
     checks.append(_attention_cores(step_rows, by_step))
     checks.append(_expert_sizes(used, by_step, stage, model, limits["expert_sizes"]))
     checks.append(_step_time(used, by_step, stage, limits["step_time"]))
@@ -154,10 +158,13 @@ def _on_chain(rows: list[KernelRow]) -> set[int]:
     return {i for i, r in enumerate(rows) if r.stream == main}
 
 
+_BY_START = operator.attrgetter("start_us")
+
+
 def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
     """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
     they run beside the router and the routed experts, so where they fall is a matter of timing."""
-    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=lambda r: r.start_us) if r.module != _SHARED]
+    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=_BY_START) if r.module != _SHARED]
     return _without_repeats(tuple(c for c in seq if c not in ignore))
 
 
@@ -181,7 +188,8 @@ def _without_repeats(seq: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dict) -> CheckRow:
+def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dict,
+                    chains: dict[tuple[str, int], list[int]]) -> CheckRow:
     """Layers of one kind carry the same sequence of kernel classes; the outliers are named."""
     ignore = frozenset(limits.get("ignore_classes") or ())
     allowed = int(limits["max_outlier_layers"])
@@ -189,7 +197,8 @@ def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dic
     seen: dict[tuple[str, str], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     for s in steps:
         rows = by_step.get((s.rank, s.step), [])
-        chain = _on_chain(rows) if rows else set()
+        known = chains.get((s.rank, s.step))
+        chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
         layer_rows: dict[int, list[KernelRow]] = defaultdict(list)
         kinds: dict[int, list[KernelRow]] = defaultdict(list)
         for i, r in enumerate(rows):
