@@ -59,41 +59,46 @@ def covered_us(start: float, end: float, merged: list[tuple[float, float]], star
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
     by_stream: dict[int, list[tuple[float, float]]] = {}
-    for k in kernels:
+    positions: dict[int, list[int]] = {}  # each stream's kernels, by position in `kernels`
+    for i, k in enumerate(kernels):
         by_stream.setdefault(k.stream, []).append((k.start_us, k.start_us + k.dur_us))
+        positions.setdefault(k.stream, []).append(i)
     if len(by_stream) < 2:
         return [k.dur_us for k in kernels]
     others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
     for stream in by_stream:
         merged = merge_intervals([iv for s, ivs in by_stream.items() if s != stream for iv in ivs])
         others[stream] = (merged, [iv[0] for iv in merged])
-    # Kernels come in start order (but for a few placed late), so each stream's search resumes where
-    # its previous kernel's began instead of bisecting again; the sums are the same, term by term.
-    resume: dict[int, tuple[float, int]] = {}
-    result = []
-    for k in kernels:
-        stream, start, dur = k.stream, k.start_us, k.dur_us
-        end = start + dur
+    # Each stream's kernels in one pass of their own: they come in start order (but for a few placed
+    # late), so the search resumes where the previous kernel's began instead of bisecting again;
+    # the sums are the same, term by term.
+    result = [0.0] * len(kernels)
+    bisect_right = bisect.bisect_right
+    for stream, members in positions.items():
         merged, starts = others[stream]
-        last = resume.get(stream)
-        if last is not None and last[0] <= start:
-            i = last[1]
-            n = len(starts)
-            while i + 1 < n and starts[i + 1] <= start:
-                i += 1
-        else:
-            i = max(0, bisect.bisect_right(starts, start) - 1)
-        resume[stream] = (start, i)
-        total = 0.0
-        while i < len(merged) and merged[i][0] < end:
-            lo, hi = merged[i]
-            lo = start if start > lo else lo
-            hi = end if end < hi else hi
-            if hi > lo:
-                total += hi - lo
-            i += 1
-        covered = dur - total
-        result.append(covered if covered > 0.0 else 0.0)
+        n = len(merged)
+        last_start, i = None, 0
+        for position in members:
+            k = kernels[position]
+            start, dur = k.start_us, k.dur_us
+            end = start + dur
+            if last_start is not None and last_start <= start:
+                while i + 1 < n and starts[i + 1] <= start:
+                    i += 1
+            else:
+                i = max(0, bisect_right(starts, start) - 1)
+            last_start = start
+            total = 0.0
+            j = i
+            while j < n and merged[j][0] < end:
+                lo, hi = merged[j]
+                lo = start if start > lo else lo
+                hi = end if end < hi else hi
+                if hi > lo:
+                    total += hi - lo
+                j += 1
+            covered = dur - total
+            result[position] = covered if covered > 0.0 else 0.0
     return result
 
 

@@ -113,7 +113,7 @@ class _Collector:
         self.kernels: list[Kernel] = []
         self.function_ranges: list[Range] = []
         self.capture_calls: list[Range] = []  # cudaStreamBegin/EndCapture calls
-        self._function_hits: dict[str, bool] = {}
+        self._python_hits: dict[str, str | bool] = {}  # python_function name -> module class name, or kept
         self._function_pattern = function_pattern()
         self.gpu_annotations: list[Range] = []
         self.cpu_annotations: list[Range] = []
@@ -137,26 +137,31 @@ class _Collector:
         intern = self._names.setdefault
         kernels = self.kernels
         module_ranges = self.module_ranges
+        python_hits = self._python_hits
         prefix = _MODULE_PREFIX
         prefix_len = len(prefix)
         for ev in events:
             cat = ev.cat
             if cat == "python_function":
-                name = ev.name
                 if ev.ph != "X" or ev.ts.__class__ is not float:
                     continue
-                if name.startswith(prefix):
-                    tid = ev.tid
-                    short = name[prefix_len:]
-                    module_ranges.append(
-                        Range(intern(short, short), ev.ts, float(ev.dur or 0.0), tid if tid.__class__ is int else -1)
-                    )
+                name = ev.name
+                # per distinct name, once: a module call (its class name), a function worth keeping, or neither
+                hit = python_hits.get(name)
+                if hit is None:
+                    if name.startswith(prefix):
+                        short = name[prefix_len:]
+                        hit = intern(short, short)
+                    else:
+                        hit = self._function_pattern.search(name) is not None
+                    python_hits[name] = hit
+                if hit is False:
+                    continue
+                if hit is True:
+                    self.function_ranges.append(self._range(ev))
                 else:
-                    hit = self._function_hits.get(name)
-                    if hit is None:
-                        hit = self._function_hits[name] = self._function_pattern.search(name) is not None
-                    if hit:
-                        self.function_ranges.append(self._range(ev))
+                    tid = ev.tid
+                    module_ranges.append(Range(hit, ev.ts, float(ev.dur or 0.0), tid if tid.__class__ is int else -1))
                 continue
             if ev.ph != "X" or cat is None:
                 continue
