@@ -18,6 +18,8 @@ Cases, for the largest real trace and for a generated large trace (benchmarks/ma
 
 Usage:
     python benchmarks/ingest_bench.py WORK_DIR [--size-mb 400] [--ranks 2] [--repeat 3] [--skip-hta] [--out FILE]
+    python benchmarks/ingest_bench.py WORK_DIR --before OTHER_CHECKOUT [--repeat 7] [--out FILE]
+      (the analyze case only, this checkout against another, interleaved: docs/performance.md)
 WORK_DIR (outside the repository) receives the generated and decompressed files; remove it after.
 """
 from __future__ import annotations

@@ -8,6 +8,7 @@ signal number (130, 143). While the final manifest is written, signals are held 
 """
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 
@@ -75,6 +76,20 @@ class InterruptGuard:
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
         self._old.clear()
+        if self.received:
+            mend_half_built_log_handlers()
+
+
+def mend_half_built_log_handlers() -> None:
+    """A signal that lands while a logging handler is being built (Ray sets up its loggers while it
+    connects) leaves a handler registered for the exit-time flush but without its stream; logging's
+    flush at exit then prints an AttributeError traceback after the run's own clean message. Such
+    a handler gets no stream, which logging treats as nothing to flush. (logging keeps the handlers
+    it flushes at exit in a private list; there is no public one.)"""
+    for ref in list(getattr(logging, "_handlerList", ())):
+        handler = ref()
+        if isinstance(handler, logging.StreamHandler) and not hasattr(handler, "stream"):
+            handler.stream = None
 
 
 class signals_held:

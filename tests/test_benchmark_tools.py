@@ -1,0 +1,56 @@
+"""The side-by-side tools that judge a change: same_outputs compares two checkouts' files (new
+columns dropped, everything else byte for byte), and ingest_bench --before times the analyze case
+of this checkout against another."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.real_traces import QWEN3_DECODE
+from benchmarks.same_outputs import compare_dirs
+from conftest import real_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(folder: Path, name: str, text: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+
+
+def test_compare_dirs_drops_only_the_named_new_columns(tmp_path):
+    before, after = tmp_path / "before", tmp_path / "after"
+    _write(before, "kernels_long.csv", "a,b\n1,2\n")
+    _write(after, "kernels_long.csv", "a,b,role\n1,2,router\n")
+    _write(before, "d4.md", "same\n")
+    _write(after, "d4.md", "same\n")
+    assert compare_dirs(before, after, {"role"}) == []
+    assert len(compare_dirs(before, after, set())) == 1  # the new column, not declared
+
+
+def test_compare_dirs_reports_a_changed_value_a_missing_and_a_new_file(tmp_path):
+    before, after = tmp_path / "before", tmp_path / "after"
+    _write(before, "kernels_long.csv", "a,b\n1,2\n")
+    _write(after, "kernels_long.csv", "a,b,role\n1,3,router\n")
+    _write(before, "gone.csv", "x\n")
+    _write(after, "new.csv", "x\n")
+    found = compare_dirs(before, after, {"role"})
+    assert any("kernels_long.csv: differs" in line for line in found)
+    assert any("gone.csv: missing after" in line for line in found)
+    assert any("new.csv: new after" in line for line in found)
+
+
+def test_ingest_bench_times_this_checkout_against_another(tmp_path):
+    real_trace(QWEN3_DECODE)  # the generated trace repeats a real step (skipped when absent)
+    done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--size-mb", "2",
+                           "--before", str(ROOT), "--repeat", "1", "--out", str(tmp_path / "side.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "speed-up:" in done.stdout and (tmp_path / "side.json").is_file()
+
+
+def test_ingest_bench_refuses_a_before_that_is_not_a_checkout(tmp_path):
+    done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--before",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not a checkout of this project" in done.stderr
