@@ -36,8 +36,9 @@ def _yaml(path: Path):
 
 
 def resolve_rule(rule: str) -> bool:
-    """Does `file:entry` name an entry that exists?"""
-    if rule == "annotation":
+    """Does `file:entry` name an entry that exists? (`annotation` and an unattributed row's `none`
+    name no file.)"""
+    if rule in ("annotation", "none"):
         return True
     file, _, entry = rule.partition(":")
     if file == "kernel_classes.yaml":
@@ -60,15 +61,16 @@ def resolve_rule(rule: str) -> bool:
 
 
 @pytest.mark.parametrize("source", sorted(CASES))
-def test_every_attributed_row_carries_a_role_and_a_rule_that_resolves(source):
+def test_every_row_carries_a_role_and_a_rule_that_resolves(source):
     trace, signature, mode = CASES[source]
     rows = analyze([str(trace)], signature=signature, options=AnalysisOptions(attribution=mode)).kernel_rows
     named = [r for r in rows if r.source != "unattributed"]
     assert named and any(r.source == source for r in named), {r.source for r in rows}
-    missing = [(r.kernel_name[:60], r.source) for r in named if not r.role or not r.rule]
+    missing = [(r.kernel_name[:60], r.source) for r in rows if not r.role or not r.rule]
     assert not missing, missing[:5]
-    unresolved = sorted(rule for rule in {r.rule for r in named} if not resolve_rule(rule))
+    unresolved = sorted(rule for rule in {r.rule for r in named} if not resolve_rule(rule) or rule == "none")
     assert not unresolved, unresolved
+    assert {(r.role, r.rule) for r in rows if r.source == "unattributed"} <= {("unattributed", "none")}
 
 
 def test_a_router_gemm_found_by_structure_names_its_class_entry():

@@ -104,7 +104,7 @@ def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[Kern
     kernels the two runs do not share (a replay has no host-side copies) stay unattributed.
     """
     from analysis.attribution.align import matching_pairs
-    from analysis.attribution.rows import SOURCE_UNATTRIBUTED, UNATTRIBUTED
+    from analysis.attribution.rows import RULE_NONE, SOURCE_UNATTRIBUTED, UNATTRIBUTED
 
     by_step: dict[int, list[KernelRow]] = {}
     for r in named:
@@ -112,8 +112,8 @@ def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[Kern
     target_steps: dict[int, list[int]] = {}
     for i, r in enumerate(target):
         target_steps.setdefault(r.step, []).append(i)
-    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED, role="",
-                                   rule="") for r in target]
+    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED,
+                                   role=UNATTRIBUTED, rule=RULE_NONE) for r in target]
     for step, indices in target_steps.items():
         source = sorted(by_step.get(step, []), key=lambda r: r.start_us)
         ordered = sorted(indices, key=lambda i: target[i].start_us)

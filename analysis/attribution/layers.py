@@ -22,6 +22,7 @@ from analysis.attribution.rows import (
     SOURCE_GENERIC,
     SOURCE_SIGNATURE,
     SOURCE_UNATTRIBUTED,
+    RULE_NONE,
     UNATTRIBUTED,
 )
 from analysis.ingest.trace_model import Kernel
@@ -45,7 +46,7 @@ class Slot:
 
 
 def _unattributed(section: str, unit: int) -> Slot:
-    return Slot(section, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED)
+    return Slot(section, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED, UNATTRIBUTED, RULE_NONE)
 
 
 def _named(section: str, unit: int, entry: Entry, source: str = SOURCE_SIGNATURE) -> Slot:

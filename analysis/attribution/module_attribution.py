@@ -22,6 +22,7 @@ from analysis.attribution.rows import (
     SOURCE_CAPTURE,
     SOURCE_MODULE_RANGE,
     SOURCE_UNATTRIBUTED,
+    RULE_NONE,
     UNATTRIBUTED,
 )
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankTrace
@@ -90,7 +91,8 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
         if named is not None and named.layer_range is not None:
             unit = unit_of[id(named.layer_range)]
             if named.group == UNATTRIBUTED:
-                slots.append(Slot(SECTION_LAYER, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
+                slots.append(Slot(SECTION_LAYER, unit, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED,
+                                  UNATTRIBUTED, RULE_NONE))
             else:
                 slots.append(Slot(SECTION_LAYER, unit, named.group, named.module, label, source, named.module, named.rule))
         else:
@@ -98,7 +100,8 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
             if named is not None:
                 slots.append(Slot(section, -1, named.group, named.module, label, source, named.module, named.rule))
             else:
-                slots.append(Slot(section, -1, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED))
+                slots.append(Slot(section, -1, UNATTRIBUTED, UNATTRIBUTED, UNATTRIBUTED, SOURCE_UNATTRIBUTED,
+                                  UNATTRIBUTED, RULE_NONE))
     # Section by position relative to the layers, on the kernel timeline.
     first_layer_kernel = min((k.start_us for k, s in zip(kernels, slots) if s.section == SECTION_LAYER), default=None)
     if first_layer_kernel is not None:

@@ -19,7 +19,8 @@ SOURCE_SIGNATURE = "signature"
 SOURCE_GENERIC = "generic"
 SOURCE_STRUCTURE = "structure"  # role in the layer, from the kernel's position (no signature needed)
 SOURCE_UNATTRIBUTED = "unattributed"
-SOURCE_ANNOTATION = "annotation"  # a `group.module` annotation in the trace (the user's word)
+SOURCE_ANNOTATION = "annotation"
+RULE_NONE = "none"  # an unattributed kernel's rule: no entry named it (its step's note in steps.csv says why)  # a `group.module` annotation in the trace (the user's word)
 
 UNATTRIBUTED = "unattributed"
 
