@@ -128,7 +128,12 @@ def test_classic_profiler_left_running_refuses_the_next_start_until_stopped(clus
         done = _post(dep.url + "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4}})
         assert done[0] == 200
         assert _post(dep.url + "/start_profile", body) == (500, "Internal Server Error")
-        assert "Profiling is already in progress. Call /stop_profile first." in ray.get(dep.actors[0].log_tail.remote())
+        # the reason reaches the log through the server's output pipe, read by a thread: wait for it
+        reason = "Profiling is already in progress. Call /stop_profile first."
+        deadline = time.monotonic() + 10
+        while reason not in ray.get(dep.actors[0].log_tail.remote()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reason in ray.get(dep.actors[0].log_tail.remote())
         # the harness (v1) meets the same 500, stops the leftover capture and starts again
         load = BackgroundLoad(dep.url, 2, 8, 120, str(tmp_path / "requests.jsonl"))
         outcome = profile_decode(dep, load, str(tmp_path / "traces"), "again", num_steps=3, timeout_s=30)
