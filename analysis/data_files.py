@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,17 @@ def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
     if not isinstance(data, dict):
         raise error(str(path), "top level must be a mapping")
     return data
+
+
+def checked_regex(value: str | None, what: str = "regex") -> str | None:
+    """A pydantic field validator's body: the value, or ValueError when it does not compile, so a
+    bad regex fails at load naming its key (pydantic adds the path)."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{what} {value!r} is not a valid regex: {exc}") from None
+    return value
 
 
 def validation_problems(exc: ValidationError) -> str:

@@ -3,17 +3,9 @@
 Regexes compile at load, so a bad one fails naming its file and key."""
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 
-
-def _compiles(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"bad regex {value!r}: {exc}") from None
-    return value
+from analysis.data_files import checked_regex as _compiles
 
 
 class _Rule(BaseModel):

@@ -124,7 +124,7 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
             end = start + row.busy_us
             if end > busy_until:
                 busy_until = end
-            if class_of_name(row.kernel_name) not in COMMUNICATION:  # is_comm_kernel, inlined (every row)
+            if not is_comm_kernel(row):
                 continue
             base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
             occurrence = counts[base]

@@ -31,27 +31,27 @@ def _rules() -> list[tuple[str, re.Pattern[str]]]:
     return [(entry.cls, re.compile(entry.match)) for entry in load_rules(CLASSES_FILE.name, KernelClasses).classes]
 
 
-@functools.lru_cache(maxsize=100_000)
-def class_of_name(name: str) -> str:
-    """The class of a kernel or operator name (cached: traces repeat few names many times)."""
+def _matching_class(name: str) -> str | None:
+    """The class of the first entry whose regex the name matches, or None."""
     text = name.strip()
     plain = unmangle_prefix(text) if text.startswith("_Z") else None
     for cls, pattern in _rules():
         if pattern.search(text) or (plain is not None and pattern.search(plain)):
             return cls
-    return DEFAULT_CLASS
+    return None
+
+
+@functools.lru_cache(maxsize=100_000)
+def class_of_name(name: str) -> str:
+    """The class of a kernel or operator name (cached: traces repeat few names many times)."""
+    return _matching_class(name) or DEFAULT_CLASS
 
 
 @functools.lru_cache(maxsize=100_000)
 def class_rule_of_name(name: str) -> str:
     """Which entry of kernel_classes.yaml classed the name (KernelRow.rule): `kernel_classes.yaml:<class>`,
     or `kernel_classes.yaml:none` when no entry matched (the default class)."""
-    text = name.strip()
-    plain = unmangle_prefix(text) if text.startswith("_Z") else None
-    for cls, pattern in _rules():
-        if pattern.search(text) or (plain is not None and pattern.search(plain)):
-            return f"{CLASSES_FILE.name}:{cls}"
-    return f"{CLASSES_FILE.name}:none"
+    return f"{CLASSES_FILE.name}:{_matching_class(name) or 'none'}"
 
 
 def kernel_class_rule(kernel: Kernel) -> str:

@@ -44,18 +44,6 @@ def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, f
     return merged
 
 
-def covered_us(start: float, end: float, merged: list[tuple[float, float]], starts: list[float]) -> float:
-    """Length of [start, end) covered by merged, sorted, disjoint intervals."""
-    total = 0.0
-    i = max(0, bisect.bisect_right(starts, start) - 1)
-    while i < len(merged) and merged[i][0] < end:
-        lo, hi = max(start, merged[i][0]), min(end, merged[i][1])
-        if hi > lo:
-            total += hi - lo
-        i += 1
-    return total
-
-
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
     by_stream: dict[int, list[tuple[float, float]]] = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
 
-from analysis.data_files import builtin_names, read_mapping, resolve, validation_problems
+from analysis.data_files import builtin_names, checked_regex, read_mapping, resolve, validation_problems
 from analysis.errors import SignatureError
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
@@ -18,14 +18,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _compiled(value: str | None, what: str = "regex") -> str | None:
-    """Every regex of a signature compiles at load, so the error names its key (pydantic adds the path)."""
-    if value is not None:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"{what} {value!r} is not a valid regex: {exc}") from None
-    return value
+_compiled = checked_regex  # every regex of a signature compiles at load (analysis/data_files.py)
 
 
 class Entry(_Strict):

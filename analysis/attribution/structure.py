@@ -69,7 +69,7 @@ def _chain_positions(kernels: list[Kernel]) -> list[int]:
     """The positions of the chain's kernels (the part of the cut that reads timing)."""
     streams = [k.stream for k in kernels]
     if len(set(streams)) > 1:
-        anchors = [class_of_name(k.root or k.name) in ANCHOR_CLASSES for k in kernels]
+        anchors = [kernel_class(k) in ANCHOR_CLASSES for k in kernels]
         starts = [k.start_us for k in kernels]
         ends = [k.start_us + k.dur_us for k in kernels]
         return main_chain(starts, ends, streams, anchors)

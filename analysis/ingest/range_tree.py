@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 
-class Range(Protocol):
+class TimedRange(Protocol):
     """What the tree reads of a range (analysis.ingest.trace_model.Range, which builds a rank's tree)."""
 
     tid: int
@@ -28,7 +28,8 @@ class Range(Protocol):
     def end_us(self) -> float: ...
 
 
-def _start_longest_first(r: Range) -> tuple[float, float]:
+def start_longest_first(r: TimedRange) -> tuple[float, float]:
+    """Ranges in the order a tree reads them: by start, the enclosing (longer) one first."""
     return (r.start_us, -r.dur_us)
 
 
@@ -36,8 +37,8 @@ class RangeTree:
     """Nodes are numbered in tree order (per thread, by start, longer first); `source[n]` is
     node n's position in the list the tree was built from."""
 
-    def __init__(self, ranges: Sequence[Range]):
-        self.ranges: list[Range] = []
+    def __init__(self, ranges: Sequence[TimedRange]):
+        self.ranges: list[TimedRange] = []
         self.parent: list[int] = []
         self.source: list[int] = []
         self._by_tid: dict[int, tuple[list[int], list[float]]] = {}
@@ -45,7 +46,7 @@ class RangeTree:
         for position, r in enumerate(ranges):
             grouped.setdefault(r.tid, []).append(position)
         for tid, positions in grouped.items():
-            positions.sort(key=lambda p: _start_longest_first(ranges[p]))
+            positions.sort(key=lambda p: start_longest_first(ranges[p]))
             ids: list[int] = []
             stack: list[int] = []
             for p in positions:
@@ -87,7 +88,7 @@ class RangeTree:
             node = self.parent[node]
         return out
 
-    def enclosing(self, tid: int, t: float) -> list[Range]:
+    def enclosing(self, tid: int, t: float) -> list[TimedRange]:
         """The ranges that hold time t on thread tid, innermost first."""
         ranges = self.ranges
         return [ranges[n] for n in self.ancestors(self.innermost(tid, t)) if ranges[n].start_us <= t <= ranges[n].end_us]

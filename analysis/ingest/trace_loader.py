@@ -34,6 +34,7 @@ import msgspec
 
 from analysis.errors import TraceLoadError
 from analysis.gc_paused import gc_paused
+from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern
 from analysis.ingest.rank_id import rank_id_for
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
@@ -455,10 +456,6 @@ _BY_START_STREAM = operator.attrgetter("start_us", "stream")
 _BY_START = operator.attrgetter("start_us")
 
 
-def _by_start_longest_first(r: Range) -> tuple[float, float]:
-    return (r.start_us, -r.dur_us)
-
-
 def load_trace(
     path: str,
     rank: RankId | None = None,
@@ -499,7 +496,7 @@ def load_trace(
     kernels.sort(key=_BY_START_STREAM)
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges,
                    collector.function_ranges):
-        ranges.sort(key=_by_start_longest_first)
+        ranges.sort(key=start_longest_first)
     collector.launches.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
     return RankTrace(
@@ -567,7 +564,7 @@ def _leaf_cpu_ops(cpu_ops: list[Range]) -> list[Kernel]:
         by_thread.setdefault(op.tid, []).append(op)
     result: list[Kernel] = []
     for tid, ops in by_thread.items():
-        ops.sort(key=lambda r: (r.start_us, -r.dur_us))
+        ops.sort(key=start_longest_first)
         self_us = [op.dur_us for op in ops]
         roots = list(range(len(ops)))
         stack: list[int] = []

@@ -14,7 +14,6 @@ Each namer's rows say which it was (KernelRow.source) and which entry decided (K
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from analysis.attribution.layers import LayerCut
 from analysis.attribution.steps import Step
@@ -30,12 +29,15 @@ class Naming:
     why_not: str = ""
 
 
-class Namer(Protocol):
-    def name(self, step: Step) -> Naming: ...
+class Namer:
+    """One source of names. `name` answers for a step; `rank_notes` says, once per rank, what the
+    rank's problems.csv should hear about this namer (most have nothing to say)."""
+
+    def name(self, step: Step) -> Naming:
+        raise NotImplementedError
 
     def rank_notes(self) -> list[str]:
-        """What the rank's problems.csv should say about this namer (once per rank)."""
-        ...
+        return []
 
 
 def name_step(namers: list[Namer], step: Step) -> tuple[LayerCut, str, list[str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from analysis.attribution.capture import Capture, map_capture
 from analysis.attribution.layers import LayerCut
 from analysis.attribution.module_attribution import CaptureMap, slots_from_capture
-from analysis.attribution.namers import Naming
+from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.steps import GRAPH_LAUNCHERS, Step
 
 HOW = "capture"
@@ -19,7 +19,7 @@ def replayed(step: Step) -> list[int]:
     return [i for i, k in enumerate(step.kernels) if k.launcher in GRAPH_LAUNCHERS]
 
 
-class SignatureCaptureNamer:
+class SignatureCaptureNamer(Namer):
     def __init__(self, capture: CaptureMap):
         self.capture = capture
 
@@ -30,11 +30,8 @@ class SignatureCaptureNamer:
                 return Naming(LayerCut.counted(slots), HOW)
         return Naming(None)
 
-    def rank_notes(self) -> list[str]:
-        return []
 
-
-class CaptureNamer:
+class CaptureNamer(Namer):
     def __init__(self, captures: list[Capture], steps: list[Step]):
         self.captures = captures
         self.steps = len(steps)

@@ -4,38 +4,29 @@ the kernels' families over the period of the repeating sequence. They always ans
 from __future__ import annotations
 
 from analysis.attribution.layers import cut_by_template, cut_generic
-from analysis.attribution.namers import Naming
+from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
 
 
-class TemplateNamer:
+class TemplateNamer(Namer):
     def __init__(self, sig: Signature):
         self.sig = sig
 
     def name(self, step: Step) -> Naming:
         return Naming(cut_by_template(step.kernels, self.sig), "signature")
 
-    def rank_notes(self) -> list[str]:
-        return []
 
-
-class StructureNamer:
+class StructureNamer(Namer):
     def name(self, step: Step) -> Naming:
         cut = cut_structural(step.kernels)
         return Naming(cut, "structure" if cut is not None else "")
 
-    def rank_notes(self) -> list[str]:
-        return []
 
-
-class GenericNamer:
+class GenericNamer(Namer):
     def __init__(self, sig: Signature):
         self.sig = sig
 
     def name(self, step: Step) -> Naming:
         return Naming(cut_generic(step.kernels, self.sig), "generic")
-
-    def rank_notes(self) -> list[str]:
-        return []

@@ -14,7 +14,7 @@ from analysis.attribution.module_roles import (
     slots_from_roles,
     standard_map,
 )
-from analysis.attribution.namers import Naming
+from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import Step
@@ -23,7 +23,7 @@ from analysis.ingest.trace_model import RankTrace
 HOW = "module_range"
 
 
-class ModuleRangeNamer:
+class ModuleRangeNamer(Namer):
     def __init__(self, trace: RankTrace, sig: Signature, points: LaunchPoints):
         self.sig = sig
         self.points = points
@@ -57,6 +57,3 @@ class ModuleRangeNamer:
         found = layer_units(slots)
         return LayerCut(slots, found, f"{found} layers by module ranges ({moe_layers} MoE, {found - moe_layers} dense)",
                         moe_layers=moe_layers)
-
-    def rank_notes(self) -> list[str]:
-        return []

@@ -18,9 +18,10 @@ def namers_for(trace: RankTrace, sig: Signature, attribution: str, steps: list[S
     """`attribution`: auto (every source), modules (module ranges first, no signature capture),
     template (the signature's template or the kernels alone: no ranges, no captures)."""
     namers: list[Namer] = []
-    ranges = ModuleRangeNamer(trace, sig, points)
-    if attribution in ("auto", "modules") and ranges:
-        namers.append(ranges)
+    if attribution in ("auto", "modules"):
+        ranges = ModuleRangeNamer(trace, sig, points)
+        if ranges:  # the rank's ranges can name layers
+            namers.append(ranges)
     if attribution == "auto" and capture is not None:
         namers.append(SignatureCaptureNamer(capture))
     if attribution != "template" and captures is not None:
