@@ -98,7 +98,8 @@ def _preceding(rows: list[KernelRow], index: int) -> tuple[str, int]:
     return "", -1
 
 
-_BY_STEP_START = operator.attrgetter("step", "start_us")
+_BY_STEP = operator.attrgetter("step")
+_BY_START = operator.attrgetter("start_us")
 
 
 def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None) -> list[CommRow]:
@@ -111,8 +112,11 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
         for s in step_rows:
             ranks_of_step[(s.step, s.stage)].add(s.rank)
     out: dict[tuple, dict[str, CommRow]] = defaultdict(dict)
+    comm_of_name: dict[str, bool] = {}  # is_comm_kernel per distinct kernel name
     for rank, rows in by_rank.items():
-        rows.sort(key=_BY_STEP_START)
+        # by (step, start), ties in row order: two stable sorts on one key each (cheaper than on pairs)
+        rows.sort(key=_BY_START)
+        rows.sort(key=_BY_STEP)
         counts: dict[tuple, int] = defaultdict(int)
         step, busy_until = None, 0.0  # the latest kernel end so far in the step (any stream)
         for i, row in enumerate(rows):
@@ -124,7 +128,10 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
             end = start + row.busy_us
             if end > busy_until:
                 busy_until = end
-            if not is_comm_kernel(row):
+            comm = comm_of_name.get(row.kernel_name)
+            if comm is None:
+                comm = comm_of_name[row.kernel_name] = is_comm_kernel(row)
+            if not comm:
                 continue
             base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
             occurrence = counts[base]

@@ -523,8 +523,10 @@ def apply_annotations(slots: list, rows: list[tuple[str, str] | None] | None) ->
     """`group.module` annotations override whatever named the kernel (they are the user's word)."""
     if rows is None:
         return
-    for slot, row in zip(slots, rows):
-        if row is not None:
-            slot.group, slot.module = row
-            slot.source, slot.role, slot.rule = SOURCE_ANNOTATION, f"{row[0]}.{row[1]}", "annotation"
+    from analysis.attribution.layers import Slot
+
+    for i, (slot, row) in enumerate(zip(slots, rows)):
+        if row is not None:  # a new slot: a namer's slots may be shared by steps (structure._layer_plan)
+            slots[i] = Slot(slot.section, slot.unit, row[0], row[1], slot.kernel, SOURCE_ANNOTATION,
+                            f"{row[0]}.{row[1]}", "annotation")
 

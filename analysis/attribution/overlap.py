@@ -44,18 +44,43 @@ def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, f
     return merged
 
 
+def _busy_of_others(kernels: Sequence[Kernel], stream: int, in_order: bool) -> list[tuple[float, float]]:
+    """The merged busy intervals of every stream but `stream`. Kernels in start order (as a step
+    holds them) merge as they come: the union does not depend on the order of equal starts."""
+    if not in_order:
+        return merge_intervals([(k.start_us, k.start_us + k.dur_us) for k in kernels if k.stream != stream])
+    merged: list[tuple[float, float]] = []
+    last_end = float("-inf")
+    for k in kernels:
+        if k.stream == stream:
+            continue
+        start = k.start_us
+        end = start + k.dur_us
+        if start <= last_end:  # merged is not empty: last_end is finite
+            if end > last_end:
+                merged[-1] = (merged[-1][0], end)
+                last_end = end
+        else:
+            merged.append((start, end))
+            last_end = end
+    return merged
+
+
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
-    by_stream: dict[int, list[tuple[float, float]]] = {}
     positions: dict[int, list[int]] = {}  # each stream's kernels, by position in `kernels`
+    in_order = True
+    previous = float("-inf")
     for i, k in enumerate(kernels):
-        by_stream.setdefault(k.stream, []).append((k.start_us, k.start_us + k.dur_us))
         positions.setdefault(k.stream, []).append(i)
-    if len(by_stream) < 2:
+        if k.start_us < previous:
+            in_order = False
+        previous = k.start_us
+    if len(positions) < 2:
         return [k.dur_us for k in kernels]
     others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
-    for stream in by_stream:
-        merged = merge_intervals([iv for s, ivs in by_stream.items() if s != stream for iv in ivs])
+    for stream in positions:
+        merged = _busy_of_others(kernels, stream, in_order)
         others[stream] = (merged, [iv[0] for iv in merged])
     # Each stream's kernels in one pass of their own: they come in start order (but for a few placed
     # late), so the search resumes where the previous kernel's began instead of bisecting again;

@@ -69,11 +69,24 @@ def _chain_positions(kernels: list[Kernel]) -> list[int]:
     """The positions of the chain's kernels (the part of the cut that reads timing)."""
     streams = [k.stream for k in kernels]
     if len(set(streams)) > 1:
-        anchors = [kernel_class(k) in ANCHOR_CLASSES for k in kernels]
+        anchor_of = _ANCHOR_OF_NAME
+        anchors = [anchor_of.get(k.root or k.name) for k in kernels]
+        if None in anchors:
+            anchors = [_is_anchor(k.root or k.name) for k in kernels]
         starts = [k.start_us for k in kernels]
         ends = [k.start_us + k.dur_us for k in kernels]
         return main_chain(starts, ends, streams, anchors)
     return list(range(len(kernels)))
+
+
+_ANCHOR_OF_NAME: dict[str, bool] = {}  # kernel or operator name -> is its class an anchor (chain.py)
+
+
+def _is_anchor(name: str) -> bool:
+    anchor = _ANCHOR_OF_NAME.get(name)
+    if anchor is None:
+        anchor = _ANCHOR_OF_NAME[name] = class_of_name(name) in ANCHOR_CLASSES
+    return anchor
 
 
 _ChainKey = tuple[tuple[str, ...], "tuple[str, ...] | None", "tuple[int, ...] | None"]
@@ -581,7 +594,8 @@ def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
 
 
 def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
-    """Layers and roles of one step's kernels, or None when no attention core is found."""
+    """Layers and roles of one step's kernels (in start order, as steps hold them), or None when
+    no attention core is found."""
     if not kernels:
         return None
     main_idx = _chain_positions(kernels)
@@ -589,12 +603,10 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     if plan is None:
         return None
     slots: list[Slot | None] = [None] * len(kernels)
-    for i, row in zip(main_idx, plan.rows):
-        slots[i] = Slot(*row)
-    # where each layer's attention ends on the main stream (its core's last kernel)
-    attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
+    for i, slot in zip(main_idx, plan.slots):  # shared by the steps of one plan: never changed in place
+        slots[i] = slot
     if len(main_idx) < len(kernels):  # kernels off the chain
-        _place_side_streams(kernels, main_idx, slots, plan.layer_moe, attention_end)
+        _place_side_streams(kernels, main_idx, slots, plan)
     return LayerCut([s for s in slots if s is not None], plan.layers, plan.detail, moe_layers=plan.moe_layers,
                     chain=main_idx)
 
@@ -604,9 +616,11 @@ class _LayerPlan:
     """What the chain's shape decides, whatever the timing: per chain kernel its section, layer and
     D4 row; per layer where its attention core ends and whether it is MoE."""
 
-    rows: tuple[tuple, ...]  # per chain kernel, its Slot's fields in order
+    slots: tuple[Slot, ...]  # per chain kernel (shared by every step of the plan: replaced, never changed)
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
     layer_moe: dict[int, bool]
+    layer_firsts: tuple[tuple[int, int], ...]  # (layer, chain position of its first kernel), by layer
+    in_layers: tuple[int, ...]  # chain positions of the kernels in layers
     layers: int
     moe_layers: int
     detail: str
@@ -643,22 +657,26 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
     names, roots, _calls = key
     labels = roots or names  # a CPU operator is labelled and classed by its outermost call
-    rows: list[tuple] = []
+    slots: list[Slot] = []
     for unit, placed in zip(units, unit_slot):
         section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
         role = role or "experts"
         row = row_of(role, moe)
         for p in range(unit.lo, unit.hi + 1):
             name = labels[p] or names[p]
-            rows.append((section, layer, row.group, row.module, short_label(name), SOURCE_STRUCTURE, role,
-                         class_rule_of_name(name)))
+            slots.append(Slot(section, layer, row.group, row.module, short_label(name), SOURCE_STRUCTURE, role,
+                              class_rule_of_name(name)))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
             layer_moe[placed[1]] = placed[3]
+    in_layers = tuple(p for p, slot in enumerate(slots) if slot.section == SECTION_LAYER)
+    firsts: dict[int, int] = {}
+    for p in in_layers:
+        firsts.setdefault(slots[p].unit, p)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
-    return _LayerPlan(tuple(rows), tuple(units[hi].hi for _lo, hi in clusters), layer_moe, len(clusters),
-                      moe_layers, detail)
+    return _LayerPlan(tuple(slots), tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
+                      tuple(sorted(firsts.items())), in_layers, len(clusters), moe_layers, detail)
 
 
 def _outside_role(kind: str, default: str) -> str:
@@ -666,24 +684,25 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[Slot | None], layer_moe: dict[int, bool],
-                        attention_end: dict[int, float]) -> None:
+def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[Slot | None], plan: _LayerPlan) -> None:
     """Kernels off the chain join the layer whose chain span holds their start. While the
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
     it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
     the combine); collectives keep their own role; the rest is `other`."""
-    first: dict[int, float] = {}
+    layer_moe = plan.layer_moe
+    # where each layer's attention ends on the main stream (its core's last kernel)
+    attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
+    # each layer's first start: the chain runs in start order, so its first kernel's
+    layers = [layer for layer, _p in plan.layer_firsts]
+    starts = [kernels[main_idx[p]].start_us for _layer, p in plan.layer_firsts]
     last_end = float("-inf")
-    for i in main_idx:  # min / max: the order does not matter
-        slot = slots[i]
-        if slot is not None and slot.section == SECTION_LAYER:
-            k = kernels[i]
-            first[slot.unit] = min(first.get(slot.unit, k.start_us), k.start_us)
-            last_end = max(last_end, k.end_us)
-    layers = sorted(first)
-    starts = [first[u] for u in layers]
+    for p in plan.in_layers:
+        k = kernels[main_idx[p]]
+        end = k.start_us + k.dur_us
+        if end > last_end:
+            last_end = end
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
-    for i in sorted(set(range(len(kernels))).difference(main_idx)):  # the kernels off the chain, in order
+    for i in [i for i, slot in enumerate(slots) if slot is None]:  # the kernels off the chain, in order
         k = kernels[i]
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:

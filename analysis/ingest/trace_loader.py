@@ -44,6 +44,7 @@ _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
 _GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
 _HEADER_LIMIT_BYTES = 64 * 1024 * 1024
 _BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
+_NEAR_WINDOW_BYTES = 16 * 1024  # searched first: it holds the last few boundaries of a slice of small events
 _BOUNDARY_TRIES = 8
 
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -336,11 +337,7 @@ def _decode_cut(buffer: _Buffer, cut: int) -> list[_Event]:
 def _decode_prefix(buffer: _Buffer, collector: _Collector) -> bool:
     """Decode the longest proven prefix of whole events; keep "[" plus the rest. False if none."""
     data = buffer.data
-    window = max(1, buffer.end - _BOUNDARY_WINDOW_BYTES)
-    ends = [m.start() for m in _BOUNDARY.finditer(data, window, buffer.end)]
-    if not ends:
-        ends = [m.start() for m in _BOUNDARY.finditer(data, 1, buffer.end)]
-    for cut in reversed(ends[-_BOUNDARY_TRIES:]):
+    for cut in reversed(_last_boundaries(data, buffer.end)):
         try:
             events = _decode_cut(buffer, cut)
         except _BAD_SLICE:
@@ -349,6 +346,20 @@ def _decode_prefix(buffer: _Buffer, collector: _Collector) -> bool:
         buffer.keep_from(data.index(b"{", cut + 1), 1)
         return True
     return False
+
+
+def _last_boundaries(data: bytearray, end: int) -> list[int]:
+    """The last _BOUNDARY_TRIES event boundaries before `end`: in the last 256 KB, else anywhere.
+
+    The last 16 KB are searched first; where they hold enough boundaries those are the same ones
+    (a match starts at a "}" and holds no other, so where a search begins changes no match after it)."""
+    near = [m.start() for m in _BOUNDARY.finditer(data, max(1, end - _NEAR_WINDOW_BYTES), end)]
+    if len(near) >= _BOUNDARY_TRIES:
+        return near[-_BOUNDARY_TRIES:]
+    ends = [m.start() for m in _BOUNDARY.finditer(data, max(1, end - _BOUNDARY_WINDOW_BYTES), end)]
+    if not ends:
+        ends = [m.start() for m in _BOUNDARY.finditer(data, 1, end)]
+    return ends[-_BOUNDARY_TRIES:]
 
 
 def _finish(path: str, buffer: _Buffer, collector: _Collector) -> bytes:
@@ -452,7 +463,7 @@ def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
     raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
 
 
-_BY_START_STREAM = operator.attrgetter("start_us", "stream")
+_BY_STREAM = operator.attrgetter("stream")
 _BY_START = operator.attrgetter("start_us")
 
 
@@ -477,9 +488,9 @@ def load_trace(
         raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
                                    "negative (docs/analysis.md, durations)") from None
     device_name = _device_name(header_bytes, tail)
-    launch_names = {launch.correlation: launch.name for launch in collector.launches}
+    launcher_of = {launch.correlation: launch.name for launch in collector.launches}.get
     for kernel in collector.kernels:
-        kernel.launcher = launch_names.get(kernel.correlation, "unknown")
+        kernel.launcher = launcher_of(kernel.correlation, "unknown")
     if not collector.kernels and require_kernels:  # CPU-only trace: operators' self time, launcher "cpu"
         if collector.bad_cpu_op is not None:
             raise TraceLoadError(path, f"{collector.bad_cpu_op}: an operator's dur must be present, finite and not "
@@ -493,7 +504,9 @@ def load_trace(
             "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
     kernels = collector.kernels
-    kernels.sort(key=_BY_START_STREAM)
+    # by (start, stream): two stable sorts on one key each, three times faster than on tuples
+    kernels.sort(key=_BY_STREAM)
+    kernels.sort(key=_BY_START)
     for ranges in (collector.gpu_annotations, collector.cpu_annotations, collector.module_ranges,
                    collector.function_ranges):
         ranges.sort(key=start_longest_first)

@@ -120,10 +120,12 @@ def build_column(
         by_source[row.source] += row.busy_us
         if row.section == SECTION_LAYER:
             key = (row.group, row.module, row.kernel)
-            order.setdefault(key, None)
             if cells_of_step is None:
                 cells_of_step = per_step[key_step]
-            cell = cells_of_step.setdefault(key, [0.0, 0.0, set()])
+            cell = cells_of_step.get(key)
+            if cell is None:  # a key's first row anywhere is the first of its step: the order is kept
+                cell = cells_of_step[key] = [0.0, 0.0, set()]
+                order.setdefault(key, None)
             cell[0] += row.busy_us
             cell[1] += row.exposed_us
             cell[2].add(row.layer)

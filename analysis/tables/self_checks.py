@@ -33,6 +33,7 @@ _MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
 _NOT_ROUTED = frozenset({"dispatch", "combine"})
 _SHARED = "shared_experts"
 _ATTENTION_CORE = "attn_core"
+_INF = float("inf")
 
 
 class CheckRow(msgspec.Struct):
@@ -66,8 +67,12 @@ def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D
     table_steps = [s for s in step_rows if s.stage == stage]
     used = _used_steps(step_rows, column, strict)
     by_step: dict[tuple[str, int], list[KernelRow]] = defaultdict(list)
+    rank = step = bucket = None  # rows come step by step: each step's list is looked up once
     for row in kernel_rows:
-        by_step[(row.rank, row.step)].append(row)
+        if row.step != step or row.rank != rank:
+            rank, step = row.rank, row.step
+            bucket = by_step[(rank, step)]
+        bucket.append(row)
     checks = [*_layer_count(step_rows, stage, model, layers)]
     checks.append(_layer_sequence(table_steps, by_step, stage, limits["layer_sequence"], chains or {}))
     checks.append(_attention_cores(step_rows, by_step))
@@ -164,8 +169,13 @@ _BY_START = operator.attrgetter("start_us")
 def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
     """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
     they run beside the router and the routed experts, so where they fall is a matter of timing."""
-    seq = [class_of_name(r.kernel_name) for r in sorted(rows, key=_BY_START) if r.module != _SHARED]
-    return _without_repeats(tuple(c for c in seq if c not in ignore))
+    return _classes_of_names(tuple([r.kernel_name for r in sorted(rows, key=_BY_START) if r.module != _SHARED]), ignore)
+
+
+@functools.lru_cache(maxsize=4096)
+def _classes_of_names(names: tuple[str, ...], ignore: frozenset[str]) -> tuple[str, ...]:
+    """_class_sequence of the names (cached: the layers of a decode run repeat a few sequences)."""
+    return _without_repeats(tuple(c for c in map(class_of_name, names) if c not in ignore))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -246,9 +256,13 @@ def _attention_cores(step_rows: list[StepRow], by_step: dict) -> CheckRow:
     cut missed (or folded into its neighbour's)."""
     outside: list[tuple[str, int, KernelRow]] = []
     total = 0
+    core_of_name: dict[str, bool] = {}
     for s in step_rows:
         for r in by_step.get((s.rank, s.step), []):
-            if class_of_name(r.kernel_name) != _ATTENTION_CORE:
+            core = core_of_name.get(r.kernel_name)
+            if core is None:
+                core = core_of_name[r.kernel_name] = class_of_name(r.kernel_name) == _ATTENTION_CORE
+            if not core:
                 continue
             total += 1
             if r.section != SECTION_LAYER:
@@ -359,9 +373,17 @@ def _durations(step_rows: list[StepRow], by_step: dict, limits: dict) -> CheckRo
     for rank, steps in by_rank.items():
         steps = sorted(steps, key=lambda s: s.start_us)
         for s, nxt in zip(steps, [*steps[1:], None]):
-            for r in by_step.get((s.rank, s.step), []):
-                total += 1
+            rows = by_step.get((s.rank, s.step), [])
+            total += len(rows)
+            # fast path: a float duration >= 0, a finite start, and the kernel ends before the next step
+            # starts (or starts after it); anything else goes through the checks below, which name it
+            limit, next_start = (nxt.start_us + slack, nxt.start_us) if nxt is not None else (_INF, _INF)
+            for r in rows:
                 dur = r.busy_us
+                start = r.start_us
+                if dur.__class__ is float and 0.0 <= dur < _INF and -_INF < start < _INF and (
+                        start + dur <= limit or start >= next_start):
+                    continue
                 if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
                     bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur!r}")
                 elif dur < 0:
