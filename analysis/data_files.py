@@ -26,9 +26,18 @@ def resolve(name_or_path: str, folder: Path, what: str, error: Callable[[str, st
     return path
 
 
+# libyaml's parser where PyYAML has it (PyPI wheels do): the same data, read about 5x faster
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str):
+    """yaml.safe_load of the text, through libyaml where it is installed."""
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
+
+
 def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as exc:
         raise error(str(path), f"not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

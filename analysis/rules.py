@@ -13,7 +13,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from analysis.data_files import validation_problems
+from analysis.data_files import load_yaml, validation_problems
 from analysis.errors import AnalysisError
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"
@@ -37,7 +37,7 @@ def load_rules_file(path: str | Path, schema: type[Schema]) -> Schema:
 @functools.lru_cache(maxsize=32)
 def _load(path: str, schema: type[Schema]) -> Schema:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = load_yaml(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise AnalysisError(f"rules {path}: cannot read: {' '.join(str(exc).split())}") from None
     try:

@@ -95,12 +95,16 @@ def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
     # latest end seen so far per stream, swept in start order
     open_until: dict[int, tuple[float, int]] = {}
     slack = OVERLAP_SLACK_US
+    latest = float("-inf")  # the latest end of all streams: a kernel starting after it overlaps none
     for i in order:
-        stream_i, start_i = streams[i], starts[i]
-        for stream, (until, j) in open_until.items():
-            if stream != stream_i and until - start_i > slack:
-                flags[i] = flags[j] = True
+        stream_i, start_i, end_i = streams[i], starts[i], ends[i]
+        if latest - start_i > slack:
+            for stream, (until, j) in open_until.items():
+                if stream != stream_i and until - start_i > slack:
+                    flags[i] = flags[j] = True
         current = open_until.get(stream_i)
-        if current is None or ends[i] > current[0]:
-            open_until[stream_i] = (ends[i], i)
+        if current is None or end_i > current[0]:
+            open_until[stream_i] = (end_i, i)
+        if end_i > latest:
+            latest = end_i
     return flags

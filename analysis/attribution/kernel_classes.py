@@ -31,8 +31,10 @@ def _rules() -> list[tuple[str, re.Pattern[str]]]:
     return [(entry.cls, re.compile(entry.match)) for entry in load_rules(CLASSES_FILE.name, KernelClasses).classes]
 
 
+@functools.lru_cache(maxsize=100_000)
 def _matching_class(name: str) -> str | None:
-    """The class of the first entry whose regex the name matches, or None."""
+    """The class of the first entry whose regex the name matches, or None (cached: both the class
+    and the rule of a name read it)."""
     text = name.strip()
     plain = unmangle_prefix(text) if text.startswith("_Z") else None
     for cls, pattern in _rules():

@@ -7,6 +7,8 @@ exposed part adds to the step's wall time.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Sequence
 
 import msgspec
@@ -44,16 +46,15 @@ def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, f
     return merged
 
 
-def _busy_of_others(kernels: Sequence[Kernel], stream: int, in_order: bool) -> list[tuple[float, float]]:
-    """The merged busy intervals of every stream but `stream`. Kernels in start order (as a step
-    holds them) merge as they come: the union does not depend on the order of equal starts."""
+def _own_busy(kernels: Sequence[Kernel], members: list[int], in_order: bool) -> list[tuple[float, float]]:
+    """The merged busy intervals of one stream's kernels (`members`: their positions). Kernels in
+    start order (as a step holds them) merge as they come, without a sort."""
     if not in_order:
-        return merge_intervals([(k.start_us, k.start_us + k.dur_us) for k in kernels if k.stream != stream])
+        return merge_intervals([(kernels[i].start_us, kernels[i].start_us + kernels[i].dur_us) for i in members])
     merged: list[tuple[float, float]] = []
     last_end = float("-inf")
-    for k in kernels:
-        if k.stream == stream:
-            continue
+    for i in members:
+        k = kernels[i]
         start = k.start_us
         end = start + k.dur_us
         if start <= last_end:  # merged is not empty: last_end is finite
@@ -68,19 +69,21 @@ def _busy_of_others(kernels: Sequence[Kernel], stream: int, in_order: bool) -> l
 
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
-    positions: dict[int, list[int]] = {}  # each stream's kernels, by position in `kernels`
-    in_order = True
-    previous = float("-inf")
-    for i, k in enumerate(kernels):
-        positions.setdefault(k.stream, []).append(i)
-        if k.start_us < previous:
-            in_order = False
-        previous = k.start_us
-    if len(positions) < 2:
+    streams = [k.stream for k in kernels]
+    distinct = set(streams)
+    if len(distinct) < 2:
         return [k.dur_us for k in kernels]
+    starts_all = [k.start_us for k in kernels]
+    in_order = all(map(operator.le, starts_all, itertools.islice(starts_all, 1, None)))
+    # each stream's kernels, by position in `kernels`
+    positions = {stream: [i for i, s in enumerate(streams) if s == stream] for stream in distinct}
+    own = {stream: _own_busy(kernels, members, in_order) for stream, members in positions.items()}
+    # The other streams' busy time: a union of unions is the union, and merged intervals are the
+    # union's pieces (their ends are the kernels' own times), so merging per stream first changes nothing.
     others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
-    for stream in positions:
-        merged = _busy_of_others(kernels, stream, in_order)
+    for stream in distinct:
+        parts = [own[s] for s in distinct if s != stream]
+        merged = parts[0] if len(parts) == 1 else merge_intervals([iv for part in parts for iv in part])
         others[stream] = (merged, [iv[0] for iv in merged])
     # Each stream's kernels in one pass of their own: they come in start order (but for a few placed
     # late), so the search resumes where the previous kernel's began instead of bisecting again;

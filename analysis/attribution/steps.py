@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -36,6 +37,8 @@ STEP_ANNOTATION = re.compile(
     r"|^ProfilerStep#\d+"  # torch.profiler schedule steps
 )
 _BATCH = re.compile(r"\bbs=(\d+)")
+_START_OF = operator.attrgetter("start_us")
+_INF = float("inf")
 GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
 DEFAULT_GAP_US = 1000.0
 
@@ -121,15 +124,25 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float 
     buckets: list[list[Kernel]] = [[] for _ in windows]
     rest: list[Kernel] = []
     bisect_right = bisect.bisect_right
+    # Points mostly come in order, so most fall where the last one did: a point p with
+    # starts[i] <= p < starts[i + 1] and p <= ends[i] bisects to i and lies in window i.
+    lo, below, end, bucket = _INF, -_INF, -_INF, rest
     for kernel, point in zip(kernels, points):
         if point is None:
             rest.append(kernel)
             continue
+        if lo <= point < below and point <= end:
+            bucket.append(kernel)
+            continue
         i = bisect_right(starts, point) - 1
-        while i >= 0 and ends[i] < point:
-            i -= 1
-        if i >= 0 and starts[i] <= point <= ends[i]:
-            buckets[i].append(kernel)
+        j = i
+        while j >= 0 and ends[j] < point:
+            j -= 1
+        if j >= 0 and starts[j] <= point <= ends[j]:
+            buckets[j].append(kernel)
+            if j == i:
+                lo, end, bucket = starts[i], ends[i], buckets[i]
+                below = starts[i + 1] if i + 1 < len(starts) else _INF
         else:
             rest.append(kernel)
     return buckets, rest
@@ -140,7 +153,7 @@ def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]]) -> None:
     step they ran during on the GPU, or the one before them: never dropped."""
     if not rest:
         return
-    starts = [min(k.start_us for k in step) for step in steps]
+    starts = [min(map(_START_OF, step)) for step in steps]
     for kernel in rest:
         steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
 
@@ -208,7 +221,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
                 Step(
                     index=len(steps),
                     stage=stage_of(label, default_stage),
-                    kernels=sorted(group, key=lambda k: k.start_us),
+                    kernels=sorted(group, key=_START_OF),
                     segmented_by=how,
                     batch_size=_batch_of(label) if label else None,
                     label=label,

@@ -17,6 +17,7 @@ import msgspec
 import yaml
 
 from analysis.report.demangle import demangle
+from analysis.data_files import load_yaml
 from analysis.errors import AnalysisError
 from analysis.sol.hardware import Hardware
 
@@ -62,7 +63,7 @@ class MetricConfig(msgspec.Struct, frozen=True):
 
 
 def load_metric_config(path: str | None = None) -> MetricConfig:
-    raw = yaml.safe_load(Path(path or METRICS_FILE).read_text())
+    raw = load_yaml(Path(path or METRICS_FILE).read_text())
     return MetricConfig(
         quantities={k: list(v) for k, v in raw["quantities"].items()},
         flop_metrics={k: float(v) for k, v in raw["flop_metrics"].items()},

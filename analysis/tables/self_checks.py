@@ -22,6 +22,7 @@ from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
 from analysis.attribution.steps import KNOWN_STAGES
+from analysis.data_files import load_yaml
 from analysis.errors import AnalysisError
 from analysis.ingest.model_spec import ModelSpec
 from analysis.tables.d4 import D4Column
@@ -50,7 +51,7 @@ class CheckRow(msgspec.Struct):
 @functools.lru_cache(maxsize=1)
 def thresholds() -> dict:
     try:
-        data = yaml.safe_load(THRESHOLDS_FILE.read_text())
+        data = load_yaml(THRESHOLDS_FILE.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise AnalysisError(f"self-check thresholds {THRESHOLDS_FILE}: cannot read: {exc}") from exc
     return data

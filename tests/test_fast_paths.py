@@ -1,0 +1,142 @@
+"""The shortcuts the analysis takes for speed give what the plain definitions give.
+
+Each fast function is held against a brute-force reading of its definition written here (it shares
+no code with the function), on SYNTHETIC random inputs with a fixed seed: overlapping and touching
+kernels, zero durations, several streams, kernels out of start order, points outside every window.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped, main_chain
+from analysis.attribution.overlap import exposed_durations
+from analysis.attribution.steps import _by_windows
+from analysis.ingest.trace_loader import _BOUNDARY, _BOUNDARY_TRIES, _last_boundaries
+from analysis.ingest.trace_model import Kernel, Range
+
+
+def _kernels(rng: random.Random, n: int, streams: int, shuffled: bool) -> list[Kernel]:
+    out, clock = [], 0.0
+    for _ in range(n):
+        clock += rng.choice([0.0, 0.5, 1.0, 2.5, 7.0])  # equal starts happen
+        dur = rng.choice([0.0, 1.0, 2.0, 3.5, 10.0])
+        out.append(Kernel("k", rng.randrange(streams), clock, dur, -1, "cudaLaunchKernel"))
+    out.sort(key=lambda k: (k.start_us, k.stream))
+    if shuffled:
+        rng.shuffle(out)
+    return out
+
+
+def _covered_by_others(kernel: Kernel, others: list[Kernel]) -> float:
+    """Length of [start, end] covered by the union of the other kernels' intervals: cut the span at
+    every boundary and count the pieces some other kernel holds."""
+    start, end = kernel.start_us, kernel.start_us + kernel.dur_us
+    cuts = sorted({start, end, *(o.start_us for o in others if start < o.start_us < end),
+                   *(o.start_us + o.dur_us for o in others if start < o.start_us + o.dur_us < end)})
+    total = 0.0
+    for lo, hi in zip(cuts, cuts[1:]):
+        mid = (lo + hi) / 2
+        if any(o.start_us <= mid <= o.start_us + o.dur_us for o in others):
+            total += hi - lo
+    return total
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3, 5])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_exposed_time_is_the_duration_less_what_other_streams_cover(streams, shuffled):
+    rng = random.Random(streams * 10 + shuffled)
+    for _ in range(20):
+        kernels = _kernels(rng, 60, streams, shuffled)
+        got = exposed_durations(kernels)
+        for k, exposed in zip(kernels, got):
+            others = [o for o in kernels if o.stream != k.stream]
+            want = max(0.0, k.dur_us - _covered_by_others(k, others))
+            assert math.isclose(exposed, want, abs_tol=1e-9), (k, exposed, want)
+
+
+def test_the_chain_of_one_stream_is_every_kernel_in_start_order():
+    rng = random.Random(7)
+    kernels = _kernels(rng, 50, 1, shuffled=False)
+    chain = main_chain([k.start_us for k in kernels], [k.start_us + k.dur_us for k in kernels],
+                       [k.stream for k in kernels])
+    assert [kernels[i].start_us for i in chain] == sorted(k.start_us for k in kernels)
+    assert sorted(chain) == list(range(len(kernels)))
+
+
+def test_the_chain_keeps_every_kernel_no_other_stream_overlaps():
+    """A kernel that no kernel of another stream overlaps (the earlier one running more than the
+    slack past the later one's start) is on the chain,
+    whatever the streams: the sweep's shortcut (skip the streams when nothing runs past the kernel's
+    start) must not lose one."""
+    rng = random.Random(11)
+    for _ in range(30):
+        kernels = _kernels(rng, 40, 3, shuffled=False)
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
+        chain = set(main_chain(starts, ends, [k.stream for k in kernels]))
+        def overlap(i: int, j: int) -> bool:
+            """The earlier of the two (by start, then end) still runs past the later's start."""
+            first, then = sorted((i, j), key=lambda x: (starts[x], ends[x], x))
+            return ends[first] - starts[then] > OVERLAP_SLACK_US
+
+        for i, k in enumerate(kernels):
+            if not any(o.stream != k.stream and overlap(i, j) for j, o in enumerate(kernels)):
+                assert i in chain, (i, k)
+
+
+def test_a_kernel_is_overlapped_exactly_where_another_stream_runs_past_its_start():
+    """Flagged: an earlier kernel of another stream (by start, then end) runs more than the slack
+    past its start; and every flagged kernel overlaps some kernel of another stream that way."""
+    rng = random.Random(13)
+    for _ in range(30):
+        kernels = _kernels(rng, 40, 3, shuffled=True)
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
+        streams = [k.stream for k in kernels]
+        order = sorted(range(len(kernels)), key=lambda x: (starts[x], ends[x], x))
+        rank = {x: n for n, x in enumerate(order)}
+        flags = _overlapped(order, starts, ends, streams)
+
+        def runs_past(first: int, then: int) -> bool:
+            return rank[first] < rank[then] and ends[first] - starts[then] > OVERLAP_SLACK_US
+
+        for i in range(len(kernels)):
+            others = [j for j in range(len(kernels)) if streams[j] != streams[i]]
+            if any(runs_past(j, i) for j in others):
+                assert flags[i], i
+            if flags[i]:
+                assert any(runs_past(j, i) or runs_past(i, j) for j in others), i
+
+
+def test_kernels_go_to_the_latest_window_that_holds_their_point():
+    rng = random.Random(3)
+    for _ in range(30):
+        windows, clock = [], 0.0
+        for _ in range(12):
+            clock += rng.choice([0.0, 1.0, 4.0, 9.0])
+            windows.append(Range("w", clock, rng.choice([0.0, 2.0, 5.0, 12.0]), 1))
+        windows.sort(key=lambda w: w.start_us)
+        kernels = _kernels(rng, 80, 2, shuffled=False)
+        points = [None if rng.random() < 0.1 else rng.uniform(-5, clock + 20) for _ in kernels]
+        buckets, rest = _by_windows(kernels, windows, points)
+        want_buckets: list[list[Kernel]] = [[] for _ in windows]
+        want_rest = []
+        for kernel, point in zip(kernels, points):
+            holding = [i for i, w in enumerate(windows) if point is not None and w.start_us <= point <= w.start_us + w.dur_us]
+            (want_buckets[max(holding)] if holding else want_rest).append(kernel)
+        assert buckets == want_buckets
+        assert rest == want_rest
+
+
+def test_slice_boundaries_found_near_the_end_are_the_last_ones_of_the_whole_slice():
+    rng = random.Random(5)
+    for size in (10, 200, 3000, 30000):  # small and large events: the 16 KB search holds all, some, none
+        events = [f'{{"name": "{"x" * rng.randrange(size)}", "s": "}} , {{"}}' for _ in range(40)]
+        data = bytearray(("[" + ",\n ".join(events) + "]").encode())
+        end = len(data) - 1
+        everything = [m.start() for m in _BOUNDARY.finditer(data, 1, end)]
+        window = [m.start() for m in _BOUNDARY.finditer(data, max(1, end - 256 * 1024), end)]
+        assert _last_boundaries(data, end) == (window or everything)[-_BOUNDARY_TRIES:]
