@@ -5,7 +5,6 @@ import csv
 import dataclasses
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,7 +165,9 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
             for i, a in enumerate(args):
                 results[i] = _guarded(_analyze_one, a)
                 advance()
-        else:
+        else:  # imported here: a one-rank run does not pay for the process pool's imports
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 futures = {pool.submit(_guarded, _analyze_one, a): i for i, a in enumerate(args)}
                 for fut in as_completed(futures):

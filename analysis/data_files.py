@@ -6,8 +6,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import yaml
-from pydantic import ValidationError
 
 
 def builtin_names(folder: Path) -> list[str]:
@@ -46,8 +46,8 @@ def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
 
 
 def checked_regex(value: str | None, what: str = "regex") -> str | None:
-    """A pydantic field validator's body: the value, or ValueError when it does not compile, so a
-    bad regex fails at load naming its key (pydantic adds the path)."""
+    """The value, or ValueError when it does not compile, so a bad regex fails at load naming its
+    key (a schema's __post_init__ calls it through field_problem)."""
     if value is not None:
         try:
             re.compile(value)
@@ -56,6 +56,48 @@ def checked_regex(value: str | None, what: str = "regex") -> str | None:
     return value
 
 
-def validation_problems(exc: ValidationError) -> str:
-    """Pydantic errors as 'key.path: message' joined, so the user sees which key is wrong."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors())
+def check_regexes(item: object, *fields: str) -> None:
+    """A schema's __post_init__: each named field, a regex or None, compiles; else the error names
+    the field (validation_problems puts it on the key path)."""
+    for name in fields:
+        try:
+            checked_regex(getattr(item, name), name)
+        except ValueError as exc:
+            raise field_problem(name, str(exc)) from None
+
+
+def field_problem(field: str, message: str) -> ValueError:
+    """An error of one field, raised in a schema's __post_init__ (msgspec reports the struct's path)."""
+    return ValueError(f"field `{field}`: {message}")
+
+
+def convert(data: object, schema: type, **fields) -> object:
+    """data (YAML's mappings and lists) as the schema's typed objects; `fields` added to the top
+    mapping. Raises msgspec.ValidationError (validation_problems says where)."""
+    if fields:
+        data = {**data, **fields} if isinstance(data, dict) else data
+    return msgspec.convert(data, schema)
+
+
+_AT = re.compile(r"^(.*?)(?: - at `\$(.*)`)?$", re.S)
+_PATH_PART = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[(.*?)\]")
+_ABOUT_FIELD = (
+    (re.compile(r"^field `([^`]+)`: (.*)$", re.S), None),
+    (re.compile(r"^Object contains unknown field `([^`]+)`$"), "not a known key"),
+    (re.compile(r"^Object missing required field `([^`]+)`$"), "required key missing"),
+)
+
+
+def validation_problems(exc: msgspec.ValidationError) -> str:
+    """A schema error as 'key.path: message', so the user sees which key is wrong: msgspec's
+    `$.layer[0]` becomes layer.0, and an error about one field (unknown, missing, a bad regex)
+    puts that field on the path."""
+    message, raw_path = _AT.match(str(exc)).groups()
+    keys = [m.group(1) or m.group(2) or m.group(3).strip("'\"") for m in _PATH_PART.finditer(raw_path or "")]
+    for pattern, text in _ABOUT_FIELD:
+        found = pattern.match(message)
+        if found:
+            keys.append(found.group(1))
+            message = text or found.group(2)
+            break
+    return f"{'.'.join(keys) or '(top)'}: {message}"

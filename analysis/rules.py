@@ -10,14 +10,14 @@ import functools
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ValidationError
 
-from analysis.data_files import load_yaml, validation_problems
+from analysis.data_files import convert, load_yaml, validation_problems
 from analysis.errors import AnalysisError
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"
-Schema = TypeVar("Schema", bound=BaseModel)
+Schema = TypeVar("Schema")
 
 
 def rules_path(file_name: str) -> Path:
@@ -41,6 +41,6 @@ def _load(path: str, schema: type[Schema]) -> Schema:
     except (OSError, yaml.YAMLError) as exc:
         raise AnalysisError(f"rules {path}: cannot read: {' '.join(str(exc).split())}") from None
     try:
-        return schema.model_validate(data)
-    except ValidationError as exc:
+        return convert(data, schema)
+    except msgspec.ValidationError as exc:
         raise AnalysisError(f"rules {path}: {validation_problems(exc)}") from None

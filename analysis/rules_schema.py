@@ -1,21 +1,24 @@
 """The schema of each naming-rule file in analysis/data/rules (one class per file).
 
-Regexes compile at load, so a bad one fails naming its file and key."""
+Typed structs read with msgspec.convert (analysis/rules.py): an unknown key, a missing one or a
+value of the wrong type fails naming the file and the key; regexes compile at load."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
+import msgspec
 
-from analysis.data_files import checked_regex as _compiles
+from analysis.data_files import check_regexes
 
 
-class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+class _Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pass
 
 
 class KernelClass(_Rule):
-    cls: str = Field(alias="class")
+    cls: str = msgspec.field(name="class")
     match: str
-    _match_compiles = field_validator("match")(lambda cls, v: _compiles(v))
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
 
 
 class KernelClasses(_Rule):
@@ -27,7 +30,13 @@ class MapFunction(_Rule):
     match: str
     role: str
     core: bool = False
-    _match_compiles = field_validator("match")(lambda cls, v: _compiles(v))
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
+
+
+_MODULE_MAP_REGEXES = ("model", "layer", "attention", "norm", "linear", "rotary", "activation", "experts", "router",
+                       "shared", "dispatch", "combine")
 
 
 class ModuleMapRules(_Rule):
@@ -45,8 +54,9 @@ class ModuleMapRules(_Rule):
     dispatch: str
     combine: str
     functions: list[MapFunction] = []
-    _regexes_compile = field_validator("model", "layer", "attention", "norm", "linear", "rotary", "activation",
-                                       "experts", "router", "shared", "dispatch", "combine")(lambda cls, v: _compiles(v))
+
+    def __post_init__(self) -> None:
+        check_regexes(self, *_MODULE_MAP_REGEXES)
 
 
 class RowRule(_Rule):
@@ -78,7 +88,9 @@ class KernelFamily(_Rule):
     family: str
     match: str
     whole_name_only: bool = False
-    _match_compiles = field_validator("match")(lambda cls, v: _compiles(v))
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
 
 
 class KernelFamilies(_Rule):
@@ -90,8 +102,9 @@ class KernelFamilies(_Rule):
 class NameKey(_Rule):
     pattern: str
     key: str
-    _pattern_compiles = field_validator("pattern")(lambda cls, v: _compiles(v))
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "pattern")
 
 
-class NameKeys(RootModel[list[NameKey]]):
-    """name_keys.yaml: kernel names a learned template matches by family (tile shapes vary)."""
+NameKeys = list[NameKey]  # name_keys.yaml: kernel names a learned template matches by family (tile shapes vary)

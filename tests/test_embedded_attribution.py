@@ -93,11 +93,11 @@ def test_learned_cpu_signature_on_traces_it_was_not_learned_from(name) -> None:
 def test_learned_from_one_step_names_the_other_steps() -> None:
     """Held out: learn from step 0's module ranges, check steps 1 and 2 against theirs."""
     from analysis.attribution.learn_signature import learn_signature
-    from analysis.attribution.signature import Signature
+    from analysis.attribution.signature import signature_from
 
     trace = load_trace(str(TRACE))
     base = load_signature("embedded-hf-deepseek-v3-cpu")
-    learned = Signature(**learn_signature(trace, base, "held-out", "learned from step 0", steps={0}))
+    learned = signature_from(learn_signature(trace, base, "held-out", "learned from step 0", steps={0}))
     rows_t, steps_t = attribute_rank(trace, learned, None, RankOptions(attribution="template"))
     rows_m, _ = attribute_rank(trace, learned, None, RankOptions(attribution="modules"))
     assert [s.layers_found for s in steps_t] == [4, 4, 4]

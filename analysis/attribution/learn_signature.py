@@ -13,6 +13,7 @@ import re
 from collections import Counter, defaultdict
 from functools import lru_cache
 
+import msgspec
 
 from analysis.attribution.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import Signature
@@ -28,7 +29,7 @@ FIRST_LAST_SHARE = 0.9  # a block's first (last) kernel gets its own slot when t
 
 @lru_cache(maxsize=1)
 def _key_rules() -> list[tuple[re.Pattern[str], str]]:
-    return [(re.compile(r.pattern), r.key) for r in load_rules("name_keys.yaml", NameKeys).root]
+    return [(re.compile(r.pattern), r.key) for r in load_rules("name_keys.yaml", NameKeys)]
 
 
 @lru_cache(maxsize=100_000)
@@ -180,8 +181,17 @@ def learn_signature(trace: RankTrace, base: Signature, name: str, description: s
                "pre": _outside_entries(outside["pre"], best, "embedding / input prep"),
                "post": _outside_entries(outside["post"], best, "lm_head / sampling")}
     if base.module_ranges is not None:  # else traces with ranges use the standard map (module_map.yaml)
-        learned["module_ranges"] = base.module_ranges.model_dump(exclude_none=True)
+        learned["module_ranges"] = _without_none(msgspec.to_builtins(base.module_ranges))
     return learned
+
+
+def _without_none(value):
+    """Plain data with the keys whose value is None left out (a learned file stays short)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def _agreed(counts: Counter, instances: int) -> str | None:

@@ -76,7 +76,8 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     starts_all = [k.start_us for k in kernels]
     in_order = all(map(operator.le, starts_all, itertools.islice(starts_all, 1, None)))
     # each stream's kernels, by position in `kernels`
-    positions = {stream: [i for i, s in enumerate(streams) if s == stream] for stream in distinct}
+    positions = {stream: list(itertools.compress(range(len(streams)), map(stream.__eq__, streams)))
+                 for stream in distinct}
     own = {stream: _own_busy(kernels, members, in_order) for stream, members in positions.items()}
     # The other streams' busy time: a union of unions is the union, and merged intervals are the
     # union's pieces (their ends are the kernels' own times), so merging per stream first changes nothing.
@@ -93,6 +94,7 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     for stream, members in positions.items():
         merged, starts = others[stream]
         n = len(merged)
+        ends = [iv[1] for iv in merged]
         last_start, i = None, 0
         for position in members:
             k = kernels[position]
@@ -104,6 +106,10 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
             else:
                 i = max(0, bisect_right(starts, start) - 1)
             last_start = start
+            if ends[i] <= start and (i + 1 == n or starts[i + 1] >= end):
+                # the busy interval before it has ended and the next begins after it: nothing covers it
+                result[position] = dur if dur > 0.0 else 0.0
+                continue
             total = 0.0
             j = i
             while j < n and merged[j][0] < end:

@@ -5,20 +5,23 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
+import msgspec
 
-from analysis.data_files import builtin_names, checked_regex, read_mapping, resolve, validation_problems
+from analysis.data_files import builtin_names, check_regexes, convert, field_problem, read_mapping, resolve, validation_problems
 from analysis.errors import SignatureError
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
 UNVERIFIED = "unverified: no real trace"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
+    """Typed, read-only once loaded; a __dict__ holds what is computed from the fields on first use
+    (compiled regexes, per-name caches) and where the entry is written (`rule`)."""
 
-
-_compiled = checked_regex  # every regex of a signature compiles at load (analysis/data_files.py)
+    @property
+    def rule(self) -> str:
+        """Where the entry is written (KernelRow.rule), set by its Signature: sm90.yaml:layer[3]."""
+        return self.__dict__.get("_rule", "")
 
 
 class Entry(_Strict):
@@ -34,30 +37,16 @@ class Entry(_Strict):
     example: str | None = None  # a real kernel name for this slot (documentation; synthetic fixtures)
     in_layers: str = "all"  # all | dense | moe: which layers launch it (documentation; synthetic fixtures)
     weights: dict[str, float] | None = None  # per name regex (full match): how characteristic of this slot (learned)
-    _rule: str = PrivateAttr(default="")  # where the entry is written, set by its Signature: sm90.yaml:layer[3]
 
-    @property
-    def rule(self) -> str:
-        return self._rule
-
-    @field_validator("in_layers")
-    @classmethod
-    def _layer_kind(cls, value: str) -> str:
-        if value not in ("all", "dense", "moe"):
-            raise ValueError(f"in_layers must be all, dense or moe, not {value!r}")
-        return value
-
-    @field_validator("match")
-    @classmethod
-    def _regex_compiles(cls, value: str) -> str:
-        return _compiled(value, "match")
-
-    @field_validator("weights")
-    @classmethod
-    def _weight_keys_compile(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        for key in value or {}:
-            _compiled(key, "weights key")
-        return value
+    def __post_init__(self) -> None:
+        if self.in_layers not in ("all", "dense", "moe"):
+            raise field_problem("in_layers", f"must be all, dense or moe, not {self.in_layers!r}")
+        check_regexes(self, "match")
+        for key in self.weights or {}:
+            try:
+                re.compile(key)
+            except re.error as exc:
+                raise field_problem("weights", f"key {key!r} is not a valid regex: {exc}") from None
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -95,13 +84,9 @@ class Family(_Strict):
     family: str
     group: str
     match: str
-    _rule: str = PrivateAttr(default="")  # where the family is written, set by its Signature
 
-    @property
-    def rule(self) -> str:
-        return self._rule
-
-    _match_compiles = field_validator("match")(lambda cls, v: _compiled(v, "match"))
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -113,13 +98,9 @@ class ModuleMapEntry(_Strict):
     group: str
     module: str
     within: str | None = None  # only when an enclosing module's class matches this regex
-    _rule: str = PrivateAttr(default="")  # where the entry is written, set by its Signature
 
-    @property
-    def rule(self) -> str:
-        return self._rule
-
-    _regexes_compile = field_validator("match", "within")(lambda cls, v, info: _compiled(v, info.field_name))
+    def __post_init__(self) -> None:
+        check_regexes(self, "match", "within")
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -133,13 +114,9 @@ class ModuleMapEntry(_Strict):
 class ModuleRanges(_Strict):
     layer: str
     map: list[ModuleMapEntry]
-    _rule: str = PrivateAttr(default="")  # where `layer` is written, set by its Signature
 
-    @property
-    def rule(self) -> str:
-        return self._rule
-
-    _layer_compiles = field_validator("layer")(lambda cls, v: _compiled(v, "layer"))
+    def __post_init__(self) -> None:
+        check_regexes(self, "layer")
 
     @cached_property
     def layer_regex(self) -> re.Pattern[str]:
@@ -160,10 +137,12 @@ class Signature(_Strict):
     # lists; only synthetic traces made from the signature itself exercise it), else the traces
     evidence: str = ""
     source: str = ""
-    _family_by_name: dict[str, Family | None] = PrivateAttr(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _entry_rules(self) -> "Signature":
+    def __post_init__(self) -> None:
+        self._one_anchor()
+        self._entry_rules()
+
+    def _entry_rules(self) -> None:
         """Each entry and family knows where it is written (KernelRow.rule): file:section[index]."""
         path = Path(self.source) if self.source else None
         if path is None:
@@ -174,19 +153,17 @@ class Signature(_Strict):
             where = str(path)
         for section in ("layer", "side", "pre", "post", "families"):
             for index, entry in enumerate(getattr(self, section)):
-                entry._rule = f"{where}:{section}[{index}]"
+                entry.__dict__["_rule"] = f"{where}:{section}[{index}]"
         if self.module_ranges is not None:
-            self.module_ranges._rule = f"{where}:module_ranges.layer"
+            self.module_ranges.__dict__["_rule"] = f"{where}:module_ranges.layer"
             for index, entry in enumerate(self.module_ranges.map):
-                entry._rule = f"{where}:module_ranges.map[{index}]"
-        return self
+                entry.__dict__["_rule"] = f"{where}:module_ranges.map[{index}]"
 
-    @model_validator(mode="after")
-    def _one_anchor(self) -> "Signature":
+    def _one_anchor(self) -> None:
         if self.generic:
             if not self.families:
                 raise ValueError("a generic signature needs `families`")
-            return self
+            return
         if not self.layer:
             raise ValueError("`layer` is required unless `generic: true`")
         anchors = [i for i, e in enumerate(self.layer) if e.anchor]
@@ -197,7 +174,6 @@ class Signature(_Strict):
         for key in ("side", "pre", "post"):
             if any(e.anchor for e in getattr(self, key)):
                 raise ValueError(f"`anchor` is only allowed in `layer`, not in `{key}`")
-        return self
 
     @property
     def unverified(self) -> bool:
@@ -207,6 +183,10 @@ class Signature(_Strict):
     @property
     def anchor_index(self) -> int:
         return next(i for i, e in enumerate(self.layer) if e.anchor)
+
+    @cached_property
+    def _family_by_name(self) -> dict[str, Family | None]:
+        return {}
 
     def family_of(self, kernel_name: str) -> Family | None:
         """Cached per name: a trace has few distinct kernel names but many kernels."""
@@ -229,11 +209,17 @@ def builtin_signatures() -> list[str]:
     return builtin_names(SIGNATURE_DIR)
 
 
+def signature_from(data: dict, source: str = "") -> Signature:
+    """A signature from a mapping (a YAML file's, or a learned one), checked against the schema.
+    Raises msgspec.ValidationError (data_files.validation_problems says which key)."""
+    return convert(data, Signature, source=source)
+
+
 def load_signature(name_or_path: str) -> Signature:
     """A built-in signature by name, or a YAML file by path."""
     path = resolve(name_or_path, SIGNATURE_DIR, "signature", SignatureError)
     data = read_mapping(path, SignatureError)
     try:
-        return Signature(**data, source=str(path))
-    except ValidationError as exc:
+        return signature_from(data, source=str(path))
+    except msgspec.ValidationError as exc:
         raise SignatureError(str(path), validation_problems(exc)) from None

@@ -4,18 +4,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import msgspec
 
-from analysis.data_files import builtin_names, read_mapping, resolve, validation_problems
+from analysis.data_files import builtin_names, convert, read_mapping, resolve, validation_problems
 from analysis.errors import ModelSpecError
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A key the analysis does not know is an error naming it, never silently ignored."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     num_layers: int
@@ -33,6 +31,6 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
     path = resolve(name_or_path, MODEL_DIR, "model", ModelSpecError)
     data = read_mapping(path, ModelSpecError)
     try:
-        return ModelSpec(**data)
-    except ValidationError as exc:
+        return convert(data, ModelSpec)
+    except msgspec.ValidationError as exc:
         raise ModelSpecError(str(path), validation_problems(exc)) from None

@@ -145,11 +145,11 @@ class _Collector:
         for ev in events:
             cat = ev.cat
             if cat == "python_function":
-                if ev.ph != "X" or ev.ts.__class__ is not float:
-                    continue
                 name = ev.name
                 # per distinct name, once: a module call (its class name), a function worth keeping, or neither
                 hit = python_hits.get(name)
+                if hit is False:  # most: tested first
+                    continue
                 if hit is None:
                     if name.startswith(prefix):
                         short = name[prefix_len:]
@@ -157,7 +157,9 @@ class _Collector:
                     else:
                         hit = self._function_pattern.search(name) is not None
                     python_hits[name] = hit
-                if hit is False:
+                    if hit is False:
+                        continue
+                if ev.ph != "X" or ev.ts.__class__ is not float:
                     continue
                 if hit is True:
                     self.function_ranges.append(self._range(ev))

@@ -210,13 +210,22 @@ def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dic
         rows = by_step.get((s.rank, s.step), [])
         known = chains.get((s.rank, s.step))
         chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
-        layer_rows: dict[int, list[KernelRow]] = defaultdict(list)
-        kinds: dict[int, list[KernelRow]] = defaultdict(list)
+        layer_rows: dict[int, list[KernelRow]] = {}
+        kinds: dict[int, list[KernelRow]] = {}
+        layer = members = on_chain = None  # a layer's rows mostly come together: look its lists up once
         for i, r in enumerate(rows):
             if r.section == SECTION_LAYER:
-                kinds[r.layer].append(r)
+                if r.layer != layer:
+                    layer = r.layer
+                    members = kinds.get(layer)
+                    if members is None:
+                        members = kinds[layer] = []
+                        on_chain = layer_rows[layer] = []
+                    else:
+                        on_chain = layer_rows[layer]
+                members.append(r)
                 if i in chain:
-                    layer_rows[r.layer].append(r)
+                    on_chain.append(r)
         for layer, members in kinds.items():
             seen[(s.rank, _layer_kind(members))][_class_sequence(layer_rows[layer], ignore)].append((s.step, layer))
     scope = f"stage {stage}"
