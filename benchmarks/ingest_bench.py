@@ -18,7 +18,7 @@ Cases, for the largest real trace and for a generated large trace (benchmarks/ma
 
 Usage:
     python benchmarks/ingest_bench.py WORK_DIR [--size-mb 400] [--ranks 2] [--repeat 3] [--skip-hta] [--out FILE]
-    python benchmarks/ingest_bench.py WORK_DIR --before OTHER_CHECKOUT [--repeat 7] [--out FILE]
+    python benchmarks/ingest_bench.py WORK_DIR --before OTHER_CHECKOUT [--repeat 7] [--out FILE] [--no-bytecode-cache]
       (the analyze case only, this checkout against another, interleaved: docs/performance.md)
 WORK_DIR (outside the repository) receives the generated and decompressed files; remove it after.
 """
@@ -42,6 +42,7 @@ if __package__ in (None, ""):
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
 
 CHILD_TIMEOUT_S = 900
+_NO_BYTECODE = Path("/dev/null")  # _run_child: compile every module, keep no bytecode
 _CHECKOUT_ENV = "MOE_BENCH_CHECKOUT"  # set for a child that runs another checkout's analysis code
 _ZLIB_READ_BYTES = 64 * 1024
 
@@ -162,13 +163,20 @@ def _isal_installed() -> bool:
 # ---------------------------------------------------------------- parent side
 
 
-def _run_child(kind: str, paths: list[Path], checkout: Path | None = None) -> dict:
+def _run_child(kind: str, paths: list[Path], checkout: Path | None = None, pycache: Path | None = None) -> dict:
     """Run one measurement in a fresh process; whole-process wall time and the kernel's peak RSS.
-    `checkout`: another copy of the project whose analysis code the child runs (--before)."""
+    `checkout`: another copy of the project whose analysis code the child runs (--before).
+    `pycache`: where the child keeps the project's compiled bytecode (as an installed package has
+    it); _NO_BYTECODE: compile every module; None leaves the environment's own setting."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         env = dict(os.environ, PYTHONPATH=str(checkout or REPO_ROOT))
         if checkout is not None:
             env[_CHECKOUT_ENV] = str(checkout)
+        if pycache == _NO_BYTECODE:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        elif pycache is not None:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(pycache)
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child", kind, *map(str, paths)],
@@ -316,18 +324,29 @@ def _print_table(rows: list[dict]) -> None:
     print(f"loader inflates gzip with: {INFLATER}; load average now: {os.getloadavg()[0]:.2f}")
 
 
-def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out: Path | None) -> int:
+def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out: Path | None,
+                  bytecode: bool = True) -> int:
     """The analyze case on the generated trace, before and after in turn, `repeat` times each: the
-    same machine in the same minutes, so the ratio is fair even where the machine is noisy."""
+    same machine in the same minutes, so the ratio is fair even where the machine is noisy.
+
+    `bytecode`: each side keeps its compiled modules in a cache of its own under work_dir, filled
+    by one uncounted run first, as an installed package has them; False compiles every module in
+    every run (the environment's PYTHONDONTWRITEBYTECODE, if set, is then forced on)."""
     if not (before / "analysis" / "api.py").is_file():
         print(f"ingest_bench: --before {before}: not a checkout of this project (no analysis/api.py)", file=sys.stderr)
         return 2
     gen_json, _gen_gz = _generated_trace(work_dir, size_mb)
+    sides = (("before", before), ("after", None))
+    caches = {side: (work_dir / f"pycache-{side}" if bytecode else None) for side, _ in sides}
+    if bytecode:
+        for side, checkout in sides:
+            print(f"analyze-json, {side}, uncounted run (compiles the bytecode cache) ...", file=sys.stderr, flush=True)
+            _run_child("analyze", [gen_json], checkout, caches[side])
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for turn in range(repeat):
-        for side, checkout in (("before", before), ("after", None)):
+        for side, checkout in sides:
             print(f"analyze-json, {side}, run {turn + 1} of {repeat} ...", file=sys.stderr, flush=True)
-            runs[side].append(_run_child("analyze", [gen_json], checkout))
+            runs[side].append(_run_child("analyze", [gen_json], checkout, caches[side] if bytecode else _NO_BYTECODE))
     size = gen_json.stat().st_size
     summary = {}
     for side, reports in runs.items():
@@ -337,7 +356,8 @@ def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out
                          "kernels": reports[0]["kernels"]}
     ratio_best = summary["before"]["best_s"] / summary["after"]["best_s"]
     ratio_median = summary["before"]["median_s"] / summary["after"]["median_s"]
-    print(f"analyze-json on {gen_json.name} ({size / 1e6:.0f} MB), {repeat} runs each, interleaved")
+    print(f"analyze-json on {gen_json.name} ({size / 1e6:.0f} MB), {repeat} runs each, interleaved, "
+          f"{'bytecode cached' if bytecode else 'every module compiled in every run'}")
     for side in ("before", "after"):
         row = summary[side]
         print(f"  {side:<6} best {row['best_s']:.2f} s ({row['mb_s_best']:.0f} MB/s), median {row['median_s']:.2f} s, "
@@ -345,7 +365,8 @@ def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out
     print(f"  speed-up: {ratio_best:.2f}x best to best, {ratio_median:.2f}x median to median")
     if out:
         tmp = out.with_name(out.name + ".partial")
-        tmp.write_text(json.dumps({"before": str(before), "summary": summary, "speedup_best": ratio_best,
+        tmp.write_text(json.dumps({"before": str(before), "bytecode_cached": bytecode, "summary": summary,
+                                   "speedup_best": ratio_best,
                                    "speedup_median": ratio_median, "cpus": len(os.sched_getaffinity(0))}, indent=2))
         os.replace(tmp, out)
     return 0
@@ -370,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, metavar="CHECKOUT",
                         help="only the analyze case, side by side: this checkout's code against CHECKOUT's "
                              "(another copy of the project, e.g. a git worktree of an older commit), runs interleaved")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="with --before: compile every module in every run (default: each side keeps its "
+                             "compiled bytecode in WORK_DIR, as an installed package does, after one uncounted run)")
     args = parser.parse_args(argv)
     resolved = args.work_dir.resolve()
     if resolved == REPO_ROOT or REPO_ROOT in resolved.parents:
@@ -377,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     if args.before is not None:
-        return _side_by_side(args.work_dir, args.size_mb, args.before.resolve(), args.repeat, args.out)
+        return _side_by_side(args.work_dir, args.size_mb, args.before.resolve(), args.repeat, args.out,
+                             bytecode=not args.no_bytecode_cache)
     rows = run_benchmark(args.work_dir, args.size_mb, args.ranks, args.skip_hta, args.repeat)
     _print_table(rows)
     if args.out:

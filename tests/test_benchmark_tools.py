@@ -3,6 +3,7 @@ columns dropped, everything else byte for byte), and ingest_bench --before times
 of this checkout against another."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,21 @@ def test_ingest_bench_times_this_checkout_against_another(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "speed-up:" in done.stdout and (tmp_path / "side.json").is_file()
+    # each side kept its compiled modules in a cache of its own, filled by an uncounted run
+    assert json.loads((tmp_path / "side.json").read_text())["bytecode_cached"] is True
+    for side in ("before", "after"):
+        assert list((tmp_path / "work" / f"pycache-{side}").rglob("api*.pyc")), side
+
+
+def test_ingest_bench_can_compile_every_module_in_every_run(tmp_path):
+    real_trace(QWEN3_DECODE)
+    done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--size-mb", "2",
+                           "--before", str(ROOT), "--repeat", "1", "--no-bytecode-cache", "--out", str(tmp_path / "side.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "every module compiled in every run" in done.stdout
+    assert json.loads((tmp_path / "side.json").read_text())["bytecode_cached"] is False
+    assert not list((tmp_path / "work").glob("pycache-*"))
 
 
 def test_ingest_bench_refuses_a_before_that_is_not_a_checkout(tmp_path):

@@ -95,8 +95,10 @@ def attribute_rank(
         # the step's and its layers' first start and last end, in the same pass as the rows
         inf = float("inf")
         first, last, layers_first, layers_last = inf, -inf, inf, -inf
+        busy_us = 0  # summed as sum() would, kernel by kernel from 0
         for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
             start = kernel.start_us
+            busy_us += kernel.dur_us
             end = start + kernel.dur_us
             if start < first:
                 first = start
@@ -132,7 +134,7 @@ def attribute_rank(
                 end_us=last,
                 step_us=last - first,
                 layers_us=layers_last - layers_first if layers_last > -inf else 0.0,
-                busy_us=sum(k.dur_us for k in step.kernels),
+                busy_us=busy_us,
                 exposed_us=sum(exposed),
                 kernels=len(step.kernels),
                 layers_found=units_found // per if per > 1 else units_found,

@@ -97,18 +97,20 @@ def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
     """Per kernel: does a kernel of another stream run during it?"""
     flags = [False] * len(starts)
     # latest end seen so far per stream, swept in start order
-    open_until: dict[int, tuple[float, int]] = {}
+    until_of: dict[int, float] = {}  # per stream, its latest end so far
+    last_of: dict[int, int] = {}  # per stream, the kernel that ends then
     slack = OVERLAP_SLACK_US
     latest = float("-inf")  # the latest end of all streams: a kernel starting after it overlaps none
     for i in order:
         stream_i, start_i, end_i = streams[i], starts[i], ends[i]
         if latest - start_i > slack:
-            for stream, (until, j) in open_until.items():
+            for stream, until in until_of.items():
                 if stream != stream_i and until - start_i > slack:
-                    flags[i] = flags[j] = True
-        current = open_until.get(stream_i)
-        if current is None or end_i > current[0]:
-            open_until[stream_i] = (end_i, i)
+                    flags[i] = flags[last_of[stream]] = True
+        until = until_of.get(stream_i)
+        if until is None or end_i > until:
+            until_of[stream_i] = end_i
+            last_of[stream_i] = i
         if end_i > latest:
             latest = end_i
     return flags
