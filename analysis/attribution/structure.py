@@ -646,11 +646,20 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
     namer = _LayerNamer(units, norm_pieces)
     unit_slot: list[tuple[str, int, str, bool] | None] = [None] * len(units)
     moe_layers = 0
+    # A layer's roles depend only on its own units (kinds and names) and where its core sits in them
+    # (_LayerNamer reads nothing outside lo..hi but the chain's input norms): layers of one shape
+    # are named once per chain, their roles kept relative to the layer's first unit.
+    by_shape: dict[tuple, tuple[list[tuple[int, str]], bool]] = {}
     for layer, ((core_lo, core_hi), lo, hi) in enumerate(zip(clusters, starts, ends)):
-        roles, moe = namer.name(lo, core_lo, core_hi, hi)
+        shape = (tuple([(u.kind, u.names) for u in units[lo:max(hi, core_hi) + 1]]), core_lo - lo, core_hi - lo)
+        named = by_shape.get(shape)
+        if named is None:
+            roles, moe = namer.name(lo, core_lo, core_hi, hi)
+            named = by_shape[shape] = ([(j - lo, role) for j, role in roles.items()], moe)
+        relative, moe = named
         moe_layers += moe
-        for j, role in roles.items():
-            unit_slot[j] = (SECTION_LAYER, layer, role, moe)
+        for offset, role in relative:
+            unit_slot[lo + offset] = (SECTION_LAYER, layer, role, moe)
     for j in range(0, starts[0]):
         unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
     for j in range(post_start, len(units)):
@@ -658,14 +667,15 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
     names, roots, _calls = key
     labels = roots or names  # a CPU operator is labelled and classed by its outermost call
     slots: list[Slot] = []
+    label_rule: dict[str, tuple[str, str]] = {}  # per distinct name: its D4 label and its class's rule
     for unit, placed in zip(units, unit_slot):
         section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
         role = role or "experts"
         row = row_of(role, moe)
         for p in range(unit.lo, unit.hi + 1):
             name = labels[p] or names[p]
-            slots.append(Slot(section, layer, row.group, row.module, short_label(name), SOURCE_STRUCTURE, role,
-                              class_rule_of_name(name)))
+            label, rule = label_rule.get(name) or label_rule.setdefault(name, (short_label(name), class_rule_of_name(name)))
+            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, rule))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
