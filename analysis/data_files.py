@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -60,10 +60,17 @@ def check_regexes(item: object, *fields: str) -> None:
     """A schema's __post_init__: each named field, a regex or None, compiles; else the error names
     the field (validation_problems puts it on the key path)."""
     for name in fields:
+        check_field_regexes(name, [getattr(item, name)], name)
+
+
+def check_field_regexes(field: str, values: Iterable[str | None], what: str) -> None:
+    """Each of the values (a field's, or its keys) compiles as a regex; else the error names the
+    field and says which value (`what`)."""
+    for value in values:
         try:
-            checked_regex(getattr(item, name), name)
+            checked_regex(value, what)
         except ValueError as exc:
-            raise field_problem(name, str(exc)) from None
+            raise field_problem(field, str(exc)) from None
 
 
 def field_problem(field: str, message: str) -> ValueError:

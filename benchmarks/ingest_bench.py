@@ -42,7 +42,6 @@ if __package__ in (None, ""):
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
 
 CHILD_TIMEOUT_S = 900
-_NO_BYTECODE = Path("/dev/null")  # _run_child: compile every module, keep no bytecode
 _CHECKOUT_ENV = "MOE_BENCH_CHECKOUT"  # set for a child that runs another checkout's analysis code
 _ZLIB_READ_BYTES = 64 * 1024
 
@@ -163,20 +162,20 @@ def _isal_installed() -> bool:
 # ---------------------------------------------------------------- parent side
 
 
-def _run_child(kind: str, paths: list[Path], checkout: Path | None = None, pycache: Path | None = None) -> dict:
+def _run_child(kind: str, paths: list[Path], checkout: Path | None = None, bytecode: Path | bool | None = None) -> dict:
     """Run one measurement in a fresh process; whole-process wall time and the kernel's peak RSS.
     `checkout`: another copy of the project whose analysis code the child runs (--before).
-    `pycache`: where the child keeps the project's compiled bytecode (as an installed package has
-    it); _NO_BYTECODE: compile every module; None leaves the environment's own setting."""
+    `bytecode`: a folder where the child keeps the project's compiled modules (as an installed
+    package has them); False: compile every module in the run; None: the environment's own setting."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         env = dict(os.environ, PYTHONPATH=str(checkout or REPO_ROOT))
         if checkout is not None:
             env[_CHECKOUT_ENV] = str(checkout)
-        if pycache == _NO_BYTECODE:
+        if bytecode is False:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
-        elif pycache is not None:
+        elif isinstance(bytecode, Path):
             env.pop("PYTHONDONTWRITEBYTECODE", None)
-            env["PYTHONPYCACHEPREFIX"] = str(pycache)
+            env["PYTHONPYCACHEPREFIX"] = str(bytecode)
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--child", kind, *map(str, paths)],
@@ -331,13 +330,13 @@ def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out
 
     `bytecode`: each side keeps its compiled modules in a cache of its own under work_dir, filled
     by one uncounted run first, as an installed package has them; False compiles every module in
-    every run (the environment's PYTHONDONTWRITEBYTECODE, if set, is then forced on)."""
+    every run (PYTHONDONTWRITEBYTECODE=1 for every child)."""
     if not (before / "analysis" / "api.py").is_file():
         print(f"ingest_bench: --before {before}: not a checkout of this project (no analysis/api.py)", file=sys.stderr)
         return 2
     gen_json, _gen_gz = _generated_trace(work_dir, size_mb)
     sides = (("before", before), ("after", None))
-    caches = {side: (work_dir / f"pycache-{side}" if bytecode else None) for side, _ in sides}
+    caches = {side: (work_dir / f"pycache-{side}" if bytecode else False) for side, _ in sides}
     if bytecode:
         for side, checkout in sides:
             print(f"analyze-json, {side}, uncounted run (compiles the bytecode cache) ...", file=sys.stderr, flush=True)
@@ -346,7 +345,7 @@ def _side_by_side(work_dir: Path, size_mb: float, before: Path, repeat: int, out
     for turn in range(repeat):
         for side, checkout in sides:
             print(f"analyze-json, {side}, run {turn + 1} of {repeat} ...", file=sys.stderr, flush=True)
-            runs[side].append(_run_child("analyze", [gen_json], checkout, caches[side] if bytecode else _NO_BYTECODE))
+            runs[side].append(_run_child("analyze", [gen_json], checkout, caches[side]))
     size = gen_json.stat().st_size
     summary = {}
     for side, reports in runs.items():

@@ -42,12 +42,18 @@ def test_compare_dirs_reports_a_changed_value_a_missing_and_a_new_file(tmp_path)
     assert any("new.csv: new after" in line for line in found)
 
 
-def test_ingest_bench_times_this_checkout_against_another(tmp_path):
+def _bench_against_itself(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
+    """ingest_bench --before this checkout, on a 2 MB generated trace, one run each."""
     real_trace(QWEN3_DECODE)  # the generated trace repeats a real step (skipped when absent)
     done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--size-mb", "2",
-                           "--before", str(ROOT), "--repeat", "1", "--out", str(tmp_path / "side.json")],
+                           "--before", str(ROOT), "--repeat", "1", *options, "--out", str(tmp_path / "side.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def test_ingest_bench_times_this_checkout_against_another(tmp_path):
+    done = _bench_against_itself(tmp_path)
     assert "speed-up:" in done.stdout and (tmp_path / "side.json").is_file()
     # each side kept its compiled modules in a cache of its own, filled by an uncounted run
     assert json.loads((tmp_path / "side.json").read_text())["bytecode_cached"] is True
@@ -56,11 +62,7 @@ def test_ingest_bench_times_this_checkout_against_another(tmp_path):
 
 
 def test_ingest_bench_can_compile_every_module_in_every_run(tmp_path):
-    real_trace(QWEN3_DECODE)
-    done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--size-mb", "2",
-                           "--before", str(ROOT), "--repeat", "1", "--no-bytecode-cache", "--out", str(tmp_path / "side.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _bench_against_itself(tmp_path, "--no-bytecode-cache")
     assert "every module compiled in every run" in done.stdout
     assert json.loads((tmp_path / "side.json").read_text())["bytecode_cached"] is False
     assert not list((tmp_path / "work").glob("pycache-*"))

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import msgspec
 
-from analysis.attribution.kernel_classes import COMMUNICATION, class_of_name
+from analysis.attribution.kernel_classes import COMMUNICATION, class_test
 from analysis.attribution.rows import KernelRow, StepRow
 
 
@@ -78,7 +78,7 @@ class Straggler(msgspec.Struct):
 
 
 def is_comm_kernel(row: KernelRow) -> bool:
-    return class_of_name(row.kernel_name) in COMMUNICATION
+    return class_test(COMMUNICATION)[row.kernel_name]
 
 
 def _key(row: KernelRow, occurrence: int) -> tuple:
@@ -112,7 +112,7 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
         for s in step_rows:
             ranks_of_step[(s.step, s.stage)].add(s.rank)
     out: dict[tuple, dict[str, CommRow]] = defaultdict(dict)
-    comm_of_name: dict[str, bool] = {}  # is_comm_kernel per distinct kernel name
+    is_comm = class_test(COMMUNICATION)  # is_comm_kernel, indexed by name in this hot loop
     for rank, rows in by_rank.items():
         # by (step, start), ties in row order: two stable sorts on one key each (cheaper than on pairs)
         rows.sort(key=_BY_START)
@@ -128,10 +128,7 @@ def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | N
             end = start + row.busy_us
             if end > busy_until:
                 busy_until = end
-            comm = comm_of_name.get(row.kernel_name)
-            if comm is None:
-                comm = comm_of_name[row.kernel_name] = is_comm_kernel(row)
-            if not comm:
+            if not is_comm[row.kernel_name]:
                 continue
             base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
             occurrence = counts[base]

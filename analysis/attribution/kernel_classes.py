@@ -56,6 +56,25 @@ def class_rule_of_name(name: str) -> str:
     return f"{CLASSES_FILE.name}:{_matching_class(name) or 'none'}"
 
 
+class _ClassTest(dict):
+    """name -> is its class one of `classes`; each name tested once (a missing key tests it)."""
+
+    def __init__(self, classes: frozenset[str]):
+        super().__init__()
+        self.classes = classes
+
+    def __missing__(self, name: str) -> bool:
+        hit = self[name] = class_of_name(name) in self.classes
+        return hit
+
+
+@functools.lru_cache(maxsize=None)
+def class_test(classes: frozenset[str]) -> dict[str, bool]:
+    """A mapping name -> "is the name's class one of `classes`", shared per set of classes. Hot
+    loops index it for every kernel: a dict lookup, cheaper than a call to class_of_name."""
+    return _ClassTest(classes)
+
+
 def kernel_class_rule(kernel: Kernel) -> str:
     return class_rule_of_name(kernel.root or kernel.name)
 

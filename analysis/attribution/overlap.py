@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -35,28 +35,12 @@ def stream_summary(rows) -> list[StreamSummary]:
     return [StreamSummary(rank, stream, int(n), busy, exposed) for (rank, stream), (n, busy, exposed) in sorted(acc.items())]
 
 
-def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _own_busy(kernels: Sequence[Kernel], members: list[int], in_order: bool) -> list[tuple[float, float]]:
-    """The merged busy intervals of one stream's kernels (`members`: their positions). Kernels in
-    start order (as a step holds them) merge as they come, without a sort."""
-    if not in_order:
-        return merge_intervals([(kernels[i].start_us, kernels[i].start_us + kernels[i].dur_us) for i in members])
+def merge_intervals(intervals: Iterable[tuple[float, float]], in_order: bool = False) -> list[tuple[float, float]]:
+    """The union of the (start, end) intervals as disjoint pieces, by start. `in_order`: they
+    already come by start (ties in any order give the same union), so no sort."""
     merged: list[tuple[float, float]] = []
     last_end = float("-inf")
-    for i in members:
-        k = kernels[i]
-        start = k.start_us
-        end = start + k.dur_us
+    for start, end in (intervals if in_order else sorted(intervals)):
         if start <= last_end:  # merged is not empty: last_end is finite
             if end > last_end:
                 merged[-1] = (merged[-1][0], end)
@@ -78,7 +62,10 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     # each stream's kernels, by position in `kernels`
     positions = {stream: list(itertools.compress(range(len(streams)), map(stream.__eq__, streams)))
                  for stream in distinct}
-    own = {stream: _own_busy(kernels, members, in_order) for stream, members in positions.items()}
+    # each stream's own busy time (kernels in start order, as a step holds them, merge without a sort)
+    ends_all = [start + k.dur_us for start, k in zip(starts_all, kernels)]
+    own = {stream: merge_intervals(zip([starts_all[i] for i in members], [ends_all[i] for i in members]), in_order)
+           for stream, members in positions.items()}
     # The other streams' busy time: a union of unions is the union, and merged intervals are the
     # union's pieces (their ends are the kernels' own times), so merging per stream first changes nothing.
     others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.data_files import builtin_names, check_regexes, convert, field_problem, read_mapping, resolve, validation_problems
+from analysis.data_files import (
+    builtin_names,
+    check_field_regexes,
+    check_regexes,
+    convert,
+    field_problem,
+    read_mapping,
+    resolve,
+    validation_problems,
+)
 from analysis.errors import SignatureError
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
@@ -42,11 +51,7 @@ class Entry(_Strict):
         if self.in_layers not in ("all", "dense", "moe"):
             raise field_problem("in_layers", f"must be all, dense or moe, not {self.in_layers!r}")
         check_regexes(self, "match")
-        for key in self.weights or {}:
-            try:
-                re.compile(key)
-            except re.error as exc:
-                raise field_problem("weights", f"key {key!r} is not a valid regex: {exc}") from None
+        check_field_regexes("weights", self.weights or (), "key")
 
     @cached_property
     def regex(self) -> re.Pattern[str]:

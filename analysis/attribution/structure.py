@@ -29,6 +29,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     class_of_name,
     class_rule_of_name,
+    class_test,
     kernel_class,
     kernel_class_rule,
 )
@@ -69,24 +70,13 @@ def _chain_positions(kernels: list[Kernel]) -> list[int]:
     """The positions of the chain's kernels (the part of the cut that reads timing)."""
     streams = [k.stream for k in kernels]
     if len(set(streams)) > 1:
-        anchor_of = _ANCHOR_OF_NAME
-        anchors = [anchor_of.get(k.root or k.name) for k in kernels]
-        if None in anchors:
-            anchors = [_is_anchor(k.root or k.name) for k in kernels]
+        is_anchor = class_test(ANCHOR_CLASSES)
+        anchors = [is_anchor[k.root or k.name] for k in kernels]
         starts = [k.start_us for k in kernels]
         ends = [k.start_us + k.dur_us for k in kernels]
         return main_chain(starts, ends, streams, anchors)
     return list(range(len(kernels)))
 
-
-_ANCHOR_OF_NAME: dict[str, bool] = {}  # kernel or operator name -> is its class an anchor (chain.py)
-
-
-def _is_anchor(name: str) -> bool:
-    anchor = _ANCHOR_OF_NAME.get(name)
-    if anchor is None:
-        anchor = _ANCHOR_OF_NAME[name] = class_of_name(name) in ANCHOR_CLASSES
-    return anchor
 
 
 _ChainKey = tuple[tuple[str, ...], "tuple[str, ...] | None", "tuple[int, ...] | None"]

@@ -19,7 +19,7 @@ import msgspec
 import yaml
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.attribution.kernel_classes import class_of_name, class_test
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
 from analysis.attribution.steps import KNOWN_STAGES
 from analysis.data_files import load_yaml
@@ -158,8 +158,9 @@ def _on_chain(rows: list[KernelRow]) -> set[int]:
     """Positions of the rows on the step's chain across streams (analysis/attribution/chain.py),
     as the structural attribution reads it: layers may hop streams in a graph replay."""
     if len({r.stream for r in rows}) > 1:
+        is_anchor = class_test(ANCHOR_CLASSES)
         return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
-                              [r.stream for r in rows], [class_of_name(r.kernel_name) in ANCHOR_CLASSES for r in rows]))
+                              [r.stream for r in rows], [is_anchor[r.kernel_name] for r in rows]))
     main = _main_stream(rows)
     return {i for i, r in enumerate(rows) if r.stream == main}
 
@@ -266,13 +267,10 @@ def _attention_cores(step_rows: list[StepRow], by_step: dict) -> CheckRow:
     cut missed (or folded into its neighbour's)."""
     outside: list[tuple[str, int, KernelRow]] = []
     total = 0
-    core_of_name: dict[str, bool] = {}
+    is_core = class_test(frozenset({_ATTENTION_CORE}))
     for s in step_rows:
         for r in by_step.get((s.rank, s.step), []):
-            core = core_of_name.get(r.kernel_name)
-            if core is None:
-                core = core_of_name[r.kernel_name] = class_of_name(r.kernel_name) == _ATTENTION_CORE
-            if not core:
+            if not is_core[r.kernel_name]:
                 continue
             total += 1
             if r.section != SECTION_LAYER:
