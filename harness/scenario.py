@@ -100,6 +100,8 @@ class SGLangEngine(_Strict):
     load_format: str | None = Field(None, description="--load-format (dummy: random weights)")
     speculative: SGLangSpeculative | None = Field(None, description="MTP / EAGLE speculative decoding")
     max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
+    chunked_prefill_size: int | None = Field(None, ge=1, description="--chunked-prefill-size; with DeepEP "
+                                             "low-latency mode at most the dispatch budget, which is the default")
     context_length: int | None = Field(None, ge=1, description="--context-length")
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
     host: str = Field("0.0.0.0", description="--host of node 0's server; the driver connects to node 0's IP "
@@ -310,6 +312,15 @@ def combination_problems(s: Scenario) -> list[str]:
                 f"workload.batch_size ({w.batch_size}) exceeds engine.max_running_requests ({e.max_running_requests}): "
                 "the server never runs that batch, so steady state is never reached"
             )
+        if e.dp_attention and e.dp > 1 and e.max_running_requests is not None:
+            share = -(-w.batch_size // e.dp)
+            needed = e.dp * (share + 1)
+            if e.max_running_requests < needed:
+                problems.append(
+                    f"engine.max_running_requests ({e.max_running_requests}) with DP attention over {e.dp} groups: "
+                    f"each group may hold {e.max_running_requests // e.dp} requests and SGLang (seen with 0.5.17) "
+                    f"keeps one of them waiting, so the {share} requests of workload.batch_size ({w.batch_size}) "
+                    f"per group never all run: use at least {needed}")
         if e.tp % e.dp:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):

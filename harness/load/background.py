@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from harness.load.client import DEFAULT_LOADS_PATH, LoadRun, RequestRecord, running_requests
+from harness.load.client import DEFAULT_LOADS_PATH, LoadRun, RequestRecord, fetch_loads, total_running
 
 
 class BackgroundLoad:
@@ -16,6 +16,7 @@ class BackgroundLoad:
         self.load = LoadRun(url, concurrency, input_len, output_len, records_path, api=api, ramp_s=ramp_s)
         self.loop = asyncio.new_event_loop()
         self.error: BaseException | None = None
+        self.last_loads: list[dict] | None = None   # the server's last /v1/loads entries (per DP rank)
         self.thread = threading.Thread(target=self._main, name="load", daemon=True)
         self.thread.start()
 
@@ -89,11 +90,12 @@ class BackgroundLoad:
         does not answer."""
         import aiohttp
 
-        async def probe() -> float:
+        async def probe() -> list[dict]:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-                return await running_requests(session, self.url, self.loads_path)
+                return await fetch_loads(session, self.url, self.loads_path)
 
         try:
-            return asyncio.run(probe())
+            self.last_loads = asyncio.run(probe())
+            return total_running(self.last_loads)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return None

@@ -205,15 +205,34 @@ class LoadRun:
         return self.records
 
 
+async def fetch_loads(session, url: str, loads_path: str = DEFAULT_LOADS_PATH) -> list[dict]:
+    """/v1/loads: one entry per DP rank of every node (num_running_reqs, num_waiting_reqs, ...)."""
+    async with session.get(url + loads_path) as resp:
+        resp.raise_for_status()
+        body = await resp.json()
+    return [load for load in body.get("loads") or [] if isinstance(load, dict)]
+
+
+def total_running(loads: list[dict]) -> float:
+    return float(sum(int(load.get("num_running_reqs") or 0) for load in loads))
+
+
+def describe_loads(loads: list[dict] | None) -> str:
+    """'DP rank 0: 4 running, 0 waiting; DP rank 1: 2 running, 2 waiting': where a batch is short."""
+    if not loads:
+        return "no per-rank loads"
+    return "; ".join(f"DP rank {load.get('dp_rank', i)}: {int(load.get('num_running_reqs') or 0)} running, "
+                     f"{int(load.get('num_waiting_reqs') or 0)} waiting"
+                     + (f" (max {load['max_running_requests']})" if load.get("max_running_requests") else "")
+                     for i, load in enumerate(loads))
+
+
 async def running_requests(session, url: str, loads_path: str = DEFAULT_LOADS_PATH) -> float:
     """Running requests over every DP rank of every node: the sum of num_running_reqs in /v1/loads.
 
     Not /metrics: its figures are node-local (node 0's schedulers only) and, with DP attention, one
     series per DP group, so a multi-node deployment's node 0 never shows the whole batch."""
-    async with session.get(url + loads_path) as resp:
-        resp.raise_for_status()
-        body = await resp.json()
-    return float(sum(int(load.get("num_running_reqs") or 0) for load in body.get("loads") or []))
+    return total_running(await fetch_loads(session, url, loads_path))
 
 
 async def wait_for_running_batch(url: str, target: int, timeout_s: float, poll_s: float = 0.2,

@@ -59,6 +59,7 @@ class DeploymentSpec:
     load_format: str | None = None         # "dummy": random weights, no download
     speculative: SpeculativeSpec | None = None
     max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None  # None: SGLang's default, or the DeepEP low-latency budget
     context_length: int | None = None
     mem_fraction_static: float | None = None
     trust_remote_code: bool = True
@@ -221,13 +222,7 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], r
         env.update(d["multinode"])
     if spec.moe_a2a_backend == "deepep":
         env.update(d["deepep"])
-        # DeepEP low-latency buffers are sized for this many tokens per rank per step.
-        per_rank = spec.max_running_requests or 128
-        if spec.dp_attention:
-            per_rank = -(-per_rank // spec.dp)
-        if spec.speculative:
-            per_rank *= spec.speculative.num_draft_tokens
-        env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] = str(max(128, per_rank))
+        env[DEEPEP_BUDGET_ENV] = str(deepep_dispatch_budget(spec))
     if spec.deepgemm is not None:
         env.update(d["deepgemm_on" if spec.deepgemm else "deepgemm_off"])
     env.update({k: _placeholders(str(v)) for k, v in spec.env.items()})
@@ -235,6 +230,75 @@ def _node_env(spec: DeploymentSpec, profile_dir: str, environ: dict[str, str], r
         if environ.get(name):
             env[name] = environ[name]
     return env
+
+
+DEEPEP_BUDGET_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+
+
+def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
+    """Tokens one rank may hand DeepEP's low-latency dispatch in one forward pass (the buffers are sized
+    for it; more is an assertion in deep_ep.cpp that ends the scheduler): the scenario's own
+    engine.env value, else enough for the decode batch a rank can hold (at least SGLang's 128), rounded up
+    to a multiple of 128."""
+    if DEEPEP_BUDGET_ENV in spec.env:
+        try:
+            return int(spec.env[DEEPEP_BUDGET_ENV])
+        except ValueError:
+            raise PlanError(f"engine.env.{DEEPEP_BUDGET_ENV}: {spec.env[DEEPEP_BUDGET_ENV]!r} is not a whole "
+                            "number") from None
+    per_rank = spec.max_running_requests or 128
+    if spec.dp_attention:
+        per_rank = -(-per_rank // spec.dp)
+    if spec.speculative:
+        per_rank *= spec.speculative.num_draft_tokens
+    # A multiple of 128: the prefill chunk derived from it must stay a multiple of the KV page size
+    # (SGLang asserts it; 64 for FlashMLA).
+    return max(128, -(-per_rank // 128) * 128)
+
+
+def _extra_arg_value(extra_args: tuple[str, ...], flag: str) -> str | None:
+    """The value given to `flag` in engine.extra_args (`--flag V` or `--flag=V`), or None."""
+    for i, token in enumerate(extra_args):
+        if token == flag and i + 1 < len(extra_args):
+            return extra_args[i + 1]
+        if token.startswith(flag + "="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def with_safe_prefill(spec: DeploymentSpec) -> DeploymentSpec:
+    """DeepEP's low-latency mode sends prefill tokens through the same fixed-size buffers as decode: a
+    prefill with more tokens on a rank than the dispatch budget kills the scheduler (seen with SGLang
+    0.5.17: 8 prompts of 128 tokens against a 128-token budget). So prefill is chunked within the
+    budget (SGLang's --chunked-prefill-size caps the tokens of one extend batch on a scheduler, and a
+    rank never holds more than its scheduler's batch); a larger chunk the scenario asks for is refused.
+    `auto` mode prefills with DeepEP's normal kernels and needs no cap."""
+    if spec.moe_a2a_backend != "deepep" or spec.deepep_mode != "low_latency":
+        return spec
+    budget = deepep_dispatch_budget(spec)
+    # Under DP attention SGLang divides --chunked-prefill-size by dp (server_args.py, every supported
+    # release): each DP group's scheduler prefills at most size // dp tokens, and that must fit the budget.
+    groups = spec.dp if spec.dp_attention else 1
+    asked, key = spec.chunked_prefill_size, "engine.chunked_prefill_size"
+    if asked is None:
+        raw = _extra_arg_value(spec.extra_args, "--chunked-prefill-size")
+        if raw is not None:
+            key = "engine.extra_args --chunked-prefill-size"
+            try:
+                asked = int(raw)
+            except ValueError:
+                raise PlanError(f"{key}: {raw!r} is not a whole number") from None
+            if 0 < asked // groups <= budget:
+                return spec
+    if asked is None:
+        return replace(spec, chunked_prefill_size=budget * groups)
+    if asked <= 0 or asked // groups > budget:
+        per_group = f" ({asked // groups} per DP group: SGLang divides it by dp)" if groups > 1 else ""
+        raise PlanError(f"{key} = {asked}{per_group}: DeepEP low-latency mode dispatches at most {budget} tokens per "
+                        f"rank ({DEEPEP_BUDGET_ENV}), so a longer prefill chunk would end the server at its first "
+                        f"long prefill; use at most {budget * groups}, raise engine.env.{DEEPEP_BUDGET_ENV}, or use "
+                        "engine.deepep_mode: auto")
+    return spec
 
 
 def expert_record_dir(profile_dir: str) -> str:
@@ -261,6 +325,7 @@ def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
     """One NodeLaunch per node for one SGLang release (default: versions.yaml's); node 0's IP stays a
     placeholder until placement."""
     check_spec(spec)
+    spec = with_safe_prefill(spec)
     row = version if isinstance(version, SGLangVersion) else load_version(version)
     if spec.capture_traces and row.capture_trace is None:
         raise PlanError(f"profile.capture_traces: SGLang {row.version} writes no CUDA-graph capture traces "

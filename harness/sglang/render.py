@@ -16,7 +16,7 @@ ABOVE_ONE = ("pp", "dp", "ep", "nodes")            # rendered only when larger t
 # Rendering order: the plan reads top to bottom like a hand-written command.
 ORDER = ("model_path", "host", "port", "tp", "pp", "dp", "dp_attention", "ep", "moe_a2a_backend", "deepep_mode",
          "moe_runner_backend", "two_batch_overlap", "attention_backend", "cuda_graph_bs", "cuda_graph_max_bs",
-         "load_format", "speculative", "max_running_requests", "context_length", "mem_fraction_static",
+         "load_format", "speculative", "max_running_requests", "chunked_prefill_size", "context_length", "mem_fraction_static",
          "trust_remote_code", "enable_metrics", "capture_traces", "expert_load", "nodes")
 SCENARIO_SECTION = {"nodes": "cluster", "gpus_per_node": "cluster", "capture_traces": "profile", "expert_load": "profile"}
 
@@ -24,6 +24,14 @@ SCENARIO_SECTION = {"nodes": "cluster", "gpus_per_node": "cluster", "capture_tra
 def scenario_key(field: str) -> str:
     """Where a deployment field comes from in a scenario file: engine.tp, cluster.nodes, ..."""
     return f"{SCENARIO_SECTION.get(field, 'engine')}.{field}"
+
+
+def node_port(port: int, node_rank: int) -> int:
+    """The HTTP port of one node: node 0 serves the API on `port`; every other node's SGLang binds a
+    stand-by health server on its own --port (engine.py, node_rank >= 1), so node r takes port + r and
+    two nodes sharing a host (two Ray nodes on one machine) do not fight over one port. Nodes >= 1
+    derive their inter-node ports from --dist-init-addr, never from --port."""
+    return port + node_rank
 
 
 def _wanted(field: str, value: Any, spec) -> bool:
@@ -49,7 +57,7 @@ def _expand(template: tuple[str, ...], value: Any, context: dict[str, Any]) -> l
 def render_server_args(spec, node_rank: int, row: SGLangVersion) -> tuple[list[str], dict[str, str]]:
     """(argv after the launcher, {flag: scenario key}) for one node of the deployment."""
     context: dict[str, Any] = {f: getattr(spec, f) for f in spec.__dataclass_fields__}
-    context.update(tp=spec.tp_size, node_rank=node_rank, node0_ip=NODE0_PLACEHOLDER)
+    context.update(tp=spec.tp_size, node_rank=node_rank, node0_ip=NODE0_PLACEHOLDER, port=node_port(spec.port, node_rank))
     if spec.speculative is not None:
         context.update(asdict(spec.speculative))
     argv: list[str] = []

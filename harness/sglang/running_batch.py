@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from harness.load.background import BackgroundLoad
+from harness.load.client import describe_loads
 from harness.run_errors import RunFailed
 from harness.sglang.server_actor import Deployment
 
@@ -33,5 +34,6 @@ def wait_for_running_batch(dep: Deployment, load: BackgroundLoad, target: int, t
             return seen
         time.sleep(POLL_S)
     raise RunFailed(f"the server reported {seen if seen is not None else 'no'} running requests, never the target "
-                    f"{target} (workload.batch_size), within {timeout_s:.0f} s (profile.timeout_s); check "
-                    "engine.max_running_requests and the server logs in logs/")
+                    f"{target} (workload.batch_size), within {timeout_s:.0f} s (profile.timeout_s); last per rank: "
+                    f"{describe_loads(load.last_loads)}; check engine.max_running_requests (divided over the DP "
+                    "groups with DP attention) and the server logs in logs/")

@@ -370,6 +370,26 @@ def recorder_breaks_forward(args) -> bool:
             and not RECORDER_MASKS_FUSED_SHARED)
 
 
+def admissible(state):
+    """The waiting requests the schedulers admit now. With DP attention each group holds at most
+    max_running_requests // groups, and SGLang 0.5.17 keeps one request of a full group waiting (seen on
+    two H100s: 7 running + 1 queued per group at a cap of 8, docs/gpu-runs.md)."""
+    args = state.args
+    waiting = [r for r in state.reqs.values() if r.phase == "waiting"]
+    if not args.max_running_requests:
+        return waiting
+    if args.dp_groups > 1:
+        per_group = args.max_running_requests // args.dp_groups - 1
+        room = {g: max(0, per_group - state.running(g)) for g in range(args.dp_groups)}
+        admitted = []
+        for r in waiting:
+            if room.get(r.group, 0) > 0:
+                room[r.group] -= 1
+                admitted.append(r)
+        return admitted
+    return waiting[: max(0, args.max_running_requests - state.running())]
+
+
 def scheduler_loop(state):
     while True:
         time.sleep(state.step_s)
@@ -380,8 +400,7 @@ def scheduler_loop(state):
                       "failed.", flush=True)
                 print("Fatal Python error: Aborted", flush=True)
                 os.abort()
-            cap = state.args.max_running_requests or 10**9
-            waiting = [r for r in state.reqs.values() if r.phase == "waiting"][: max(0, cap - state.running())]
+            waiting = admissible(state)
             batches = [sum(1 for r in waiting if r.group == g) for g in range(state.args.dp_groups)]
             if waiting:
                 # Prefill first, as SGLang's scheduler does; with a chunk budget a long prompt takes
@@ -653,11 +672,49 @@ def make_handler(state):
     return Handler
 
 
+def rendezvous_port(args) -> int:
+    return int(args.dist_init_addr.rsplit(":", 1)[1])
+
+
+def serve_rendezvous(state):
+    """Node 0 of several: the followers join through the dist-init address, as SGLang's ranks meet in
+    torch's store there (never through node 0's HTTP port, which nodes >= 1 do not know)."""
+    server = ThreadingHTTPServer(("0.0.0.0", rendezvous_port(state.args)), make_handler(state))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def serve_standby_health(args) -> None:
+    """Nodes >= 1: SGLang (engine.py, node_rank >= 1) binds a stand-by health server on the node's own
+    --host/--port; a port already taken ends the node as uvicorn does (two nodes of one host must not
+    share one)."""
+    class Standby(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *a):
+            pass
+
+        def do_GET(self):
+            code = 200 if self.path.split("?")[0] in ("/ping", "/health", "/health_generate", "/metrics") else 404
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), Standby)
+    except OSError as exc:
+        print(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address ({args.host!r}, {args.port}): "
+              f"{exc.strerror.lower() if exc.strerror else exc}", flush=True)
+        os._exit(1)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
 def follow_node0(state):
-    """Nodes > 0 serve nothing; they watch node 0 and write their ranks' traces when it exports."""
+    """Nodes > 0 serve only a stand-by health port; they watch node 0 (through the dist-init address)
+    and write their ranks' traces when it exports."""
+    serve_standby_health(state.args)
     # Tests bind node 0 to loopback; FAKE_SGLANG_NODE0_HOST points followers there.
-    host = os.environ.get("FAKE_SGLANG_NODE0_HOST") or state.args.dist_init_addr.split(":")[0]
-    url = f"http://{host}:{state.args.port}/_fake/events?node={state.args.node_rank}"
+    host = os.environ.get("FAKE_SGLANG_NODE0_HOST") or state.args.dist_init_addr.rsplit(":", 1)[0]
+    url = f"http://{host}:{rendezvous_port(state.args)}/_fake/events?node={state.args.node_rank}"
     seen, last_ok = 0, time.time()
     while True:
         time.sleep(0.1)
@@ -691,6 +748,8 @@ def main(argv=None):
         follow_node0(state)
         return 0
     threading.Thread(target=scheduler_loop, args=(state,), daemon=True).start()
+    if args.nnodes > 1:
+        serve_rendezvous(state)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     print(f"The server is fired up and ready to roll! (port {args.port})", flush=True)

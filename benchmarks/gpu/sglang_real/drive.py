@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.load.background import BackgroundLoad
+from harness.load.client import describe_loads
 from harness.load.summary import summarize
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan, expected_rank_labels
 from harness.node.process import ServerProcess, ServerStartError
@@ -37,6 +38,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--label", default="sglang-real")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--dp", type=int, default=1, help="DP attention over this many groups (>1: --enable-dp-attention); "
+                   "the trace names then carry -DP-<d>")
     p.add_argument("--a2a", default=None, help="--moe-a2a-backend (deepep, ...); none: no all-to-all")
     p.add_argument("--prefill-attn", default="triton")
     p.add_argument("--decode-attn", default="flashmla")
@@ -73,10 +76,13 @@ def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
         env["SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE"] = "1"
         extra.append("--enable-profile-cuda-graph")
     spec = SpeculativeSpec("EAGLE", num_steps=1, eagle_topk=1, num_draft_tokens=2) if a.mtp else None
-    return DeploymentSpec(model_path=str(Path(a.model_dir).resolve()), gpus_per_node=a.tp, tp=a.tp, ep=a.ep, moe_a2a_backend=a.a2a,
+    return DeploymentSpec(model_path=str(Path(a.model_dir).resolve()), gpus_per_node=a.tp, tp=a.tp, ep=a.ep, dp=a.dp,
+                          dp_attention=a.dp > 1, moe_a2a_backend=a.a2a,
                           deepep_mode="low_latency" if a.a2a == "deepep" else None, deepgemm=True, moe_runner_backend=a.moe_runner,
                           load_format="dummy", cuda_graph_max_bs=None if a.no_cuda_graph else a.batch,
-                          max_running_requests=a.batch, context_length=4096, mem_fraction_static=0.8,
+                          # DP attention keeps one request of a full group waiting: one more slot per group
+                          max_running_requests=a.batch if a.dp < 2 else a.dp * (-(-a.batch // a.dp) + 1),
+                          context_length=4096, mem_fraction_static=0.8,
                           speculative=spec, trust_remote_code=False, host="127.0.0.1", port=a.port,
                           extra_args=tuple(extra), env=env,
                           **({"launcher": tuple(shlex.split(a.launcher))} if a.launcher else {}))
@@ -147,7 +153,8 @@ class OneServer:
                 break
             time.sleep(0.5)
         else:
-            raise RuntimeError(f"running batch {seen} never reached {a.batch}")
+            keep_facts(self.url, self.facts, "short-batch")
+            raise RuntimeError(f"running batch {seen} never reached {a.batch}: {describe_loads(load.last_loads)}")
         self.timings["batch_s"] = time.monotonic() - self.t0
         time.sleep(2.0)  # a few decode steps past the last prefill
         keep_facts(self.url, self.facts, "loaded")
