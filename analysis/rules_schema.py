@@ -21,9 +21,19 @@ class KernelClass(_Rule):
         check_regexes(self, "match")
 
 
+class CollectiveRole(_Rule):
+    role: str
+    match: str
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
+
+
 class KernelClasses(_Rule):
-    """kernel_classes.yaml: what a kernel computes, from its name (first match wins)."""
+    """kernel_classes.yaml: what a kernel computes, from its name (first match wins), and which
+    collective a communication kernel runs."""
     classes: list[KernelClass]
+    collectives: list[CollectiveRole] = []
 
 
 class MapFunction(_Rule):

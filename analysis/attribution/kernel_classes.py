@@ -49,6 +49,20 @@ def class_of_name(name: str) -> str:
     return _matching_class(name) or DEFAULT_CLASS
 
 
+@functools.lru_cache(maxsize=1)
+def _collective_rules() -> list[tuple[str, re.Pattern[str]]]:
+    return [(entry.role, re.compile(entry.match))
+            for entry in load_rules(CLASSES_FILE.name, KernelClasses).collectives]
+
+
+@functools.lru_cache(maxsize=10_000)
+def collective_role(name: str) -> str:
+    """Which collective a communication kernel runs (kernel_classes.yaml `collectives`): all_reduce
+    unless its name says reduce_scatter or all_gather. Tensor parallelism over expert parallelism
+    reduce-scatters after attention and all-gathers before the next one; the table shows them apart."""
+    return next((role for role, pattern in _collective_rules() if pattern.search(name)), "all_reduce")
+
+
 @functools.lru_cache(maxsize=100_000)
 def class_rule_of_name(name: str) -> str:
     """Which entry of kernel_classes.yaml classed the name (KernelRow.rule): `kernel_classes.yaml:<class>`,

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 
-from analysis.attribution.kernel_classes import GEMM_LIKE, kernel_class, kernel_class_rule
+from analysis.attribution.kernel_classes import GEMM_LIKE, collective_role, kernel_class, kernel_class_rule
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
 from analysis.attribution.structure import routed_roles
@@ -509,6 +509,8 @@ def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str |
         label = kernel_label(k)
         if layer >= 0:
             role = role or "layer_other"
+            if role == "all_reduce":  # which collective: from its name
+                role = collective_role(k.name)
             r = row_of(role, layer in moe_calls)
             slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source, role, rule))
         else:

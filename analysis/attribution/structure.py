@@ -29,6 +29,7 @@ from analysis.attribution.kernel_classes import (
     ROUTING,
     class_of_name,
     class_rule_of_name,
+    collective_role,
     class_test,
     kernel_class,
     kernel_class_rule,
@@ -199,6 +200,50 @@ def _eager_attention_clusters(units: list[_Unit]) -> list[tuple[int, int]]:
     return clusters
 
 
+def _pre_walk(units: list[_Unit], start: int, end: int) -> list[int]:
+    """The comparable units before a core, from the core backwards, up to the first that ends a layer.
+
+    A collective ends the previous layer (a row-parallel reduction), except one right after a norm:
+    with tensor-parallel attention over expert parallelism, each layer normalises its tokens and
+    then gathers them from every rank before its projections (SGLang's layer communicator), so that
+    collective and the norm before it begin the layer."""
+    walk: list[int] = []
+    j = end - 1
+    while j >= start:
+        kind = units[j].kind
+        if kind in _NOT_PRE:
+            previous = _previous_not_view(units, start, j)
+            if kind != "allreduce" or previous is None or units[previous].kind != "norm" or not walk:
+                break
+        if kind != "view":
+            walk.append(j)
+        j -= 1
+    return walk
+
+
+def _previous_not_view(units: list[_Unit], start: int, j: int) -> int | None:
+    return next((i for i in range(j - 1, start - 1, -1) if units[i].kind != "view"), None)
+
+
+def _walk_keys(units: list[_Unit], walk: list[int]) -> list[tuple[tuple, int]]:
+    """(comparison key, earliest walk position) per step of a walk: a run of norms is one step keyed by
+    the norm kernels it runs (a graph replay hops streams, so a layer's q_a and kv_a norms are one or
+    two units of the chain depending on where the chain forks), and a collective joins the norm run
+    before it; copies compare by kind, the rest by name."""
+    out: list[tuple[tuple, int]] = []
+    for pos, j in enumerate(walk):
+        kind = units[j].kind
+        if kind in ("norm", "allreduce") and out and out[-1][0][0] == "norm":
+            names = out[-1][0][1] | ({units[j].names} if kind == "norm" else {("collective",)})
+            out[-1] = (("norm", names), pos)
+            continue
+        if kind in ("norm", "allreduce"):
+            out.append((("norm", frozenset({units[j].names if kind == "norm" else ("collective",)})), pos))
+            continue
+        out.append((("memory",) if kind == "memory" else units[j].names, pos))
+    return out
+
+
 def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[int]:
     """How many units before each attention core belong to its layer.
 
@@ -206,7 +251,8 @@ def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[in
     the embedding, before other layers the previous layer's MLP or experts, so the shared tail
     stops at the layer border), extended over norms that differ only in the first layer (a plain
     RMSNorm there, a fused residual-add RMSNorm elsewhere). Never past a unit of the expert path
-    or a collective, which end the previous layer. Copies compare by kind and CPU shape operators
+    or a collective, which end the previous layer (but a gather right after the input norm, which
+    begins this one: _pre_walk). Copies compare by kind, runs of norms as one, CPU shape operators
     not at all: layers that alternate sliding and full attention update their KV caches with
     different copies and views, but compute the same.
     """
@@ -215,37 +261,33 @@ def _pre_lengths(units: list[_Unit], clusters: list[tuple[int, int]]) -> list[in
     for lo, _hi in clusters:
         regions.append((previous_end + 1, lo))
         previous_end = _hi
-    # per region, the comparable units from the core backwards, up to the first that ends a layer
-    walks: list[list[int]] = []
-    for start, end in regions:
-        walk = []
-        for j in range(end - 1, start - 1, -1):
-            kind = units[j].kind
-            if kind in _NOT_PRE:
-                break
-            if kind != "view":
-                walk.append(j)
-        walks.append(walk)
+    walks = [_pre_walk(units, start, end) for start, end in regions]
     if len(regions) < 2:
         return [_role_pre_length(units, regions[0], walks[0])] if regions else []
 
-    def key(j: int):
-        return ("memory",) if units[j].kind == "memory" else units[j].names
-
+    keyed = [_walk_keys(units, walk) for walk in walks]
     # a core right after the previous one (layers split by _split_merged_layers) has nothing before it
-    compared = [walk for (start, end), walk in zip(regions, walks) if end > start]
+    compared = [keys for (start, end), keys in zip(regions, keyed) if end > start]
     shared = 0
-    while compared and all(shared < len(walk) for walk in compared) and len(
-            {key(walk[shared]) for walk in compared}) == 1:
-        shared += 1
-    while True:
-        room = [walk for walk in compared if shared < len(walk)]
-        if not room or len(room) < len(compared) - 1 or any(units[walk[shared]].kind != "norm" for walk in room):
-            break
+    while compared and all(shared < len(keys) for keys in compared) and len(
+            {keys[shared][0] for keys in compared}) == 1:
         shared += 1
     if shared == 0:
         return [_role_pre_length(units, region, walk) for region, walk in zip(regions, walks)]
-    return [end - walk[min(shared, len(walk)) - 1] if walk else 0 for (_start, end), walk in zip(regions, walks)]
+    # one more step where (nearly) every layer has a norm run there: the first layer's plain norm
+    # against the others' fused residual add, or a gather that only layers after a MoE layer need
+    room = [keys for keys in compared if shared < len(keys)]
+    extended = bool(room) and len(room) >= len(compared) - 1 and all(keys[shared][0][0] == "norm" for keys in room)
+    lengths = []
+    for (_start, end), walk, keys in zip(regions, walks, keyed):
+        if not walk:
+            lengths.append(0)
+            continue
+        taken = keys[min(shared, len(keys)) - 1][1]
+        if extended and shared < len(keys) and keys[shared][0][0] == "norm":
+            taken = keys[shared][1]
+        lengths.append(end - walk[taken])
+    return lengths
 
 
 def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int]) -> int:
@@ -352,8 +394,8 @@ class _LayerNamer:
             for j in range(lo, end):
                 roles[j] = self._tail_role(units[j].kind, "input_layernorm")
             return False
-        for j in range(lo, gemms[0]):
-            roles[j] = "input_layernorm"
+        for j in range(lo, gemms[0]):  # the input norm, and the gather of every rank's tokens after it
+            roles[j] = "all_reduce" if units[j].kind == "allreduce" else "input_layernorm"
         gaps = list(zip(gemms, [*gemms[1:], end]))
         extents = [self._norm_extent(a + 1, b) for a, b in gaps]
         inner = [e for e, (a, b) in zip(extents, gaps) if e is not None and b != end]
@@ -482,6 +524,13 @@ class _LayerNamer:
         # the routing chain: top-k / softmax and the small kernels among them, then the weights'
         # arithmetic after the last top-k; a copy or a reshape starts the experts' own work
         k = route_from + 1 if router is not None else route_from
+        # the shared expert launched between the router GEMM and top-k (SGLang's DeepEP path runs it on
+        # a second stream there): its GEMM chain comes before the routing, not among the routed experts
+        shared_first = self._shared_before_topk(k, end) if router is not None else None
+        if shared_first is not None:
+            k = shared_first[1] + 1
+            while k < end and units[k].kind not in ("topk", "softmax"):
+                k += 1
         last_routing = k - 1
         while k < end and units[k].kind in {"topk", "softmax"} | MINOR:
             if units[k].kind in ("topk", "softmax"):
@@ -496,7 +545,7 @@ class _LayerNamer:
         if routed_end is None:
             gemms_after = [k for k in range(experts_from, end) if units[k].kind in GEMM_LIKE]
             routed_end = gemms_after[-1] if gemms_after else experts_from - 1
-        shared = self._shared_span(start, route_from) or self._shared_span(routed_end + 1, end)
+        shared = shared_first or self._shared_span(start, route_from) or self._shared_span(routed_end + 1, end)
         # after the routed experts (and the shared ones, if they run last): GEMMs and scores there
         # gate the shared expert's output; what follows the last of them is the residual add
         tail_gemms = [k for k in range(routed_end + 1, end) if units[k].kind in GEMM_LIKE | {"softmax"}
@@ -514,6 +563,8 @@ class _LayerNamer:
                 roles[k] = "post_attention_layernorm" if kind in MINOR | {"norm"} else "shared_experts"
             elif router is not None and k == router:
                 roles[k] = "router"
+            elif shared_first is not None and route_from < k < first_routing:
+                roles[k] = "shared_experts"  # the shared expert's own small kernels (activation, quantisation)
             elif k < experts_from:
                 # before the first top-k kernel, a quantisation or copy prepares the experts' input
                 before_topk = k < first_routing and kind in ("quant", "memory")
@@ -543,6 +594,20 @@ class _LayerNamer:
                 nxt = _next_not_minor(units, k + 1, end)
                 if nxt is not None and units[nxt].kind in ("topk", "softmax"):
                     return k
+        return None
+
+    def _shared_before_topk(self, start: int, end: int) -> tuple[int, int] | None:
+        """GEMMs (two or more: an MLP) right after the router and before the first top-k, with nothing
+        of the routed path among them: the shared expert, launched before the routing."""
+        gemms = []
+        for k in range(start, end):
+            kind = self.units[k].kind
+            if kind in ("topk", "softmax"):
+                return (gemms[0], gemms[-1]) if len(gemms) >= 2 else None
+            if kind in EXPERT_PATH or kind in ("allreduce", "norm"):
+                return None
+            if kind in GEMM_LIKE:
+                gemms.append(k)
         return None
 
     def _shared_span(self, start: int, end: int) -> tuple[int, int] | None:
@@ -665,6 +730,11 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         for p in range(unit.lo, unit.hi + 1):
             name = labels[p] or names[p]
             label, rule = label_rule.get(name) or label_rule.setdefault(name, (short_label(name), class_rule_of_name(name)))
+            if role == "all_reduce":  # which collective: from its name
+                named = collective_role(name)
+                kind_row = row_of(named, moe)
+                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, rule))
+                continue
             slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, rule))
     layer_moe = {}
     for placed in unit_slot:
@@ -731,6 +801,8 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
                 role = "shared_experts"
             else:
                 role = "layer_other"
+            if role == "all_reduce":
+                role = collective_role(kernels[i].name)
             row = row_of(role, moe)
             slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE,
                             role, kernel_class_rule(kernels[i]))

@@ -23,7 +23,8 @@ ACT_CLASS = re.compile(r"SiLUActivation$|SiluAndMul$|GELUActivation$")
 MOE_BLOCK_CLASS = re.compile(r"MoE$|SparseMoeBlock$|GptOssMLP$|^MLPBlock$")
 ROUTER_CLASS = re.compile(r"TopkRouter$|TopKRouter$|^MoEGate$")
 TOPK_CLASS = re.compile(r"^TopK$")  # SGLang's top-k selection module
-EXPERTS_CLASS = re.compile(r"Experts$|^FusedMoE$|^LocalExperts$")
+# SGLang's expert-parallel experts modules (DeepEPMoE, EPMoE subclass FusedMoE): the experts, not a MoE block
+EXPERTS_CLASS = re.compile(r"Experts$|^FusedMoE$|^LocalExperts$|^DeepEPMoE$|^EPMoE$")
 DISPATCH_CLASS = re.compile(r"Dispatch$")
 COMBINE_CLASS = re.compile(r"Combine$")
 MLP_CLASS = re.compile(r"MLP$")  # a dense MLP, or a shared expert inside a MoE block
@@ -56,7 +57,21 @@ GEMM_KERNEL = re.compile(r"gemm|GEMM|nvjet|cutlass|cublas|Cijk|fused_moe_kernel|
 # finalize (the top-k weighted sum of the expert outputs) is combine.
 EXPERTS_TOPK_KERNEL = re.compile(r"routing|topk", re.IGNORECASE)
 EXPERTS_COMBINE_KERNEL = re.compile(r"finalizeKernel|moe_sum_reduce")
-ACT_KERNEL = re.compile(r"silu|act_and_mul|gelu|swiglu|aten::(silu|sigmoid|gelu)$", re.IGNORECASE)
+# A collective's kernel (NCCL's device kernels, SGLang's / vLLM's custom all-reduce): its own row in the
+# communication group, by the operation its name says, wherever in the layer it is launched (a
+# row-parallel linear's reduction, the layer communicator's reduce-scatter / all-gather, an
+# expert-parallel MoE's sum over ranks): a recording that kept no communication function range
+# still tells a collective from the module around it.
+# (An all-to-all's send / receive kernels are the dispatch's or the combine's: not these.)
+COLLECTIVE_KERNEL = re.compile(r"^nccl(Dev)?Kernel_(AllReduce|ReduceScatter|AllGather)|all_reduce_kernel"
+                               r"|cross_device_reduce|allreduce", re.IGNORECASE)
+COLLECTIVE_KIND = ((re.compile(r"ReduceScatter|reduce_scatter", re.IGNORECASE), "reduce_scatter"),
+                   (re.compile(r"AllGather|all_gather", re.IGNORECASE), "all_gather"))
+# SGLang's DeepEP low-latency experts: the tokens arrive quantised, so the one masked FP8 quantisation
+# between the two masked GEMMs is the activation's (SiLU-and-mul fused into it, sgl_kernel's
+# per_token_group_quant with fuse_silu_and_mul).
+ACT_KERNEL = re.compile(r"silu|act_and_mul|gelu|swiglu|aten::(silu|sigmoid|gelu)$|per_token_group_quant_masked",
+                        re.IGNORECASE)
 
 # ---------------------------------------------------------------- attribute names (where recorded)
 
@@ -105,6 +120,8 @@ ROWS = {
     "dense_post_attention_layernorm": ("mlp", "post_attention_layernorm"),
     "residual_add": ("other", "residual_add"),
     "all_reduce": ("communication", "all_reduce"),
+    "reduce_scatter": ("communication", "reduce_scatter"),
+    "all_gather": ("communication", "all_gather"),
 }
 # A user's own `record_function("group.module")` range names its kernels' row (the D4 group must be one of GROUPS).
 ANNOTATION = re.compile(r"^(?P<group>[a-z][a-z /]*)\.(?P<module>[\w. /-]+)$")
@@ -141,6 +158,8 @@ COMPARED_ROWS = {
     "dense act": [("mlp", "act")],
     "dense down": [("mlp", "down_proj")],
     "all_reduce": [("communication", "all_reduce")],
+    "reduce_scatter": [("communication", "reduce_scatter")],
+    "all_gather": [("communication", "all_gather")],
 }
 MAX_GROUP_GAP_PP = 3.0  # every D4 group within 3 percentage points of step busy time
 MAX_ROW_GAP_PP = 1.0  # every compared row within max(1 point, 20% of the row)

@@ -316,6 +316,8 @@ class _Namer:
         layer = path[0]
         # module calls, and the few python functions that name a role; helpers (`_call_impl`, ...) drop out
         below = [n for n in path[1:] if n.cls or _ROLE_FUNCTION.search(n.name)]
+        if T.COLLECTIVE_KERNEL.search(unit.op):
+            return next((row for kind, row in T.COLLECTIVE_KIND if kind.search(unit.op)), "all_reduce")
         if not below:
             return "residual_add"
         top = below[0]
@@ -460,15 +462,87 @@ def _name_expert_gemms(units: list[Unit], namer: _Namer) -> None:
 
 
 def transfer(eager: Truth, replay_path: str) -> Truth:
-    """A replay's truth: its kernels named as its eager twin's, aligned by name in order."""
-    units = sorted(_units(read_events(replay_path)), key=lambda u: u.gpu_start)
-    named = sorted(eager.units, key=lambda u: u.gpu_start)
-    matcher = difflib.SequenceMatcher(None, [u.name for u in named], [u.name for u in units], autojunk=False)
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            src, dst = named[block.a + k], units[block.b + k]
-            dst.row, dst.step, dst.layer = src.row, src.step, src.layer
+    """A replay's truth: its kernels named as its eager twin's, aligned by name in order, step by step.
+
+    Steps repeat the same kernels, so one alignment over the whole trace anchors on any one step and
+    leaves the rest unmatched; each replay step (its `step[...]` range around the graph launch) is
+    aligned with the eager step it matches best."""
+    events = read_events(replay_path)
+    units = sorted(_units(events), key=lambda u: u.gpu_start)
+    replay_steps = _replay_steps(events, units)
+    eager_steps: dict[int, list[Unit]] = {}
+    for u in sorted(eager.units, key=lambda u: u.gpu_start):
+        eager_steps.setdefault(u.step, []).append(u)
+    candidates = list(eager_steps.values()) if len(replay_steps) > 1 else [sorted(eager.units, key=lambda u: u.gpu_start)]
+    for members in replay_steps:
+        names = [u.name for u in members]
+        best = None
+        for named in candidates:
+            matcher = difflib.SequenceMatcher(None, [u.name for u in named], names, autojunk=False)
+            blocks = matcher.get_matching_blocks()
+            size = sum(b.size for b in blocks)
+            if best is None or size > best[0]:
+                best = (size, named, blocks)
+        _size, named, blocks = best
+        taken = set()
+        for block in blocks:
+            for k in range(block.size):
+                src, dst = named[block.a + k], members[block.b + k]
+                dst.row, dst.step, dst.layer = src.row, src.step, src.layer
+                taken.add(id(src))
+        _name_the_reordered(members, [u for u in named if id(u) not in taken])
     return Truth(replay_path, units, eager.steps, eager.layers, eager.moe_layers)
+
+
+def _name_the_reordered(members: list[Unit], spare: list[Unit]) -> None:
+    """Replay kernels the in-order alignment left out: a graph replay runs some branches on other
+    streams (the shared expert beside the dispatch), so some kernels come in another order. The k-th
+    such kernel of a name takes the row of the k-th eager kernel of that name no other took (layers
+    run in order in both); a collective the eager run has under another name (graph mode's own
+    all-reduce) is named by what it does; what is still left before the step's first layer kernel or
+    after its last is outside the layers (the replay's input copies, sampling)."""
+    by_name: dict[str, list[Unit]] = {}
+    for u in spare:
+        by_name.setdefault(u.name, []).append(u)
+    for u in members:
+        twins = by_name.get(u.name) if u.row is None else None
+        if twins:
+            src = twins.pop(0)
+            u.row, u.step, u.layer = src.row, src.step, src.layer
+    in_layer = [i for i, u in enumerate(members) if u.layer is not None]
+    if not in_layer:
+        return
+    first, last = in_layer[0], in_layer[-1]
+    for i, u in enumerate(members):
+        if u.row is not None:
+            continue
+        if T.COLLECTIVE_KERNEL.search(u.op) and first < i < last:
+            u.row = next((row for kind, row in T.COLLECTIVE_KIND if kind.search(u.op)), "all_reduce")
+        elif i < first or i > last:
+            u.row = T.OUTSIDE
+
+
+def _replay_steps(events: list[dict], units: list[Unit]) -> list[list[Unit]]:
+    """The replay's units per step: the CPU `step[...]` range (SGLang's profiler labels each forward)
+    around each unit's launch; without such ranges, the whole trace as one."""
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("tid"))
+                   for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"
+                   and str(e.get("name", "")).startswith("step["))
+    if len(spans) < 2:
+        return [units]
+    steps: list[list[Unit]] = [[] for _ in spans]
+    starts = [start for start, _end, _tid in spans]
+    rest = []
+    for u in units:
+        i = bisect.bisect_right(starts, u.point[1]) - 1 if u.point is not None else -1
+        if i >= 0 and u.point[1] <= spans[i][1]:
+            steps[i].append(u)
+        else:
+            rest.append(u)
+    for u in rest:  # launched outside every forward's step range: not in a layer
+        u.row = T.OUTSIDE
+    steps = [s for s in steps if s]
+    return steps if steps else [units]
 
 
 def compare(truth_groups: dict[str, float], truth_rows: dict[tuple[str, str], float],
