@@ -376,6 +376,14 @@ def load_column(analysis_dir: str | Path) -> D4Column:
         raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc
 
 
+def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], like: D4Column) -> D4Column:
+    """The D4 column (kernel, MTP and wait / transfer rows) built again from saved rows with a saved
+    column's statistic and rank policy: what an older analysis needs for its per-step spreads."""
+    column = build_column(kernel_rows, step_rows, name=like.name, stat=like.stat, rank_policy=like.rank_policy,
+                          accept_length=like.accept_length)
+    return with_comm(column, split_collectives(kernel_rows, step_rows), step_rows)
+
+
 # --- The harness' door into analysis -------------------------------------------------------------
 # harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
 # the names it uses from the stages, each with the module it comes from. They load on first use
@@ -402,6 +410,9 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.sol.hardware", name) for name in ("list_hardware", "load_hardware")},
     **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
     "with_comm": ("analysis.tables.comm_table", "with_comm"),
+    **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
+    "with_spreads": ("analysis.tables.d4_spread", "with_spreads"),
+    "read_struct_csv": ("analysis.tables.struct_csv", "read_struct_csv"),
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
     "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),
