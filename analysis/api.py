@@ -322,6 +322,11 @@ def _write_structs(path: Path, rows: list, cls) -> None:
     _atomic_write(path, write)
 
 
+def write_kernel_rows_csv(path: Path, rows: list[KernelRow]) -> None:
+    """kernels_long.csv of these rows (as write_outputs writes it)."""
+    _write_structs(Path(path), rows, KernelRow)
+
+
 def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
     _atomic_write(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)))
 
@@ -397,6 +402,7 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},
     **{name: ("analysis.ingest.model_spec", name) for name in ("builtin_models", "load_model_spec")},
     "load_trace": ("analysis.ingest.trace_loader", "load_trace"),
+    "rank_id_for": ("analysis.ingest.rank_id", "rank_id_for"),
     **{name: ("analysis.attribution.attribute", name) for name in ("RankOptions", "attribute_rank")},
     "calibrate": ("analysis.attribution.calibration", "calibrate"),
     "render_calibration_markdown": ("analysis.attribution.calibration", "render_markdown"),
@@ -413,6 +419,8 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
     "with_spreads": ("analysis.tables.d4_spread", "with_spreads"),
     "read_struct_csv": ("analysis.tables.struct_csv", "read_struct_csv"),
+    **{name: ("analysis.report.annotated_trace", name) for name in ("annotate_trace", "annotated_name")},
+    **{name: ("analysis.report.page.page", name) for name in ("PageInputs", "render_page")},
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
     "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),
