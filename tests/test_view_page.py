@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -203,6 +204,20 @@ def test_view_refuses_what_is_not_a_run_and_a_folder_it_did_not_write(tmp_path, 
     assert main(["view", str(FULL), "--out", str(users)]) == 2
     assert "holds files that `view` did not write: notes.txt" in capsys.readouterr().err
     assert (users / "notes.txt").read_text() == "keep me" and sorted(p.name for p in users.iterdir()) == ["notes.txt"]
+
+
+def test_a_broken_saved_csv_is_one_line_naming_file_line_and_column(ep_view, tmp_path, capsys):
+    analysis = tmp_path / "analysis"
+    shutil.copytree(ep_view[0], analysis, ignore=shutil.ignore_patterns("view"))
+    with open(analysis / "steps.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    rows[2][rows[0].index("step")] = "two"  # line 3 of the file
+    with open(analysis / "steps.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert main(["view", str(analysis), "--out", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"moe-harness view: {analysis / 'steps.csv'}: line 3: ") and "$.step" in err
+    assert not (tmp_path / "v").exists()
 
 
 def test_view_replaces_its_own_earlier_page_only_with_overwrite(ep_view, capsys):
