@@ -206,6 +206,17 @@ def test_view_refuses_what_is_not_a_run_and_a_folder_it_did_not_write(tmp_path, 
     assert (users / "notes.txt").read_text() == "keep me" and sorted(p.name for p in users.iterdir()) == ["notes.txt"]
 
 
+def test_a_run_whose_capture_folders_were_left_empty_is_analysed_without_them(tmp_path, capsys):
+    """A run over two nodes keeps capture_traces/node0, node1; a bundled copy may leave them empty."""
+    run = tmp_path / FULL.name
+    shutil.copytree(FULL, run)
+    for node in ("node0", "node1"):
+        (run / "capture_traces" / node).mkdir(parents=True)
+    assert main(["view", str(run), "--out", str(tmp_path / "v"), "--no-annotated-trace"]) == 0
+    assert "note" not in capsys.readouterr().err
+    assert (tmp_path / "v" / "kernels_long.csv").is_file() and not list((tmp_path / "v").glob("annotated-*"))
+
+
 def test_a_broken_saved_csv_is_one_line_naming_file_line_and_column(ep_view, tmp_path, capsys):
     analysis = tmp_path / "analysis"
     shutil.copytree(ep_view[0], analysis, ignore=shutil.ignore_patterns("view"))

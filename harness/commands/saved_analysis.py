@@ -7,7 +7,8 @@ per-step spreads. The kernels come from, in this order:
 
 1. the folder's kernels_long.csv with its steps.csv (what `analyze --out` writes);
 2. the run directory's traces (traces/*.trace.json[.gz]), analysed again with the saved column's
-   signature, statistic and rank policy (and the run's capture_traces/ when it has one). Bundled and
+   signature, statistic and rank policy (and the run's capture traces where it kept them:
+   capture_traces/ or its per-node folders). Bundled and
    older runs leave kernels_long.csv out. Rows this does not reproduce keep no spread, and the
    disagreement is said (notes), never hidden.
 
@@ -56,6 +57,16 @@ def run_traces(run_dir: Path | None) -> list[Path]:
     return sorted(p for p in (run_dir / "traces").iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
 
 
+def capture_folders(run_dir: Path | None) -> list[str]:
+    """The run's CUDA-graph capture folders that hold traces: capture_traces/ or, for a run over several
+    nodes, its node0/, node1/ ... (a bundled run may keep the folders and leave the traces out)."""
+    root = run_dir / "capture_traces" if run_dir else None
+    if root is None or not root.is_dir():
+        return []
+    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+    return [str(f) for f in folders if any(p.is_file() and p.name.endswith((".json", ".json.gz")) for p in f.iterdir())]
+
+
 def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
     """The saved column (with spreads derived when it lacks them and kernels are at hand); with
     `kernels`, its kernel and step rows too."""
@@ -80,10 +91,8 @@ def _load_kernels(saved: SavedAnalysis) -> None:
         saved.kernels_from = str(long_csv)
         rebuilt = column_from_rows(saved.kernel_rows, saved.step_rows, like=column)
     elif saved.traces:
-        captures = saved.run_dir / "capture_traces" if saved.run_dir else None
         options = AnalysisOptions(run=column.name, stat=column.stat, rank_policy=column.rank_policy,
-                                  accept_length=column.accept_length, jobs=1,
-                                  capture_traces=[str(captures)] if captures and captures.is_dir() else [])
+                                  accept_length=column.accept_length, jobs=1, capture_traces=capture_folders(saved.run_dir))
         try:
             result = analyze([str(p) for p in saved.traces], signature=column.signature or "generic", options=options)
         except AnalysisError as exc:
