@@ -119,13 +119,15 @@ def diff_columns(base: D4Column, other: D4Column, rule: NoiseRule | None = None)
     """Every row either column has, judged by the noise rule, largest effect on the step first."""
     rule = rule or changes_config().noise
     base_rows, other_rows = _rows(base), _rows(other)
-    absent_sd = {id(base): 0.0 if has_spreads(base) else None, id(other): 0.0 if has_spreads(other) else None}
+    # a row a run lacks ran 0 us in every step of it: spread 0, if the run recorded spreads at all
+    base_absent_sd = 0.0 if has_spreads(base) else None
+    other_absent_sd = 0.0 if has_spreads(other) else None
     changes = []
     for key in dict.fromkeys([*base_rows, *other_rows]):
         a, b = base_rows.get(key), other_rows.get(key)
         a_us, b_us = (a.value_us if a else 0.0), (b.value_us if b else 0.0)
-        a_sd = a.step_sd_us if a else absent_sd[id(base)]
-        b_sd = b.step_sd_us if b else absent_sd[id(other)]
+        a_sd = a.step_sd_us if a else base_absent_sd
+        b_sd = b.step_sd_us if b else other_absent_sd
         band, verdict = _judge(a_us, b_us, a_sd, b_sd, rule)
         effect = (b_us * b.layers if b else 0.0) - (a_us * a.layers if a else 0.0)
         changes.append(RowChange(*key, base_us=a.value_us if a else None, other_us=b.value_us if b else None,
