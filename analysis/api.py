@@ -328,6 +328,11 @@ def _write_structs(path: Path, rows: list, cls) -> None:
     _atomic_write(path, write)
 
 
+def write_kernel_rows_csv(path: Path, rows: list[KernelRow]) -> None:
+    """kernels_long.csv of these rows (as write_outputs writes it)."""
+    _write_structs(Path(path), rows, KernelRow)
+
+
 def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
     _atomic_write(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)))
 
@@ -382,6 +387,14 @@ def load_column(analysis_dir: str | Path) -> D4Column:
         raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc
 
 
+def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], like: D4Column) -> D4Column:
+    """The D4 column (kernel, MTP and wait / transfer rows) built again from saved rows with a saved
+    column's statistic and rank policy: what an older analysis needs for its per-step spreads."""
+    column = build_column(kernel_rows, step_rows, name=like.name, stat=like.stat, rank_policy=like.rank_policy,
+                          accept_length=like.accept_length)
+    return with_comm(column, split_collectives(kernel_rows, step_rows), step_rows)
+
+
 # --- The harness' door into analysis -------------------------------------------------------------
 # harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
 # the names it uses from the stages, each with the module it comes from. They load on first use
@@ -395,6 +408,7 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},
     **{name: ("analysis.ingest.model_spec", name) for name in ("builtin_models", "load_model_spec")},
     "load_trace": ("analysis.ingest.trace_loader", "load_trace"),
+    "rank_id_for": ("analysis.ingest.rank_id", "rank_id_for"),
     **{name: ("analysis.attribution.attribute", name) for name in ("RankOptions", "attribute_rank")},
     "calibrate": ("analysis.attribution.calibration", "calibrate"),
     "render_calibration_markdown": ("analysis.attribution.calibration", "render_markdown"),
@@ -408,6 +422,11 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.sol.hardware", name) for name in ("list_hardware", "load_hardware")},
     **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
     "with_comm": ("analysis.tables.comm_table", "with_comm"),
+    **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
+    "with_spreads": ("analysis.tables.d4_spread", "with_spreads"),
+    "read_struct_csv": ("analysis.tables.struct_csv", "read_struct_csv"),
+    **{name: ("analysis.report.annotated_trace", name) for name in ("annotate_trace", "annotated_name")},
+    **{name: ("analysis.report.page.page", name) for name in ("PageInputs", "render_page")},
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
     "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),

@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "harness.commands.export",
     "harness.commands.metrics",
     "harness.commands.report",
+    "harness.commands.view",
     "harness.commands.ncu",
     "harness.commands.learn_signature",
     "harness.commands.calibrate",

@@ -10,7 +10,11 @@
 #    (root, or sudo without a password). Elsewhere, point MOE_HARNESS_PROMETHEUS_BIN,
 #    MOE_HARNESS_PUSHGATEWAY_BIN and MOE_HARNESS_PROMTOOL_BIN at existing binaries; without either,
 #    the metrics tests fail saying so.
-# 3. pytest. The public real traces are read from where tests/real_traces.py looks (../shared/traces/real,
+# 3. A real browser for the page tests (tests/test_view_page.py): Debian's `chromium` (with
+#    `fonts-wqy-zenhei`, so the page's Chinese shows in the kept screenshots), installed the same way;
+#    elsewhere point MOE_HARNESS_CHROMIUM_BIN at a Chromium binary; without either, those tests fail
+#    saying so.
+# 4. pytest. The public real traces are read from where tests/real_traces.py looks (../shared/traces/real,
 #    $MOE_HARNESS_REAL_TRACES, or the cache `python tests/real_traces.py fetch` fills); missing ones
 #    skip with one summary line saying how to get them, or fail with MOE_HARNESS_REQUIRE_REAL_TRACES=1.
 set -euo pipefail
@@ -35,6 +39,18 @@ if ! have_prometheus; then
   else
     say "prometheus, prometheus-pushgateway or promtool missing and apt-get not usable here: the metrics tests" \
         "will fail; install them, or set MOE_HARNESS_PROMETHEUS_BIN / _PUSHGATEWAY_BIN / _PROMTOOL_BIN"
+  fi
+fi
+
+if ! command -v "${MOE_HARNESS_CHROMIUM_BIN:-chromium}" >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then sudo=""; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo="none"; fi
+  if [ "$sudo" != none ] && command -v apt-get >/dev/null; then
+    say "installing the Debian packages chromium fonts-wqy-zenhei (the page tests' browser)"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium fonts-wqy-zenhei >/dev/null
+  else
+    say "chromium missing and apt-get not usable here: the page tests will fail; install Debian's chromium," \
+        "or set MOE_HARNESS_CHROMIUM_BIN to a Chromium binary"
   fi
 fi
 

@@ -26,6 +26,7 @@ from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_b
     _fmt,
     _per_rank_stat,
     _policy,
+    _spread,
     _stat,
     values_by_module,
 )
@@ -73,6 +74,7 @@ class D4Column(msgspec.Struct):
     failed_files: list[str] = []  # "path: why" of each given file that could not be analysed
     checks: str = ""  # the self-checks' verdict line (analysis/tables/self_checks.py)
     failed_checks: list[str] = []  # names of the self-checks that failed
+    step_sd_ms: float | None = None  # end-to-end's spread over steps, as D4Row.step_sd_us (compare's noise)
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -160,6 +162,7 @@ def build_column(
                 median_us=_policy(_per_rank_stat(samples, "median"), rank_policy),
                 p90_us=_policy(_per_rank_stat(samples, "p90"), rank_policy),
                 layers=statistics.fmean(layer_counts),
+                step_sd_us=_spread(samples, rank_policy),
             )
         )
     steps_by_rank: dict[str, list[StepRow]] = defaultdict(list)
@@ -171,6 +174,7 @@ def build_column(
         return _policy({r: _stat([fn(s) for s in ss], stat) for r, ss in steps_by_rank.items()}, rank_policy)
 
     step_us = step_metric(lambda s: s.step_us)
+    step_sd_us = _spread({r: [s.step_us for s in ss] for r, ss in steps_by_rank.items()}, rank_policy)
     layers_us = step_metric(lambda s: s.layers_us)
     num_layers = step_metric(lambda s: s.layers_found)
     pre_us = step_metric(lambda s: outside[(s.rank, s.step)][0])
@@ -196,6 +200,7 @@ def build_column(
         sources={k: 100 * v / total for k, v in by_source.items()} if (total := sum(by_source.values())) else {},
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, signature_evidence=signature_evidence, model=model,
+        step_sd_ms=None if step_sd_us is None else step_sd_us / 1000,
     )
 
 
@@ -228,14 +233,16 @@ def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: lis
         per_iter = statistics.fmean(
             len(by_rank.get(r, [])) / len(v) for r, v in verify_by_rank.items() if v
         )
-        out.append(D4Row(MTP_GROUP, module, label, value, value, value, value, per_iter))
+        out.append(D4Row(MTP_GROUP, module, label, value, value, value, value, per_iter,
+                         step_sd_us=_spread(by_rank, policy)))
         extra += value * per_iter
     sampling: dict[str, list[float]] = defaultdict(list)
     for (rank, _step), us in mtp_kernels.items():
         sampling[rank].append(us)
     if sampling:
         value = _policy(_per_rank_stat(sampling, stat), policy)
-        out.append(D4Row(MTP_GROUP, "tree / sampling", "per verify step", value, value, value, value, 1.0))
+        out.append(D4Row(MTP_GROUP, "tree / sampling", "per verify step", value, value, value, value, 1.0,
+                         step_sd_us=_spread(sampling, policy)))
     return extra
 
 
@@ -253,6 +260,13 @@ _TEXT = {
            "sol_us": "SOL耗时(us)", "sol_pct": "SOL占比", "bound": "瓶颈",
            "sol_note": "SOL列（{name}）：{what}；SOL占比 = 100 x SOL / 实测（100% 即达到硬件上限）"},
 }
+
+
+def group_label(group: str, lang: str = "en") -> str:
+    """A group's name as the seed table writes it in that language (attention层 in Chinese)."""
+    return _ZH_GROUPS.get(group, group) if lang == "zh" else group
+
+
 SOL_CELLS = 3  # SOL us, % of SOL, bound: after the value of every column that has SOL settings
 
 
@@ -271,7 +285,9 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     if lang not in _TEXT:
         raise ValueError(f"unknown language {lang!r}: use en or zh")
     text = _TEXT[lang]
-    group_name = (lambda g: _ZH_GROUPS.get(g, g)) if lang == "zh" else (lambda g: g)
+
+    def group_name(group: str) -> str:
+        return group_label(group, lang)
 
     def cells(per_column: list[str], sol_rows: list[D4Row | None] | None = None) -> list[str]:
         out_cells: list[str] = []

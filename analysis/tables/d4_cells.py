@@ -24,6 +24,10 @@ class D4Row(msgspec.Struct):
     sol_pct: float | None = None  # 100 x SOL / value_us: 100 = at the hardware limit
     bound: str | None = None  # compute | memory | network
     sol_term: str | None = None
+    # How much the per-layer value moves from step to step (standard deviation over the steps, per rank,
+    # then the rank policy): what `compare` calls noise. None: fewer than two steps, or an analysis
+    # written before it was recorded.
+    step_sd_us: float | None = None
 
 
 def _stat(values: list[float], how: str) -> float:
@@ -56,6 +60,15 @@ def _policy(per_rank: dict[str, float], policy: str) -> float:
 
 def _per_rank_stat(samples: dict[str, list[float]], stat: str) -> dict[str, float]:
     return {rank: _stat(vals, stat) for rank, vals in samples.items() if vals}
+
+
+def _spread(samples: dict[str, list[float]], policy: str) -> float | None:
+    """Each rank's sample standard deviation over its steps, then the rank policy (the max policy
+    takes the largest spread); None where no rank has two steps, or the named rank has fewer."""
+    per_rank = {rank: statistics.stdev(vals) for rank, vals in samples.items() if len(vals) >= 2}
+    if not per_rank or (policy.startswith("rank:") and policy[5:] not in per_rank):
+        return None
+    return _policy(per_rank, policy)
 
 
 def _fmt(value: float | None, unit: str = "") -> str:

@@ -1,0 +1,64 @@
+"""Colours and words of the page, read from style.yaml (knowledge kept out of the drawing code)."""
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import msgspec
+import yaml
+
+from analysis.data_files import load_yaml
+from analysis.errors import AnalysisError
+
+STYLE_FILE = Path(__file__).with_name("style.yaml")
+LANGS = ("en", "zh")
+_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
+
+
+class Heat(msgspec.Struct, forbid_unknown_fields=True):
+    low: str
+    high: str
+    straggler_outline: str
+
+
+class Style(msgspec.Struct, forbid_unknown_fields=True):
+    groups: dict[str, str]
+    other_group_colour: str
+    modules: dict[str, dict[str, str]]
+    heat: Heat
+    words: dict[str, dict[str, str]]
+
+    def __post_init__(self):
+        colours = [*self.groups.values(), self.other_group_colour, self.heat.low, self.heat.high,
+                   self.heat.straggler_outline, *(c for m in self.modules.values() for c in m.values())]
+        bad = [c for c in colours if not _COLOUR.match(c)]
+        if bad:
+            raise ValueError(f"colours must be #rrggbb, not {', '.join(bad)}")
+        if set(self.words) != set(LANGS) or set(self.words["en"]) != set(self.words["zh"]):
+            raise ValueError("words: en and zh must name the same keys")
+
+    def group_colour(self, group: str) -> str:
+        return self.groups.get(group, self.other_group_colour)
+
+    def module_colour(self, group: str, module: str) -> str:
+        return self.modules.get(group, {}).get(module, self.group_colour(group))
+
+    def word(self, lang: str, key: str, **values) -> str:
+        return self.words[lang][key].format(**values)
+
+
+@cache
+def load_style(path: Path = STYLE_FILE) -> Style:
+    try:
+        return msgspec.convert(load_yaml(path.read_text(encoding="utf-8")), Style)
+    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
+
+
+def heat_colour(style: Style, share: float) -> str:
+    """The colour between heat.low (0) and heat.high (1)."""
+    share = min(1.0, max(0.0, share))
+    low, high = style.heat.low, style.heat.high
+    mixed = [round(int(low[i:i + 2], 16) + share * (int(high[i:i + 2], 16) - int(low[i:i + 2], 16))) for i in (1, 3, 5)]
+    return "#" + "".join(f"{c:02x}" for c in mixed)

@@ -1,0 +1,114 @@
+"""A saved analysis opened for `view` and `compare`: its D4 column, and its kernels when asked.
+
+Why one place: both commands take a run directory (analysis/ inside) or an analysis folder, and
+both may need what analysis.json does not hold: per-kernel timing (the page's timeline, layer bars
+and heat map, the annotated trace) and, for an analysis saved before they were recorded, the rows'
+per-step spreads. The kernels come from, in this order:
+
+1. the folder's kernels_long.csv with its steps.csv (what `analyze --out` writes);
+2. the run directory's traces (traces/*.trace.json[.gz]), analysed again with the saved column's
+   signature, statistic and rank policy (and the run's capture traces where it kept them:
+   capture_traces/ or its per-node folders). Bundled and
+   older runs leave kernels_long.csv out. Rows this does not reproduce keep no spread, and the
+   disagreement is said (notes), never hidden.
+
+Without either, the column is used as saved: no spreads, and no per-kernel pictures.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
+
+
+@dataclass
+class SavedAnalysis:
+    given: Path  # the path as the user gave it
+    analysis_dir: Path
+    run_dir: Path | None  # the run directory around analysis/, when the user gave one
+    column: object  # analysis.api's D4Column
+    kernel_rows: list | None = None
+    step_rows: list | None = None
+    kernels_from: str = ""  # where the kernels came from, for the page and the notes
+    traces: list[Path] = field(default_factory=list)  # the run's trace files (for the annotated trace)
+    notes: list[str] = field(default_factory=list)
+
+
+def locate(path: str | Path) -> tuple[Path, Path | None]:
+    """(analysis folder, run directory or None) for a run directory or an analysis folder."""
+    from analysis.api import ANALYSIS_FILE, AnalysisError
+
+    given = Path(path)
+    if not given.exists():
+        raise AnalysisError(f"{given}: no such file or directory")
+    if (given / ANALYSIS_FILE).is_file():
+        run_dir = given.parent if (given.parent / "traces").is_dir() and given.name == "analysis" else None
+        return given, run_dir
+    if (given / "analysis" / ANALYSIS_FILE).is_file():
+        return given / "analysis", given
+    raise AnalysisError(f"{given}: neither an analysis folder ({ANALYSIS_FILE} inside) nor a run directory "
+                        f"(analysis/{ANALYSIS_FILE} inside)")
+
+
+def run_traces(run_dir: Path | None) -> list[Path]:
+    if run_dir is None or not (run_dir / "traces").is_dir():
+        return []
+    return sorted(p for p in (run_dir / "traces").iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+
+
+def capture_folders(run_dir: Path | None) -> list[str]:
+    """The run's CUDA-graph capture folders that hold traces: capture_traces/ or, for a run over several
+    nodes, its node0/, node1/ ... (a bundled run may keep the folders and leave the traces out)."""
+    root = run_dir / "capture_traces" if run_dir else None
+    if root is None or not root.is_dir():
+        return []
+    folders = [root, *sorted(p for p in root.iterdir() if p.is_dir())]
+    return [str(f) for f in folders if any(p.is_file() and p.name.endswith((".json", ".json.gz")) for p in f.iterdir())]
+
+
+def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
+    """The saved column (with spreads derived when it lacks them and kernels are at hand); with
+    `kernels`, its kernel and step rows too."""
+    from analysis.api import has_spreads, load_column
+
+    analysis_dir, run_dir = locate(path)
+    saved = SavedAnalysis(given=Path(path), analysis_dir=analysis_dir, run_dir=run_dir,
+                          column=load_column(analysis_dir), traces=run_traces(run_dir))
+    if kernels or not has_spreads(saved.column):
+        _load_kernels(saved)
+    return saved
+
+
+def _load_kernels(saved: SavedAnalysis) -> None:
+    from analysis.api import (AnalysisError, AnalysisOptions, StepRow, analyze, column_from_rows, has_spreads,
+                              read_kernel_rows, read_struct_csv, with_spreads)
+
+    long_csv, steps_csv = saved.analysis_dir / "kernels_long.csv", saved.analysis_dir / "steps.csv"
+    column = saved.column
+    if long_csv.is_file() and steps_csv.is_file():
+        saved.kernel_rows, saved.step_rows = read_kernel_rows(long_csv), read_struct_csv(steps_csv, StepRow)
+        saved.kernels_from = str(long_csv)
+        rebuilt = column_from_rows(saved.kernel_rows, saved.step_rows, like=column)
+    elif saved.traces:
+        options = AnalysisOptions(run=column.name, stat=column.stat, rank_policy=column.rank_policy,
+                                  accept_length=column.accept_length, jobs=1, capture_traces=capture_folders(saved.run_dir))
+        try:
+            result = analyze([str(p) for p in saved.traces], signature=column.signature or "generic", options=options)
+        except AnalysisError as exc:
+            saved.notes.append(f"{saved.given}: the run's traces could not be analysed again ({exc}): "
+                               "no per-kernel timing")
+            return
+        saved.kernel_rows, saved.step_rows = result.kernel_rows, result.step_rows
+        saved.kernels_from = f"{len(saved.traces)} trace(s) in {saved.run_dir / 'traces'}, analysed again"
+        rebuilt = result.d4
+    else:
+        saved.notes.append(f"{saved.given}: no kernels_long.csv and no traces/: no per-kernel timing or per-step spread")
+        return
+    merged, disagree = with_spreads(column, rebuilt)
+    if not has_spreads(column):
+        saved.column = merged
+    if disagree:
+        saved.notes.append(f"{saved.given}: the kernels ({saved.kernels_from}) do not reproduce "
+                           f"{len(disagree)} saved row(s) of analysis.json: {', '.join(disagree[:5])}"
+                           + (" ..." if len(disagree) > 5 else ""))

@@ -1,0 +1,121 @@
+"""`moe-harness view`: one HTML page a user opens, and the annotated traces for Perfetto.
+
+Input is a run directory (analysis/ inside) or an analysis folder, and optionally runs to compare
+it with. The page (analysis/report/page/) needs per-kernel timing for its layer bars, timeline and
+heat map: kernels_long.csv where the folder has it, else the run's traces analysed again
+(harness/commands/saved_analysis.py says how, and the page says which). Writes into --out (default
+RUN_OR_ANALYSIS_DIR/view, a folder of its own): view.html; with a run directory's traces, each
+trace with its attribution added (annotated-<trace name>); and kernels_long.csv when the kernels
+were derived from the traces, so the page's links hold.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from harness.commands.saved_analysis import SavedAnalysis, open_saved
+from harness.output_dir import OutputError, prepare_output
+
+PAGE = "view.html"
+ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "comm.csv",
+                  "checks.csv", "problems.csv", "analysis.json")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "view", help="write one self-contained HTML page of a run (and annotated traces for Perfetto)",
+        description="One HTML page (inline SVG, no script, opens offline): the D4 table (English / Chinese) with its "
+                    "self-check verdict, what changed against COMPARE_WITH runs (docs/analysis.md, 'What changed'), "
+                    "per-layer bars by group (dense and MoE apart), one step as a timeline (a lane per stream, kernels "
+                    "coloured by module, layer borders), dispatch / combine wait against transfer per MoE layer and "
+                    "rank with the straggler marked, the expert load, links to the CSVs. With a run directory's traces "
+                    "it also writes each trace with its attribution as slices beside each stream (Perfetto, "
+                    "chrome://tracing). Per-kernel timing comes from kernels_long.csv, else from the run's traces "
+                    "analysed again.")
+    p.add_argument("run", metavar="RUN_OR_ANALYSIS_DIR", help="a run directory (analysis/ inside) or an analysis folder")
+    p.add_argument("compare_with", nargs="*", metavar="COMPARE_WITH",
+                   help="run directories or analysis folders to compare with: per D4 row, changed or within noise")
+    p.add_argument("--out", default=None, help="folder for view.html and the annotated traces (default: "
+                                              "RUN_OR_ANALYSIS_DIR/view; a new or empty folder, see --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="--out may hold this command's own earlier output, which is replaced (never other files)")
+    p.add_argument("--lang", default="en", choices=["en", "zh"], help="the page's language at first (both are on it)")
+    p.add_argument("--rank", default=None, help="the timeline's rank (default: the first)")
+    p.add_argument("--step", type=int, default=None, help="the timeline's step (default: the median-length used step)")
+    p.add_argument("--no-annotated-trace", action="store_true", help="do not write the annotated traces")
+    p.set_defaults(func=run)
+
+
+def _unique_names(runs: list[SavedAnalysis]) -> None:
+    """Columns are told apart by name: a repeated one gets ' (2)', ' (3)'."""
+    seen: dict[str, int] = {}
+    for saved in runs:
+        name = saved.column.name
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            saved.column.name = f"{name} ({seen[name]})"
+
+
+def _rows_of_trace(saved: SavedAnalysis, trace: Path, index: int) -> list:
+    from analysis.api import rank_id_for
+
+    label = rank_id_for(str(trace), None, index).label
+    return [r for r in saved.kernel_rows if r.rank == label]
+
+
+def _fill(folder: Path, final: Path, args, runs: list[SavedAnalysis], changes: list) -> list[str]:
+    """Write the page and its companions into folder (moved to `final` afterwards); the names written."""
+    from analysis.api import PageInputs, annotate_trace, annotated_name, render_page, write_kernel_rows_csv
+
+    run = runs[0]
+    written: list[str] = []
+    notes = [n for saved in runs for n in saved.notes]
+    own_links: list[tuple[str, str]] = []
+    if run.kernel_rows and not (run.analysis_dir / "kernels_long.csv").is_file():
+        write_kernel_rows_csv(folder / "kernels_long.csv", run.kernel_rows)
+        written.append("kernels_long.csv")
+        own_links.append(("kernels_long.csv (derived from the traces)", "kernels_long.csv"))
+    if run.kernel_rows and not args.no_annotated_trace:
+        for index, trace in enumerate(run.traces):
+            rows = _rows_of_trace(run, trace, index)
+            if not rows:
+                notes.append(f"{trace.name}: no kernel rows of its rank: no annotated trace")
+                continue
+            name = annotated_name(trace)
+            annotate_trace(trace, rows, folder / name)
+            written.append(name)
+            own_links.append((f"{name} (Perfetto, chrome://tracing)", name))
+    links = [(f"{name}", os.path.relpath(run.analysis_dir / name, final)) for name in ANALYSIS_FILES
+             if (run.analysis_dir / name).is_file()]
+    inputs = PageInputs(columns=[saved.column for saved in runs], kernel_rows=run.kernel_rows,
+                        step_rows=run.step_rows, changes=changes, links=links + own_links, notes=notes,
+                        kernels_from=run.kernels_from, no_kernels_why="; ".join(run.notes) or "not recorded",
+                        lang=args.lang, rank=args.rank, step=args.step)
+    (folder / PAGE).write_text(render_page(inputs), encoding="utf-8")
+    return [PAGE, *written]
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.api import AnalysisError, diff_columns
+
+    try:
+        out_path = Path(args.out) if args.out else Path(args.run) / "view"
+        out = prepare_output(out_path, "view", args.overwrite)
+        runs = [open_saved(args.run, kernels=True)] + [open_saved(p, kernels=False) for p in args.compare_with]
+        _unique_names(runs)
+        changes = [diff_columns(runs[0].column, other.column) for other in runs[1:]]
+        names = out.write(lambda folder: _fill(folder, out.path, args, runs, changes))
+    except (AnalysisError, OutputError) as exc:
+        print(f"moe-harness view: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"moe-harness view: {exc}", file=sys.stderr)
+        return 2
+    for saved in runs:
+        for note in saved.notes:
+            print(f"moe-harness view: note: {note}", file=sys.stderr)
+    for name in names:
+        print(out.path / name)
+    return 0
