@@ -17,6 +17,7 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
+from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
@@ -211,6 +212,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
         d4 = with_sol(d4, options.sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, load)
+    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
                     comm_rows=comm_rows, checks=checks)
 
@@ -408,6 +410,7 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.sol.hardware", name) for name in ("list_hardware", "load_hardware")},
     **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
     "with_comm": ("analysis.tables.comm_table", "with_comm"),
+    "with_step_time": ("analysis.tables.step_time", "with_step_time"),
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
     "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),

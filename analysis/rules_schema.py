@@ -103,6 +103,11 @@ class StepLabels(_Rule):
     after_verify: dict[str, str] = {}
 
 
+class HostSyncs(_Rule):
+    """host_syncs.yaml: runtime calls during which the host may wait for the GPU."""
+    host_sync: list[str]
+
+
 class KernelFamily(_Rule):
     family: str
     match: str

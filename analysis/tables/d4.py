@@ -20,6 +20,7 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
+from analysis.tables import step_time
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -73,6 +74,10 @@ class D4Column(msgspec.Struct):
     failed_files: list[str] = []  # "path: why" of each given file that could not be analysed
     checks: str = ""  # the self-checks' verdict line (analysis/tables/self_checks.py)
     failed_checks: list[str] = []  # names of the self-checks that failed
+    # Where the step goes besides kernel time (analysis/tables/step_time.py fills them): rows in
+    # us per step, and per rank the mean of each figure over the used steps.
+    step_time_rows: list[D4Row] = []
+    rank_step_time: dict[str, dict[str, float]] = {}
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -320,6 +325,7 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
         out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
     out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
     out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
+    out += [[step_time.GROUP, module, kernel, *cells(values)] for module, kernel, values in step_time.table_lines(columns)]
     return out
 
 
@@ -354,4 +360,5 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
 
-    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)) + "\n"
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
+                     + step_time.markdown_section(columns)) + "\n"

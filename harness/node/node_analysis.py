@@ -8,7 +8,8 @@ added here too (analysis.tables.d4_sol), from the settings the driver reads off 
 from __future__ import annotations
 
 from analysis.api import (SELF_CHECK_PROBLEM, Analysis, ExpertLoad, SolSettings, apply_self_checks, build_column,
-                          load_model_spec, load_signature, split_collectives, with_comm, with_sol)
+                          load_model_spec, load_signature, split_collectives, with_comm, with_sol,
+                          with_step_time)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:
@@ -65,5 +66,6 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
         d4 = with_sol(d4, sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, expert_load=expert_load)
+    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows)
     return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4,
                     comm_rows=comm_rows, checks=checks)
