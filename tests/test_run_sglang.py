@@ -117,8 +117,17 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     sol, why = sol_settings_for(scenario)
     assert why == "" and (sol.hardware, sol.deployment.dp, sol.deployment.batch_per_rank) == ("h800", 4, 2)
     assert "SOL us" in d4 and "deepseek-v3 on h800" in d4
+    # the profiled steps against the load: the window's start recorded on the load's clock, before the
+    # last token of the load and after the first
+    start_s, end_s = manifest["profile"]["window_load_s"]
+    assert min(r["start_s"] for r in records) < start_s < end_s
+    assert "opened at" in d4 and "recorded by the run" in d4 and "| profiled vs load | profiler overhead |" in d4
+    checks = (run_dir / "analysis" / "checks.csv").read_text()
+    assert "profiler_overhead" in checks and "no load records given" not in checks
     direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
-                     options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol))
+                     options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol,
+                                             load_records=str(run_dir / "load" / "requests.jsonl"),
+                                             window_start_s=start_s))
     assert render_markdown([direct.d4]) == d4
     kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}

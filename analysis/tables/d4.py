@@ -20,7 +20,8 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
-from analysis.tables import step_time
+from analysis.tables import load_compare, step_time
+from analysis.tables.load_compare import LoadCompare
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -78,6 +79,7 @@ class D4Column(msgspec.Struct):
     # us per step, and per rank the mean of each figure over the used steps.
     step_time_rows: list[D4Row] = []
     rank_step_time: dict[str, dict[str, float]] = {}
+    load: LoadCompare | None = None  # the profiled steps against the load records (load_compare.py)
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -326,6 +328,8 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
     out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
     out += [[step_time.GROUP, module, kernel, *cells(values)] for module, kernel, values in step_time.table_lines(columns)]
+    out += [[load_compare.GROUP, module, kernel, *cells(values)]
+            for module, kernel, values in load_compare.table_lines(columns)]
     return out
 
 
@@ -355,6 +359,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(f"{c.name}: signature {c.signature}: {c.signature_evidence}: its rows are the signature's "
                          "names, checked on no real trace")
         notes += [f"{c.name}: NOT ANALYSED, left out of the table: {failed}" for failed in c.failed_files]
+        if c.load is not None:
+            notes.append(load_compare.note(c))
         if c.checks:
             notes.append(f"{c.name}: {c.checks}")
         if c.sol is not None:
