@@ -20,8 +20,9 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
-from analysis.tables import load_compare, step_time
+from analysis.tables import load_compare, step_time, token_cost
 from analysis.tables.load_compare import LoadCompare
+from analysis.tables.token_cost import TokenCost
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -80,6 +81,7 @@ class D4Column(msgspec.Struct):
     step_time_rows: list[D4Row] = []
     rank_step_time: dict[str, dict[str, float]] = {}
     load: LoadCompare | None = None  # the profiled steps against the load records (load_compare.py)
+    token_cost: TokenCost | None = None  # per accepted token (MTP) or per decode step (token_cost.py)
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -191,6 +193,8 @@ def build_column(
         mid = statistics.median(rank_ms.values())
         spread = 100 * (max(rank_ms.values()) - min(rank_ms.values())) / mid if mid else 0.0
         straggler = max(rank_ms, key=rank_ms.get)
+    # a plain decode step yields one token: the accept length divides only a verify iteration
+    accept_length = accept_length if stage == "target_verify" else None
     per_token = (step_us / 1000) / accept_length if accept_length else None
     return D4Column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
@@ -203,6 +207,7 @@ def build_column(
         sources={k: 100 * v / total for k, v in by_source.items()} if (total := sum(by_source.values())) else {},
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, signature_evidence=signature_evidence, model=model,
+        token_cost=token_cost.token_cost(step_rows, used, stage, stat, rank_policy, accept_length),
     )
 
 
@@ -226,8 +231,8 @@ def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: lis
     extra = 0.0
     for stage, module, label in (("draft", "draft layer", "per draft step"), ("draft_extend", "draft extend", "per step")):
         by_rank: dict[str, list[float]] = defaultdict(list)
-        for s in step_rows:
-            if s.stage == stage and s.status == "ok":
+        for s in step_rows:  # whatever layers a draft step was cut into, its time is spent
+            if s.stage == stage:
                 by_rank[s.rank].append(s.step_us)
         if not by_rank:
             continue
@@ -330,6 +335,8 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
     out += [[step_time.GROUP, module, kernel, *cells(values)] for module, kernel, values in step_time.table_lines(columns)]
     out += [[load_compare.GROUP, module, kernel, *cells(values)]
             for module, kernel, values in load_compare.table_lines(columns)]
+    out += [[token_cost.GROUP, module, kernel, *cells(values)]
+            for module, kernel, values in token_cost.table_lines(columns)]
     return out
 
 
@@ -365,6 +372,7 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(f"{c.name}: {c.checks}")
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
+    notes += token_cost.notes(columns)
 
     return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
                      + step_time.markdown_section(columns)) + "\n"

@@ -28,7 +28,8 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
-    p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length, for time per accepted token")
+    p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
+                        "columns only: a plain decode step yields one token")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
                    help="CUDA-graph capture trace(s) with module ranges (SGLang graph_capture_profile/, vLLM "
                         "capture_traces/, a file or a folder; repeatable): each replayed kernel is named by the "
