@@ -124,6 +124,15 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert "opened at" in d4 and "recorded by the run" in d4 and "| profiled vs load | profiler overhead |" in d4
     checks = (run_dir / "analysis" / "checks.csv").read_text()
     assert "profiler_overhead" in checks and "no load records given" not in checks
+    # 0.5.23 was asked for detailed annotations: every step label says its batch's KV lengths and pass
+    steps = list(csv.DictReader(open(run_dir / "analysis" / "steps.csv", newline="")))
+    verify = [s for s in steps if s["stage"] == "target_verify"]
+    assert verify and all(int(s["kv_tokens"]) >= int(s["batch_size"]) * scenario.workload.input_len for s in verify)
+    for rank in {s["rank"] for s in verify}:  # the passes in order (the fake repeats the last on extra template steps)
+        ids = [int(s["forward_id"]) for s in verify if s["rank"] == rank]
+        assert ids == sorted(ids) and len(set(ids)) >= scenario.profile.num_steps
+    assert "the profiled steps' own shape (SGLang's detailed annotations" in d4
+    assert "the SOL columns use them in place of the given batch and KV length" in d4
     direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
                      options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol,
                                              load_records=str(run_dir / "load" / "requests.jsonl"),

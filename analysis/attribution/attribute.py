@@ -161,6 +161,7 @@ def attribute_rank(
                 idle_queued_us=idle.cause_us["queued"],
                 idle_unknown_us=idle.cause_us["unknown"],
                 gap_before_us=max(0.0, first - previous_end) if previous_end is not None else None,
+                **step.aggregates,
             )
         )
         previous_end = last

@@ -84,6 +84,10 @@ class StepRow(msgspec.Struct):
     wait_pre_us: float | None = None
     wait_layers_us: float | None = None
     wait_post_us: float | None = None
+    # The step's own batch shape where its label says (SGLang's detailed annotations, step_labels.yaml):
+    query_tokens: int | None = None  # tokens the step computes, summed over its requests
+    kv_tokens: int | None = None  # KV-cache lengths summed over its requests (kv_tokens / batch_size: the mean)
+    forward_id: int | None = None  # the pass's id in the expert-distribution recorder (0.5.23)
 
 
 class RankProblem(msgspec.Struct):

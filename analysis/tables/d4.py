@@ -20,7 +20,8 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
-from analysis.tables import load_compare, step_time, token_cost
+from analysis.tables import load_compare, measured_shape, step_time, token_cost
+from analysis.tables.measured_shape import MeasuredShape
 from analysis.tables.load_compare import LoadCompare
 from analysis.tables.token_cost import TokenCost
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
@@ -82,6 +83,7 @@ class D4Column(msgspec.Struct):
     rank_step_time: dict[str, dict[str, float]] = {}
     load: LoadCompare | None = None  # the profiled steps against the load records (load_compare.py)
     token_cost: TokenCost | None = None  # per accepted token (MTP) or per decode step (token_cost.py)
+    measured_shape: MeasuredShape | None = None  # batch and KV length from the steps' labels (measured_shape.py)
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -208,6 +210,7 @@ def build_column(
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, signature_evidence=signature_evidence, model=model,
         token_cost=token_cost.token_cost(step_rows, used, stage, stat, rank_policy, accept_length),
+        measured_shape=measured_shape.measured_shape(step_rows, used),
     )
 
 
@@ -370,6 +373,8 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(load_compare.note(c))
         if c.checks:
             notes.append(f"{c.name}: {c.checks}")
+        if c.measured_shape is not None:
+            notes.append(measured_shape.note(c))
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
     notes += token_cost.notes(columns)

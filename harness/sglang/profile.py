@@ -42,11 +42,15 @@ class ProfileOutcome:
 
 
 def start_profile_body(output_dir: str, num_steps: int, prefix: str, profiler: str, decode_stage: str,
-                       with_stack: bool = True, record_shapes: bool = True) -> dict:
-    """Field names as SGLang's ProfileReq has them (managers/io_struct.py)."""
+                       with_stack: bool = True, record_shapes: bool = True, detailed_annotations: bool = False) -> dict:
+    """Field names as SGLang's ProfileReq has them (managers/io_struct.py). `detailed_annotations`
+    only where the release has the field (versions.yaml): the step labels then say each step's own
+    batch and KV lengths."""
     body = {"output_dir": output_dir, "num_steps": num_steps, "activities": ["CPU", "GPU"],
             "profile_by_stage": True, "with_stack": with_stack, "record_shapes": record_shapes,
             "profile_prefix": prefix}
+    if detailed_annotations:
+        body["detailed_annotations"] = True
     if profiler == "v2":
         body["profile_stages"] = [decode_stage]   # lower case: V2 matches "prefill" / "decode"
     return body
@@ -141,7 +145,7 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                                          window_tokens=(num_steps + 2) * tokens_per_step, batch=load.concurrency)
     before, started, opened_s = load.spec_snapshot(), time.monotonic(), load.clock_s()
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
-                              with_stack, record_shapes)
+                              with_stack, record_shapes, bool(profile.get("detailed_annotations")))
     if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
         outcome.expert_record = _expert_record(expert_load.start, dep)
     try:
