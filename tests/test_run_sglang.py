@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -233,12 +234,12 @@ def _step_labels(trace: Path) -> set[str]:
     return {e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("step[")}
 
 
-@pytest.mark.parametrize("release,spelling,verify", [
-    ("0.5.17", "--dp-size 4 --enable-dp-attention", "TARGET_VERIFY"),
-    ("0.5.23", "--attn-dp-size 4", "VERIFY"),
+@pytest.mark.parametrize("release,spelling,verify,detailed", [
+    ("0.5.17", "--dp-size 4 --enable-dp-attention", "TARGET_VERIFY", False),
+    ("0.5.23", "--attn-dp-size 4", "VERIFY", True),
 ])
 def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(cluster, env, tmp_path, release,
-                                                                            spelling, verify):
+                                                                            spelling, verify, detailed):
     """No --sglang-version: the nodes say which release they have; the plan is spelled for it, and every
     profiled step's bs (the fake labels each step with its DP group's running requests) is the
     scenario's batch per scheduler: 8 requests over 4 DP groups."""
@@ -251,7 +252,11 @@ def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(clu
     assert spelling in " ".join(manifest["plan"]["nodes"][0]["argv"]) and f"SGLang {release} plan" in \
         (run_dir / "plan.sh").read_text()
     labels = set().union(*(_step_labels(p) for p in (run_dir / "traces").iterdir()))
-    assert labels == {f"step[{verify} bs=2]"}, labels
+    if detailed:  # asked for detailed annotations: the batch's aggregates and the pass after bs=N
+        assert labels and all(re.fullmatch(rf"step\[{verify} bs=2 g_sq=6 g_sqsq=18 g_sqsk=\d+ g_sk=\d+ forward_id=\d+\]",
+                                           label) for label in labels), labels
+    else:
+        assert labels == {f"step[{verify} bs=2]"}, labels
     batch = manifest["profiled_batch"]
     assert (batch["status"], batch["expected_per_scheduler"], batch["off_steps"]) == ("ok", [2, 2], [])
     assert batch["checked_steps"] >= 4 * 3  # every rank's profiled verify steps
