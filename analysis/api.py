@@ -14,9 +14,12 @@ from analysis.attribution.attribute import ATTRIBUTION_MODES, RankOptions, attri
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
 from analysis.attribution.comm_split import CommRow, split_collectives
 from analysis.ingest.expert_load import load_expert_load
+from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
+from analysis.tables.load_compare import compare_with_load
+from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
@@ -50,6 +53,8 @@ class AnalysisOptions:
     layers: int | None = None  # expected decoder layers per step; overrides the model file's count
     strict: bool = False  # True: steps whose layer count differs from the expected one stay out of the table
     expert_load: str | None = None  # expert_load.json of the run (analysis/ingest/expert_load.py)
+    load_records: str | None = None  # the run's load/requests.jsonl: profiled steps against the load (load_compare.py)
+    window_start_s: float | None = None  # the profile window's start on the load's clock, where the run recorded it
 
 
 
@@ -148,6 +153,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     if options.sol is not None:
         _check_sol(options.sol)
     load = load_expert_load(options.expert_load) if options.expert_load else None
+    requests = load_request_chunks(options.load_records) if options.load_records else None
     files = expand_paths(paths)
     if not files:
         raise AnalysisError("no trace files given")
@@ -204,6 +210,8 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
+    if requests is not None:
+        d4.load = compare_with_load(d4, step_rows, requests, options.window_start_s, options.strict)
     d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
@@ -211,6 +219,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
         d4 = with_sol(d4, options.sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, load)
+    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
                     comm_rows=comm_rows, checks=checks)
 
@@ -427,6 +436,9 @@ _DOOR: dict[str, tuple[str, str]] = {
     "read_struct_csv": ("analysis.tables.struct_csv", "read_struct_csv"),
     **{name: ("analysis.report.annotated_trace", name) for name in ("annotate_trace", "annotated_name")},
     **{name: ("analysis.report.page.page", name) for name in ("PageInputs", "render_page")},
+    "with_step_time": ("analysis.tables.step_time", "with_step_time"),
+    "compare_with_load": ("analysis.tables.load_compare", "compare_with_load"),
+    "load_request_chunks": ("analysis.ingest.load_records", "load_request_chunks"),
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
     "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),

@@ -98,9 +98,15 @@ class Roles(_Rule):
 
 
 class StepLabels(_Rule):
-    """step_labels.yaml: SGLang's forward-mode labels to stages."""
+    """step_labels.yaml: SGLang's forward-mode labels to stages, and the label's aggregates."""
     labels: dict[str, str]
     after_verify: dict[str, str] = {}
+    aggregates: dict[str, list[str]] = {}
+
+
+class HostSyncs(_Rule):
+    """host_syncs.yaml: runtime calls during which the host may wait for the GPU."""
+    host_sync: list[str]
 
 
 class KernelFamily(_Rule):

@@ -137,7 +137,8 @@ def test_the_recorded_side_stream_replay_passes_strict_with_its_model_file(tmp_p
     assert main(["analyze", str(GRAPH), "--model", "deepseek-v3-wide4", "--strict", "--out", str(out)]) == 0
     with (out / "checks.csv").open() as fh:
         checks = {row["check"]: row for row in csv.DictReader(fh)}
-    assert {c: row["verdict"] for c, row in checks.items()} == dict.fromkeys(checks, "pass")
+    # every check passes; profiler_overhead needs the run's load records, which a bare trace has not
+    assert {c: row["verdict"] for c, row in checks.items()} == dict.fromkeys(checks, "pass") | {"profiler_overhead": "n/a"}
     assert checks["layer_count"]["expected"] == "4 (model deepseek-v3-wide4)"
     assert checks["routed_vs_shared_experts"]["expected"].startswith("ratio >= 1 ")
     assert "4 layers in 3 step(s)" == checks["layer_count"]["value"]

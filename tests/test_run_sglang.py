@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -118,8 +119,26 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     sol, why = sol_settings_for(scenario)
     assert why == "" and (sol.hardware, sol.deployment.dp, sol.deployment.batch_per_rank) == ("h800", 4, 2)
     assert "SOL us" in d4 and "deepseek-v3 on h800" in d4
+    # the profiled steps against the load: the window's start recorded on the load's clock, before the
+    # last token of the load and after the first
+    start_s, end_s = manifest["profile"]["window_load_s"]
+    assert min(r["start_s"] for r in records) < start_s < end_s
+    assert "opened at" in d4 and "recorded by the run" in d4 and "| profiled vs load | profiler overhead |" in d4
+    checks = (run_dir / "analysis" / "checks.csv").read_text()
+    assert "profiler_overhead" in checks and "no load records given" not in checks
+    # 0.5.23 was asked for detailed annotations: every step label says its batch's KV lengths and pass
+    steps = list(csv.DictReader(open(run_dir / "analysis" / "steps.csv", newline="")))
+    verify = [s for s in steps if s["stage"] == "target_verify"]
+    assert verify and all(int(s["kv_tokens"]) >= int(s["batch_size"]) * scenario.workload.input_len for s in verify)
+    for rank in {s["rank"] for s in verify}:  # the passes in order (the fake repeats the last on extra template steps)
+        ids = [int(s["forward_id"]) for s in verify if s["rank"] == rank]
+        assert ids == sorted(ids) and len(set(ids)) >= scenario.profile.num_steps
+    assert "the profiled steps' own shape (SGLang's detailed annotations" in d4
+    assert "the SOL columns use them in place of the given batch and KV length" in d4
     direct = analyze(sorted(str(p) for p in (run_dir / "traces").iterdir()),
-                     options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol))
+                     options=AnalysisOptions(run=run_dir.name, accept_length=manifest["accept_length"], jobs=1, sol=sol,
+                                             load_records=str(run_dir / "load" / "requests.jsonl"),
+                                             window_start_s=start_s))
     assert render_markdown([direct.d4]) == d4
     kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
@@ -216,12 +235,12 @@ def _step_labels(trace: Path) -> set[str]:
     return {e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("step[")}
 
 
-@pytest.mark.parametrize("release,spelling,verify", [
-    ("0.5.17", "--dp-size 4 --enable-dp-attention", "TARGET_VERIFY"),
-    ("0.5.23", "--attn-dp-size 4", "VERIFY"),
+@pytest.mark.parametrize("release,spelling,verify,detailed", [
+    ("0.5.17", "--dp-size 4 --enable-dp-attention", "TARGET_VERIFY", False),
+    ("0.5.23", "--attn-dp-size 4", "VERIFY", True),
 ])
 def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(cluster, env, tmp_path, release,
-                                                                            spelling, verify):
+                                                                            spelling, verify, detailed):
     """No --sglang-version: the nodes say which release they have; the plan is spelled for it, and every
     profiled step's bs (the fake labels each step with its DP group's running requests) is the
     scenario's batch per scheduler: 8 requests over 4 DP groups."""
@@ -234,7 +253,11 @@ def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(clu
     assert spelling in " ".join(manifest["plan"]["nodes"][0]["argv"]) and f"SGLang {release} plan" in \
         (run_dir / "plan.sh").read_text()
     labels = set().union(*(_step_labels(p) for p in (run_dir / "traces").iterdir()))
-    assert labels == {f"step[{verify} bs=2]"}, labels
+    if detailed:  # asked for detailed annotations: the batch's aggregates and the pass after bs=N
+        assert labels and all(re.fullmatch(rf"step\[{verify} bs=2 g_sq=6 g_sqsq=18 g_sqsk=\d+ g_sk=\d+ forward_id=\d+\]",
+                                           label) for label in labels), labels
+    else:
+        assert labels == {f"step[{verify} bs=2]"}, labels
     batch = manifest["profiled_batch"]
     assert (batch["status"], batch["expected_per_scheduler"], batch["off_steps"]) == ("ok", [2, 2], [])
     assert batch["checked_steps"] >= 4 * 3  # every rank's profiled verify steps

@@ -93,6 +93,9 @@ def test_two_nodes_launch_load_profile_collect(cluster, tmp_path):
         ["TP-2-DP-2-EP-2-DECODE.trace.json.gz", "TP-3-DP-3-EP-3-DECODE.trace.json.gz"]
     records = load_records(str(tmp_path / "load" / "requests.jsonl"))
     assert records and all(r["ok"] and r["output_tokens"] == 120 for r in records)
+    # the window on the load records' clock: opened after the load began, closed after it opened
+    assert 0 < outcome.window_load_s[0] < outcome.window_load_s[1]
+    assert max(r["start_s"] for r in records) < outcome.window_load_s[0]  # every request started before it
     # accept length over the profiled window: 3 tokens per verify step; the server's figure is cumulative
     assert outcome.accept_length == pytest.approx(3.0, abs=0.2)
     assert info["internal_states"][0]["avg_spec_accept_length"] < 2.5

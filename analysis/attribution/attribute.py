@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.attribution.capture import Capture
+from analysis.attribution.idle import LaunchClock, step_idle
 from analysis.attribution.module_attribution import CaptureMap
 from analysis.attribution.namers import name_step
 from analysis.attribution.namers.annotation import AnnotationOverride
@@ -72,8 +73,10 @@ def attribute_rank(
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
+    clock = LaunchClock(trace.launches, trace.syncs)
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
+    previous_end: float | None = None
     for step in steps:
         cut, how, reasons = name_step(namers, step)
         capture_note = "; ".join(reasons)
@@ -120,6 +123,7 @@ def attribute_rank(
                 kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule,
             ))
         label_phases(kernel_rows[step_first_row:])
+        idle = step_idle(step.kernels, [s.unit if s.section == SECTION_LAYER else -1 for s in slots], clock)
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"
@@ -147,8 +151,20 @@ def attribute_rank(
                 batch_size=step.batch_size,
                 note=note,
                 moe_layers_found=cut.moe_layers,
+                busy_any_us=idle.busy_any_us,
+                idle_pre_us=idle.idle_us["pre"],
+                idle_between_us=idle.idle_us["between"],
+                idle_inside_us=idle.idle_us["inside"],
+                idle_post_us=idle.idle_us["post"],
+                idle_host_launch_us=idle.cause_us["host_launch"],
+                idle_host_sync_us=idle.cause_us["host_sync"],
+                idle_queued_us=idle.cause_us["queued"],
+                idle_unknown_us=idle.cause_us["unknown"],
+                gap_before_us=max(0.0, first - previous_end) if previous_end is not None else None,
+                **step.aggregates,
             )
         )
+        previous_end = last
     for namer in namers:
         options.notes.extend(namer.rank_notes())
     return kernel_rows, step_rows

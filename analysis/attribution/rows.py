@@ -69,6 +69,25 @@ class StepRow(msgspec.Struct):
     batch_size: int | None = None
     note: str = ""
     moe_layers_found: int | None = None  # of layers_found, those with experts (None: the attribution cannot tell)
+    # Where the step's wall time goes besides kernels (analysis/attribution/idle.py, docs/analysis.md):
+    busy_any_us: float = 0.0  # time some kernel ran on some stream (the union over streams)
+    idle_pre_us: float = 0.0  # no kernel on any stream, before the first layer kernel
+    idle_between_us: float = 0.0  # ... between one layer's last kernel and the next layer's first
+    idle_inside_us: float = 0.0  # ... within a layer's span
+    idle_post_us: float = 0.0  # ... after the last layer kernel
+    idle_host_launch_us: float = 0.0  # idle ended by a kernel the host launched after the gap began
+    idle_host_sync_us: float = 0.0  # ... while the launching thread sat in a blocking call when it began
+    idle_queued_us: float = 0.0  # idle ended by a kernel launched before the gap began
+    idle_unknown_us: float = 0.0  # idle ended by a kernel without a launch call in the trace
+    gap_before_us: float | None = None  # from the rank's previous step's last kernel end to this step's first start
+    # waiting in collectives for the last rank (comm_split.py), by place; None: not split (one rank)
+    wait_pre_us: float | None = None
+    wait_layers_us: float | None = None
+    wait_post_us: float | None = None
+    # The step's own batch shape where its label says (SGLang's detailed annotations, step_labels.yaml):
+    query_tokens: int | None = None  # tokens the step computes, summed over its requests
+    kv_tokens: int | None = None  # KV-cache lengths summed over its requests (kv_tokens / batch_size: the mean)
+    forward_id: int | None = None  # the pass's id in the expert-distribution recorder (0.5.23)
 
 
 class RankProblem(msgspec.Struct):

@@ -54,6 +54,28 @@ def _label_table() -> tuple[dict[str, str], dict[str, str]]:
     return labels, after
 
 
+@functools.lru_cache(maxsize=1)
+def _aggregate_keys() -> dict[str, str]:
+    """Label key (g_sk, ...) -> the step field it adds to (kv_tokens, ...), from step_labels.yaml."""
+    data = load_rules(STEP_LABELS_FILE.name, StepLabels)
+    return {key: field for field, keys in data.aggregates.items() for key in keys}
+
+
+_KEY_VALUE = re.compile(r"\b([a-z_]+)=(\d+)\b")
+
+
+def label_aggregates(label: str) -> dict[str, int]:
+    """The step's own batch shape from SGLang's detailed annotations in its label (query_tokens,
+    kv_tokens, forward_id; step_labels.yaml `aggregates`), {} when the label carries none."""
+    keys = _aggregate_keys()
+    out: dict[str, int] = {}
+    for key, value in _KEY_VALUE.findall(label):
+        field = keys.get(key)
+        if field is not None:
+            out[field] = out.get(field, 0) + int(value)
+    return out
+
+
 def step_label_stages() -> dict[str, str]:
     """Every step label the analysis knows, with the stage it names."""
     return dict(_label_table()[0])
@@ -71,6 +93,10 @@ class Step:
     batch_size: int | None = None
     label: str = ""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def aggregates(self) -> dict[str, int]:
+        return label_aggregates(self.label) if self.label else {}
 
     @property
     def start_us(self) -> float:

@@ -35,7 +35,7 @@ import msgspec
 from analysis.errors import TraceLoadError
 from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
-from analysis.ingest.kept_functions import function_pattern
+from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
@@ -115,6 +115,8 @@ class _Collector:
         self.kernels: list[Kernel] = []
         self.function_ranges: list[Range] = []
         self.capture_calls: list[Range] = []  # cudaStreamBegin/EndCapture calls
+        self.syncs: list[Range] = []  # runtime calls that may block the host (host_syncs.yaml)
+        self._sync_names = host_sync_calls()
         self._python_hits: dict[str, str | bool] = {}  # python_function name -> module class name, or kept
         self._function_pattern = function_pattern()
         self.gpu_annotations: list[Range] = []
@@ -201,6 +203,8 @@ class _Collector:
                 )
             elif cat in _LAUNCH_CATS:
                 args = ev.args
+                if ev.name in self._sync_names:
+                    self.syncs.append(self._range(ev))
                 if ev.name in _CAPTURE_CALLS:
                     self.capture_calls.append(Range(ev.name, ev.ts, float(ev.dur or 0.0), ev.tid if ev.tid.__class__ is int else -1))
                 elif args is not None and args.correlation is not None and _is_launch(ev.name):
@@ -513,6 +517,7 @@ def load_trace(
                    collector.function_ranges):
         ranges.sort(key=start_longest_first)
     collector.launches.sort(key=_BY_START)
+    collector.syncs.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
     return RankTrace(
         path=path,
@@ -526,6 +531,7 @@ def load_trace(
         json_bytes=total,
         function_ranges=collector.function_ranges,
         capture_windows=_capture_windows(collector.capture_calls),
+        syncs=collector.syncs,
     )
 
 

@@ -20,6 +20,10 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
+from analysis.tables import load_compare, measured_shape, step_time, token_cost
+from analysis.tables.measured_shape import MeasuredShape
+from analysis.tables.load_compare import LoadCompare
+from analysis.tables.token_cost import TokenCost
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -75,6 +79,13 @@ class D4Column(msgspec.Struct):
     checks: str = ""  # the self-checks' verdict line (analysis/tables/self_checks.py)
     failed_checks: list[str] = []  # names of the self-checks that failed
     step_sd_ms: float | None = None  # end-to-end's spread over steps, as D4Row.step_sd_us (compare's noise)
+    # Where the step goes besides kernel time (analysis/tables/step_time.py fills them): rows in
+    # us per step, and per rank the mean of each figure over the used steps.
+    step_time_rows: list[D4Row] = []
+    rank_step_time: dict[str, dict[str, float]] = {}
+    load: LoadCompare | None = None  # the profiled steps against the load records (load_compare.py)
+    token_cost: TokenCost | None = None  # per accepted token (MTP) or per decode step (token_cost.py)
+    measured_shape: MeasuredShape | None = None  # batch and KV length from the steps' labels (measured_shape.py)
 
 
 def main_stage(steps: Iterable[StepRow]) -> str:
@@ -188,6 +199,8 @@ def build_column(
         mid = statistics.median(rank_ms.values())
         spread = 100 * (max(rank_ms.values()) - min(rank_ms.values())) / mid if mid else 0.0
         straggler = max(rank_ms, key=rank_ms.get)
+    # a plain decode step yields one token: the accept length divides only a verify iteration
+    accept_length = accept_length if stage == "target_verify" else None
     per_token = (step_us / 1000) / accept_length if accept_length else None
     return D4Column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
@@ -201,6 +214,8 @@ def build_column(
         rank_step_ms=rank_ms, rank_spread_pct=spread, straggler=straggler,
         signature=signature, signature_evidence=signature_evidence, model=model,
         step_sd_ms=None if step_sd_us is None else step_sd_us / 1000,
+        token_cost=token_cost.token_cost(step_rows, used, stage, stat, rank_policy, accept_length),
+        measured_shape=measured_shape.measured_shape(step_rows, used),
     )
 
 
@@ -224,8 +239,8 @@ def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: lis
     extra = 0.0
     for stage, module, label in (("draft", "draft layer", "per draft step"), ("draft_extend", "draft extend", "per step")):
         by_rank: dict[str, list[float]] = defaultdict(list)
-        for s in step_rows:
-            if s.stage == stage and s.status == "ok":
+        for s in step_rows:  # whatever layers a draft step was cut into, its time is spent
+            if s.stage == stage:
                 by_rank[s.rank].append(s.step_us)
         if not by_rank:
             continue
@@ -336,6 +351,11 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
         out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
     out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
     out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
+    out += [[step_time.GROUP, module, kernel, *cells(values)] for module, kernel, values in step_time.table_lines(columns)]
+    out += [[load_compare.GROUP, module, kernel, *cells(values)]
+            for module, kernel, values in load_compare.table_lines(columns)]
+    out += [[token_cost.GROUP, module, kernel, *cells(values)]
+            for module, kernel, values in token_cost.table_lines(columns)]
     return out
 
 
@@ -365,9 +385,15 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(f"{c.name}: signature {c.signature}: {c.signature_evidence}: its rows are the signature's "
                          "names, checked on no real trace")
         notes += [f"{c.name}: NOT ANALYSED, left out of the table: {failed}" for failed in c.failed_files]
+        if c.load is not None:
+            notes.append(load_compare.note(c))
         if c.checks:
             notes.append(f"{c.name}: {c.checks}")
+        if c.measured_shape is not None:
+            notes.append(measured_shape.note(c))
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
+    notes += token_cost.notes(columns)
 
-    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)) + "\n"
+    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
+                     + step_time.markdown_section(columns)) + "\n"

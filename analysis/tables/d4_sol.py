@@ -13,10 +13,13 @@ from analysis.tables.d4 import D4Column
 from analysis.errors import AnalysisError
 from analysis.sol.model_shapes import load_model_shapes
 from analysis.sol.estimate import SolSettings, sol_for_d4_rows
+from analysis.tables.measured_shape import sol_with_measured
 
 
 def with_sol(column: D4Column, settings: SolSettings) -> D4Column:
-    """A copy of `column` whose layer rows carry SOL figures for `settings`."""
+    """A copy of `column` whose layer rows carry SOL figures for `settings`, with the batch and KV
+    length the profiled steps' labels carry in place of the given ones where they carry them."""
+    settings = sol_with_measured(settings, column.measured_shape)
     try:
         shapes = load_model_shapes(settings.model)
     except AnalysisError as exc:

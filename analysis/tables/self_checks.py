@@ -4,7 +4,8 @@ Why: the attribution finds layers and names kernels by rules; where a trace brea
 stack, kernels out of order, a graph replayed over many streams) it still produces a table, and a
 table that looks fine. These checks test what must hold whatever the stack: the layer count, layers
 of one kind alike, every attention core inside a layer, routed experts against the shared expert,
-where the step's time went, step labels, kernel durations. Each gives one CheckRow
+where the step's time went, step labels, kernel durations, the profiler's own cost against the
+load. Each gives one CheckRow
 (checks.csv); thresholds are data (self_checks.yaml), documented in docs/analysis.md.
 """
 from __future__ import annotations
@@ -88,6 +89,7 @@ def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D
     checks.append(_step_time(used, by_step, stage, limits["step_time"]))
     checks.append(_stage_labels(step_rows))
     checks.append(_durations(step_rows, by_step, limits["durations"]))
+    checks.append(_profiler_overhead(column, limits["profiler_overhead"]))
     return checks
 
 
@@ -561,3 +563,23 @@ def _durations(step_rows: list[StepRow], by_step: dict, limits: dict) -> CheckRo
         return CheckRow("kernel_durations", scope, value, expected, PASS)
     return CheckRow("kernel_durations", scope, value, expected, FAIL,
                     "; ".join(bad[:3]) + (" ..." if len(bad) > 3 else ""))
+
+
+def _profiler_overhead(column: D4Column, limits: dict) -> CheckRow:
+    """The profiled steps' time per token against the load's median ITL before the profile window
+    (analysis/tables/load_compare.py): far slower, and the table describes a perturbed system."""
+    limit = float(limits["max_profiled_to_load"])
+    scope = f"stage {column.stage}, profiled steps against the load"
+    expected = f"profiled per token <= {limit:g}x the load's ITL p50"
+    load = column.load
+    if load is None or load.ratio is None:
+        why = "no load records given (--load-records)" if load is None else (load.note or "no figure to compare")
+        return CheckRow("profiler_overhead", scope, "not compared", expected, NOT_APPLICABLE, why)
+    value = (f"{load.profiled_ms_per_token:.2f} ms per token profiled, {load.load_itl_p50_ms:.2f} ms ITL p50 "
+             f"before the window: {load.ratio:.2f}x")
+    if load.ratio <= limit:
+        return CheckRow("profiler_overhead", scope, value, expected, PASS)
+    return CheckRow("profiler_overhead", scope, value, expected, FAIL,
+                    f"the profiler added {load.overhead_ms:.2f} ms per token: the table describes a perturbed system "
+                    "(the step time rows show where: host-bound idle grows first); profile without stacks "
+                    "(profile.with_stack: false) or read the rows as the profiled system's")

@@ -28,7 +28,8 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
     p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
-    p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length, for time per accepted token")
+    p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
+                        "columns only: a plain decode step yields one token")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
                    help="CUDA-graph capture trace(s) with module ranges (SGLang graph_capture_profile/, vLLM "
                         "capture_traces/, a file or a folder; repeatable): each replayed kernel is named by the "
@@ -54,6 +55,13 @@ def register(subparsers) -> None:
     p.add_argument("--expert-load", default=None, metavar="FILE",
                    help="a run's expert_load/expert_load.json: per MoE layer the busiest expert's tokens against "
                         "the mean, beside the dispatch and combine wait / transfer")
+    p.add_argument("--load-records", default=None, metavar="FILE",
+                   help="a run's load/requests.jsonl: the profiled steps' time per token against the ITL and TPOT the "
+                        "load measured before the profile window, the difference named profiler overhead (checked by "
+                        "the profiler_overhead self-check)")
+    p.add_argument("--window-start-s", type=float, default=None, metavar="S",
+                   help="with --load-records: when the profile window opened, in seconds on the load's clock (a run's "
+                        "manifest.json profile.window_load_s[0]); default: found from the profiled steps' cadence")
     add_analysis_options(p)
     p.set_defaults(func=run)
 
@@ -99,6 +107,17 @@ def run(args) -> int:
         except AnalysisError as exc:
             print(f"moe-harness analyze: --expert-load: {exc}", file=sys.stderr)
             return 2
+    if args.window_start_s is not None and not args.load_records:
+        print("moe-harness analyze: --window-start-s needs --load-records", file=sys.stderr)
+        return 2
+    if args.load_records:
+        from analysis.api import AnalysisError, load_request_chunks
+
+        try:
+            load_request_chunks(args.load_records)  # a bad file is the user's input: exit 2 before any trace is read
+        except AnalysisError as exc:
+            print(f"moe-harness analyze: --load-records: {exc}", file=sys.stderr)
+            return 2
     try:
         out = prepare_output(args.out, "analyze", args.overwrite) if args.out else None
     except OutputError as exc:
@@ -107,6 +126,8 @@ def run(args) -> int:
     try:
         options = options_from(args, name, labels)
         options.expert_load = args.expert_load
+        options.load_records = args.load_records
+        options.window_start_s = args.window_start_s
         result = analyze(args.traces, signature=args.signature, model=args.model,
                          options=options, progress=sys.stderr.isatty())
     except AnalysisError as exc:

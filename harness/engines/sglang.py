@@ -128,7 +128,8 @@ class SGLangEngine(Engine):
             m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
                             "running_at_start": outcome.running_at_start,
                             "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile,
-                            "whole_batch_outlasts_window": outcome.whole_batch}
+                            "whole_batch_outlasts_window": outcome.whole_batch,
+                            "window_load_s": outcome.window_load_s}
             m["node_traces"] = {str(r): [Path(p).name for p in ps] for r, ps in outcome.traces.items()}
             m["accept_length"] = outcome.accept_length if spec.speculative else None
             if spec.expert_load:
@@ -207,7 +208,11 @@ class SGLangEngine(Engine):
             sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
             recorded = self.manifest.get("expert_load") or {}
             load = load_expert_load(self.run_dir / recorded["file"]) if "file" in recorded else None
-            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol, expert_load=load)
+            window = (self.manifest.get("profile") or {}).get("window_load_s")
+            records = self.run_dir / "load" / "requests.jsonl"
+            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol, expert_load=load,
+                             load_records=str(records) if records.is_file() else None,
+                             window_start_s=window[0] if window else None)
             batch_note = self._check_profiled_batch(result)
             out = self.run_dir / "analysis"
             if calibrations is not None:

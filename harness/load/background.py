@@ -75,6 +75,10 @@ class BackgroundLoad:
         """(requests in flight, tokens still to come for the oldest): whether the whole batch outlasts a window."""
         return self.load.counters.fewest_tokens_left(self.load.output_len)
 
+    def clock_s(self) -> float | None:
+        """Now on the load records' clock (seconds since the load began), None before it began."""
+        return self.load.clock_s()
+
     def spec_snapshot(self) -> tuple[int, int]:
         """(speculative tokens, verify steps) summed over every request so far."""
         return self.load.counters.spec_snapshot()

@@ -166,6 +166,12 @@ class LoadRun:
         self._admit = asyncio.Event()
         self._admit.set()
         self._next_id = 0
+        self._t0: float | None = None  # perf_counter at the start: the clock of RequestRecord.start_s
+
+    def clock_s(self) -> float | None:
+        """Seconds on the records' clock (RequestRecord.start_s), None before the load starts: what the
+        driver stamps the profile window with, so the analysis can tell tokens outside it."""
+        return None if self._t0 is None else time.perf_counter() - self._t0
 
     def stop(self) -> None:
         self._stop.set()
@@ -196,7 +202,7 @@ class LoadRun:
 
     async def run(self) -> list[RequestRecord]:
         os.makedirs(os.path.dirname(self.records_path) or ".", exist_ok=True)
-        t0 = time.perf_counter()
+        t0 = self._t0 = time.perf_counter()
         timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         with open(self.records_path, "a", encoding="utf-8") as out:

@@ -8,7 +8,8 @@ added here too (analysis.tables.d4_sol), from the settings the driver reads off 
 from __future__ import annotations
 
 from analysis.api import (SELF_CHECK_PROBLEM, Analysis, ExpertLoad, SolSettings, apply_self_checks, build_column,
-                          load_model_spec, load_signature, split_collectives, with_comm, with_sol)
+                          compare_with_load, load_model_spec, load_request_chunks, load_signature, split_collectives,
+                          with_comm, with_sol, with_step_time)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:
@@ -48,9 +49,11 @@ def calibration_report(calibrations: list[dict], used: str) -> tuple[str, list[d
 
 
 def combine(node_results: list[dict], options: dict, accept_length: float | None = None,
-            sol: SolSettings | None = None, expert_load: ExpertLoad | None = None) -> Analysis:
+            sol: SolSettings | None = None, expert_load: ExpertLoad | None = None,
+            load_records: str | None = None, window_start_s: float | None = None) -> Analysis:
     """The D4 column over every node's rows; with `sol`, its SOL columns as analysis.api adds them;
-    the collectives split into wait and transfer over every node's ranks, with the expert load."""
+    the collectives split into wait and transfer over every node's ranks, with the expert load; with
+    `load_records` (the run's load/requests.jsonl), the profiled steps against the load."""
     sig = load_signature(options["signature"])
     model = load_model_spec(options["model"]) if options.get("model") else None
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
@@ -60,10 +63,13 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     d4 = build_column(kernel_rows, step_rows, name=options["run"], rank_policy=options["rank_policy"],
                       accept_length=accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence, model=model.name if model else None)
+    if load_records is not None:
+        d4.load = compare_with_load(d4, step_rows, load_request_chunks(load_records), window_start_s)
     d4, checks = apply_self_checks(kernel_rows, step_rows, d4, model, None, False, problems)
     if sol is not None:
         d4 = with_sol(d4, sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
     d4 = with_comm(d4, comm_rows, step_rows, expert_load=expert_load)
+    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows)
     return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4,
                     comm_rows=comm_rows, checks=checks)

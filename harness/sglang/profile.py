@@ -38,14 +38,19 @@ class ProfileOutcome:
     stop_profile: str | None = None          # v1: what /stop_profile answered
     expert_record: str | None = None         # profile.expert_load: "recorded", or why not
     whole_batch: bool | None = None          # every request in flight at the pause outlasts the window
+    window_load_s: list[float] | None = None  # the window's start and end on the load records' clock
 
 
 def start_profile_body(output_dir: str, num_steps: int, prefix: str, profiler: str, decode_stage: str,
-                       with_stack: bool = True, record_shapes: bool = True) -> dict:
-    """Field names as SGLang's ProfileReq has them (managers/io_struct.py)."""
+                       with_stack: bool = True, record_shapes: bool = True, detailed_annotations: bool = False) -> dict:
+    """Field names as SGLang's ProfileReq has them (managers/io_struct.py). `detailed_annotations`
+    only where the release has the field (versions.yaml): the step labels then say each step's own
+    batch and KV lengths."""
     body = {"output_dir": output_dir, "num_steps": num_steps, "activities": ["CPU", "GPU"],
             "profile_by_stage": True, "with_stack": with_stack, "record_shapes": record_shapes,
             "profile_prefix": prefix}
+    if detailed_annotations:
+        body["detailed_annotations"] = True
     if profiler == "v2":
         body["profile_stages"] = [decode_stage]   # lower case: V2 matches "prefill" / "decode"
     return body
@@ -138,9 +143,9 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     outcome.whole_batch = drain_prefills(dep, load, timeout_s,
                                          tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2),
                                          window_tokens=(num_steps + 2) * tokens_per_step, batch=load.concurrency)
-    before, started = load.spec_snapshot(), time.monotonic()
+    before, started, opened_s = load.spec_snapshot(), time.monotonic(), load.clock_s()
     body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
-                              with_stack, record_shapes)
+                              with_stack, record_shapes, bool(profile.get("detailed_annotations")))
     if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
         outcome.expert_record = _expert_record(expert_load.start, dep)
     try:
@@ -182,6 +187,9 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
             except OSError as exc:
                 outcome.stop_profile = f"not answered: {exc}"
     outcome.window_s = round(time.monotonic() - started, 3)
+    closed_s = load.clock_s()
+    if opened_s is not None and closed_s is not None:
+        outcome.window_load_s = [round(opened_s, 6), round(closed_s, 6)]
     outcome.running_at_end = load.running_batch()
     outcome.accept_length = window_accept_length(before, load.spec_snapshot())
     return outcome

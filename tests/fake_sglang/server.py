@@ -47,6 +47,10 @@ VERIFY_LABEL = "VERIFY" if release(VERSION) >= (0, 5, 20) else "TARGET_VERIFY"  
 READS_DECODE_MIN_BS = release(VERSION) >= (0, 5, 20)      # SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS, classic profiler
 GENERATE_CONTRACT = release(VERSION) >= (0, 5, 22)        # entrypoints/api_contract.py
 BATCH_CAPTURE = release(VERSION) >= (0, 5, 18)            # SGLANG_GRAPH_BATCH_CAPTURE
+# ProfileReq.detailed_annotations (managers/io_struct.py): the batch's aggregates in each step label
+# (model_executor/step_span_utils.py), from 0.5.23 with the pass's forward_id (utils/profile_utils.py)
+DETAILED_ANNOTATIONS = release(VERSION) >= (0, 5, 19)
+FORWARD_ID_IN_LABEL = release(VERSION) >= (0, 5, 23)
 # eplb/expert_distribution.py: from 0.5.21 the stat recorder masks top-k ids past the routed experts;
 # before, a fused shared expert's id indexes past its counter (a device-side assert at the first forward).
 RECORDER_MASKS_FUSED_SHARED = release(VERSION) >= (0, 5, 21)
@@ -140,10 +144,20 @@ def _step_groups(events):
     return steps.values()
 
 
-def labelled_trace(group, step_batches):
+def detailed_suffix(shape, group, width):
+    """build_detailed_annotation_suffix for a generation pass: per request N_Q = width (1, or the
+    verify step's draft tokens) and N_KV its sequence length; then build_step_span_name's forward_id."""
+    kv, forward_id = shape["kv"][group], shape["forward_id"]
+    bs = len(kv)
+    text = f" g_sq={bs * width} g_sqsq={bs * width * width} g_sqsk={width * sum(kv)} g_sk={sum(kv)}"
+    return text + (f" forward_id={forward_id}" if FORWARD_ID_IN_LABEL else "")
+
+
+def labelled_trace(group, step_batches, step_shapes=None, width=1):
     """The template trace with this release's step labels: the verify stage's name, and as bs the
     requests this rank's scheduler (DP group) held at each profiled step (the template's step i gets
-    profiled step i's batch, the last one repeated when the template has more steps)."""
+    profiled step i's batch, the last one repeated when the template has more steps); with
+    step_shapes (detailed annotations asked for), each label also carries the step's aggregates."""
     data = json.loads(gzip.decompress(TEMPLATE.read_bytes()))
     events = data["traceEvents"] if isinstance(data, dict) else data
     for groups in _step_groups(events):
@@ -152,7 +166,10 @@ def labelled_trace(group, step_batches):
                 m = STEP_LABEL.match(e["name"])
                 stage = VERIFY_LABEL if m["stage"] in ("TARGET_VERIFY", "VERIFY") else m["stage"]
                 bs = step_batches[min(i, len(step_batches) - 1)][group] if step_batches else int(m["bs"])
-                e["name"] = f"step[{stage} bs={bs}{m['rest']}]"
+                rest = m["rest"]
+                if step_shapes:
+                    rest += detailed_suffix(step_shapes[min(i, len(step_shapes) - 1)], group, width)
+                e["name"] = f"step[{stage} bs={bs}{rest}]"
     return gzip.compress(json.dumps(data).encode(), compresslevel=1)
 
 
@@ -167,7 +184,8 @@ def write_trace_files(args, node_rank, event, fail):
         name = f"{prefix}{event['profile_id']}-{label}{event['suffix']}.trace.json.gz"
         tmp = out / (name + ".tmp")
         group = int(label.split("-DP-")[1].split("-")[0]) if "-DP-" in label else 0
-        tmp.write_bytes(labelled_trace(group, event.get("step_batches")))
+        tmp.write_bytes(labelled_trace(group, event.get("step_batches"), event.get("step_shapes"),
+                                       event.get("query_width", 1)))
         tmp.rename(out / name)
         print(f"profile: wrote {out / name}", flush=True)
 
@@ -218,6 +236,7 @@ class ClassicProfiler:
         self.target_forward_ct = None
         self.req = None
         self.batches = []   # per recorded step, the running requests of each DP group
+        self.cts = []       # per recorded step, its forward count
         self.min_bs = int(os.environ.get("SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS", "0")) if READS_DECODE_MIN_BS else 0
 
     def start_request(self, req, forward_ct):
@@ -236,7 +255,7 @@ class ClassicProfiler:
         if self.recording:  # torch starts the second profiler and drops the first capture (torch 2.13)
             print(f"profiler_stop: the capture running since its start is dropped for a new one ({stage})", flush=True)
         self.recording = self.in_progress = True
-        self.batches = []
+        self.batches, self.cts = [], []
         print(f"Profiling starts{f' for {stage}' if stage else ''}.", flush=True)
         return True, "Succeeded"
 
@@ -244,7 +263,7 @@ class ClassicProfiler:
         if not self.in_progress:
             return False, "Profiling is not in progress. Call /start_profile first."
         if self.recording:
-            self.emit(self.req, f"-{stage}" if stage else "", self.batches)
+            self.emit(self.req, f"-{stage}" if stage else "", self.batches, self.cts)
         self.recording = self.in_progress = False
         return True, "Succeeded."
 
@@ -259,6 +278,7 @@ class ClassicProfiler:
                 self._stop(None)
             if self.recording:
                 self.batches.append(batches)
+                self.cts.append(forward_ct)
             return
         if stage == "prefill":
             if self.prefill_ct == 0:
@@ -278,6 +298,7 @@ class ClassicProfiler:
                 self._stop("DECODE")
         if self.recording:
             self.batches.append(batches)
+            self.cts.append(forward_ct)
 
 
 class ProfilerV2:
@@ -288,7 +309,7 @@ class ProfilerV2:
         self.configs: dict[str, int] = {}
         self.running: list | None = None     # [stage, count]
         self.req = None
-        self.batches = []
+        self.batches, self.cts = [], []
 
     def start_request(self, req, forward_ct):
         if not req.get("profile_by_stage"):
@@ -309,13 +330,14 @@ class ProfilerV2:
                 done = self.running[0]
                 del self.configs[done]
                 self.running = None
-                self.emit(self.req, f"-{done}", self.batches)
+                self.emit(self.req, f"-{done}", self.batches, self.cts)
         if self.running is None and stage in self.configs:
             self.running = [stage, 0]
-            self.batches = []
+            self.batches, self.cts = [], []
             print(f"Profiling starts for {stage}.", flush=True)
         if self.running is not None:
             self.batches.append(batches)
+            self.cts.append(forward_ct)
 
 
 class State:
@@ -338,16 +360,21 @@ class State:
         self.prefill_chunk = int(os.environ.get("FAKE_SGLANG_PREFILL_CHUNK", "0"))  # 0: whole prompts at once
         profiler_cls = ProfilerV2 if os.environ.get("SGLANG_PROFILE_V2") == "1" else ClassicProfiler
         self.profiler = profiler_cls(self.emit_traces)
+        self.step_shapes: dict[int, dict] = {}  # forward count -> {"kv": per DP group its requests' lengths, "forward_id"}
         self.experts = ExpertRecorder(args.expert_distribution_recorder_mode,
                                       args.expert_distribution_recorder_buffer_size, args.node_rank)
 
-    def emit_traces(self, req, suffix, step_batches):
+    def emit_traces(self, req, suffix, step_batches, step_cts=()):
         step_batches = [list(b) for b in step_batches]
         if self.fail == "ramp_up" and step_batches:  # the first profiled step before full admission
             step_batches[0] = [max(1, b // 2) for b in step_batches[0]]
         event = {"output_dir": req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
                  "prefix": req.get("profile_prefix") or "", "profile_id": req["profile_id"], "suffix": suffix,
                  "step_batches": step_batches}
+        if req.get("detailed_annotations") and DETAILED_ANNOTATIONS:
+            shapes = [self.step_shapes.get(ct) for ct in step_cts]
+            event["step_shapes"] = [s for s in shapes if s is not None] or None
+            event["query_width"] = self.accept if self.args.speculative_algorithm is not None else 1
         self.events.append(event)
         write_trace_files(self.args, 0, event, self.fail)
 
@@ -418,6 +445,12 @@ def scheduler_loop(state):
             elif state.running():
                 stage, tokens = "decode", 0
                 batches = [state.running(g) for g in range(state.args.dp_groups)]
+                # seq_lens at this pass (prompt + tokens so far), per DP group: the detailed annotations
+                state.step_shapes[state.forward_ct + 1] = {
+                    "kv": [[r.prompt_tokens + r.generated for r in state.reqs.values()
+                            if r.phase == "running" and r.group == g] for g in range(state.args.dp_groups)],
+                    "forward_id": state.forward_ct + 1}
+                state.step_shapes.pop(state.forward_ct + 1 - 1000, None)  # a profile spans far fewer passes
                 for r in [r for r in state.reqs.values() if r.phase == "running"]:
                     tokens += state.accept if r.spec else 1  # a verify pass runs the draft tokens
                     k = min(state.accept if r.spec else 1, r.max_new - r.generated)

@@ -1,0 +1,124 @@
+"""GPU idle inside a step: where each gap sits and what the host was doing when it began.
+
+Why: a D4 table sums kernel time, but a step's wall time also holds stretches when no kernel ran on
+any stream. Where they sit (before the layers, between two layers, inside one, after the layers)
+and why they happened says whether a faster GPU, a CUDA graph or a faster host would help.
+
+A gap is a stretch of the step's wall time (first kernel start to last kernel end) when no kernel,
+copy or set ran on any stream. Its place: before the first layer kernel starts (`pre`), after the
+last layer kernel ends (`post`), inside a layer when it lies within one layer's span (its first
+kernel start to its last kernel end), else between layers. Its cause, read from the kernel that
+ends it (the first to start at the gap's end) and that kernel's launch call (same correlation id):
+
+- `host_launch`: the launch call began after the gap began: the GPU ran dry and waited for the host
+  (Python, the scheduler, launch overhead);
+- `host_sync`: the same, and the launching thread was inside a call that may block on the GPU
+  (host_syncs.yaml) when the gap began: the host waited for the GPU, then the GPU for the host;
+- `queued`: the launch call came before the gap began: the kernel was waiting on the GPU and ran
+  late for a reason the trace does not show (another device, a peer, a graph's own dependencies);
+- `unknown`: no launch call for the kernel in the trace.
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+import msgspec
+
+from analysis.ingest.trace_model import Kernel, Launch, Range
+
+PLACES = ("pre", "between", "inside", "post")
+CAUSES = ("host_launch", "host_sync", "queued", "unknown")
+
+
+class StepIdle(msgspec.Struct):
+    """One step's busy time on any stream and its idle time by place and by cause (us)."""
+
+    busy_any_us: float
+    idle_us: dict[str, float]  # by place (PLACES)
+    cause_us: dict[str, float]  # by cause (CAUSES)
+
+
+class LaunchClock:
+    """When the host launched each kernel, and whether the launching thread sat in a blocking call."""
+
+    def __init__(self, launches: Sequence[Launch], syncs: Sequence[Range]):
+        self._launch = {launch.correlation: launch for launch in launches}
+        by_thread: dict[int, list[Range]] = {}
+        for call in syncs:  # by start already (the loader sorts them)
+            by_thread.setdefault(call.tid, []).append(call)
+        self._syncs: dict[int, tuple[list[float], list[float]]] = {}
+        for tid, calls in by_thread.items():
+            ends, latest = [], float("-inf")
+            for call in calls:  # the latest end among the calls begun so far: one bisect answers "inside one?"
+                latest = max(latest, call.end_us)
+                ends.append(latest)
+            self._syncs[tid] = ([c.start_us for c in calls], ends)
+
+    def cause(self, kernel: Kernel, gap_start_us: float) -> str:
+        """Why the GPU sat idle from gap_start_us until `kernel` started (CAUSES)."""
+        launch = self._launch.get(kernel.correlation) if kernel.launcher != "cpu" else None
+        if launch is None:
+            return "unknown"
+        if launch.start_us <= gap_start_us:
+            return "queued"
+        starts_ends = self._syncs.get(launch.tid)
+        if starts_ends is not None:
+            i = bisect.bisect_right(starts_ends[0], gap_start_us)
+            if i and starts_ends[1][i - 1] >= gap_start_us:
+                return "host_sync"
+        return "host_launch"
+
+
+def step_idle(kernels: Sequence[Kernel], layer_of: Sequence[int], clock: LaunchClock) -> StepIdle:
+    """`kernels` by start (a step's); `layer_of[i]`: the layer unit of kernels[i], -1 outside layers."""
+    spans: dict[int, list[float]] = {}
+    for kernel, unit in zip(kernels, layer_of):
+        if unit < 0:
+            continue
+        span = spans.get(unit)
+        if span is None:
+            spans[unit] = [kernel.start_us, kernel.end_us]
+        else:
+            span[0] = min(span[0], kernel.start_us)
+            span[1] = max(span[1], kernel.end_us)
+    places = _Places(sorted(spans.values()))
+    idle = dict.fromkeys(PLACES, 0.0)
+    causes = dict.fromkeys(CAUSES, 0.0)
+    busy = 0.0
+    if not kernels:
+        return StepIdle(0.0, idle, causes)
+    piece_start, frontier = kernels[0].start_us, kernels[0].end_us
+    for kernel in kernels[1:]:
+        start = kernel.start_us
+        if start > frontier:
+            busy += frontier - piece_start
+            gap = start - frontier
+            idle[places.of(frontier, start)] += gap
+            causes[clock.cause(kernel, frontier)] += gap
+            piece_start = start
+        frontier = max(frontier, kernel.end_us)
+    busy += frontier - piece_start
+    return StepIdle(busy, idle, causes)
+
+
+class _Places:
+    """Where a gap lies among the layers' spans ((start, end) by start; overlapping under two micro-batches)."""
+
+    def __init__(self, windows: list[list[float]]):
+        self.starts = [w[0] for w in windows]
+        self.reach: list[float] = []  # the latest end among the spans begun so far
+        latest = float("-inf")
+        for w in windows:
+            latest = max(latest, w[1])
+            self.reach.append(latest)
+        self.first = self.starts[0] if windows else float("inf")  # no layers: every gap is before them
+
+    def of(self, start: float, end: float) -> str:
+        if end <= self.first:
+            return "pre"
+        if start >= self.reach[-1]:
+            return "post"
+        # inside a span iff one begun by the gap's start reaches its end
+        i = bisect.bisect_right(self.starts, start)
+        return "inside" if i and self.reach[i - 1] >= end else "between"
