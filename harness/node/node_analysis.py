@@ -7,8 +7,11 @@ added here too (analysis.tables.d4_sol), from the settings the driver reads off 
 """
 from __future__ import annotations
 
-from analysis.api import (SELF_CHECK_PROBLEM, Analysis, ExpertLoad, SolSettings, apply_self_checks, build_column,
-                          load_model_spec, load_signature, split_collectives, with_comm, with_sol)
+from pathlib import Path
+
+from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertLoad, SolSettings, analyze,
+                          apply_self_checks, build_column, load_model_spec, load_signature, split_collectives,
+                          with_comm, with_sol)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:
@@ -20,6 +23,45 @@ def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_d
     return {"run": run_name, "signature": a.signature, "model": a.model, "rank_policy": a.rank_policy,
             "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs,
             "capture_traces": [capture_dir] if capture_dir else []}
+
+
+def analyze_node(paths: list[str], options: dict) -> dict:
+    """One node's ranks attributed (analysis.api.analyze): the row tables `combine` joins.
+
+    Called by each node's actor on its own traces and by `moe-harness analyze RUN_DIR` on the run
+    directory's copies, so both get the same rows. options["capture_traces"]: folders of CUDA-graph
+    capture traces naming replayed kernels (one without files is left out: a release may write none).
+    Raises AnalysisError when no rank of the node could be analysed."""
+    captures = capture_folders_with_files(options.get("capture_traces") or [])
+    result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+                     options=AnalysisOptions(run=options.get("run", "run"), rank_policy=options.get("rank_policy", "mean"),
+                                             tbo=bool(options.get("tbo", False)), jobs=options.get("jobs"),
+                                             capture_traces=captures))
+    return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
+
+
+def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
+    """The run's signature checked against the node's first decode trace named by its capture traces
+    (analysis.api.calibrate), or why it could not be; `signature_after_calibration` picks from these.
+    Shared by the actor and `moe-harness analyze RUN_DIR`, like analyze_node."""
+    from analysis.api import AnalysisError, calibrate, render_calibration_markdown
+
+    asked = options.get("capture_traces") or []
+    captures = capture_folders_with_files(asked)
+    decode_path = sorted(paths)[0]
+    where = {"node": node_rank, "decode_trace": Path(decode_path).name}
+    if not captures:
+        return {**where, "error": f"no capture trace in {', '.join(asked)}"}
+    try:
+        cal = calibrate(options.get("signature", "generic"), decode_trace=decode_path, capture_refs=captures)
+    except AnalysisError as exc:
+        return {**where, "error": str(exc)}
+    return {**where, "result": cal.to_dict(), "markdown": render_calibration_markdown(cal)}
+
+
+def capture_folders_with_files(folders: list[str]) -> list[str]:
+    """The capture folders that exist and hold files (a release that wrote none leaves it empty)."""
+    return [d for d in folders if Path(d).is_dir() and any(Path(d).iterdir())]
 
 
 def signature_after_calibration(shipped: str, calibrations: list[dict]) -> str:
