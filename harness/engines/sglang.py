@@ -24,7 +24,7 @@ from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed, actor_error
 from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
-from harness.node.node_analysis import analysis_options, signature_after_calibration
+from harness.node.node_analysis import analyse_nodes, analysis_options, own_capture_files
 from harness.node.node_dir import node_dir_for
 from harness.sglang.plan import build_plan
 from harness.sglang.profile import profile_decode
@@ -187,19 +187,25 @@ class SGLangEngine(Engine):
         timeout_s = self.scenario.profile.timeout_s
         with self.progress.phase("analyse each node's ranks"):
             capture_dir, capture_note = capture_use(self.dep.plan, self.trace_dir)
-            options = analysis_options(self.scenario, self.run_dir.name, capture_dir=capture_dir)
-            calibrations = None
+            options = analysis_options(self.scenario, self.run_dir.name)
+            captures = None
             if capture_dir:
                 self.progress.note(f"calibrating {options['signature']} against each node's capture traces")
-                calibrations = ray.get([self.dep.actors[rank].calibrate_signature.remote(paths, options)
-                                        for rank, paths in sorted(traces.on_nodes.items())], timeout=timeout_s)
-                options["signature"] = signature_after_calibration(options["signature"], calibrations)
-            refs = [self.dep.actors[rank].analyze_traces.remote(paths, options)
-                    for rank, paths in sorted(traces.on_nodes.items())]
-            try:
-                parts = ray.get(refs, timeout=timeout_s)
-            except DeploymentError as exc:
-                raise RunFailed(str(actor_error(exc))) from None
+                kept = self.manifest.get("capture_traces") or []
+                captures = {rank: own_capture_files(kept, rank, capture_dir) for rank in traces.on_nodes}
+
+            def on_every_node(method: str):
+                def call(jobs: dict) -> list:
+                    refs = [getattr(self.dep.actors[rank], method).remote(paths, opts) for rank, (paths, opts) in jobs.items()]
+                    try:
+                        return ray.get(refs, timeout=timeout_s)
+                    except DeploymentError as exc:
+                        raise RunFailed(str(actor_error(exc))) from None
+                return call
+
+            parts, calibrations = analyse_nodes({rank: list(paths) for rank, paths in traces.on_nodes.items()}, options,
+                                                captures, on_every_node("calibrate_signature"),
+                                                on_every_node("analyze_traces"))
             done = finish_analysis(parts, options, calibrations, self._facts(capture_note), self.run_dir / "analysis")
             self.manifest.update(done.manifest)
             self.manifest["analysis_outputs"] = done.files
