@@ -95,3 +95,47 @@ def test_options_that_would_change_the_runs_analysis_are_refused(run_dir, capsys
     assert main(["analyze", str(run_dir), str(trace)]) == 2
     _one_line_error(capsys, "give it alone")
 
+
+def test_report_of_a_run_directory_without_kernels_long_analyses_its_traces_again(run_dir, tmp_path, capsys):
+    """The bundled runs leave kernels_long.csv out: the report used to find manifest.json and the
+    analysis files among the 'traces' and write a report without D4 rows."""
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "kernel_report.md").read_text()
+    assert "could not be analysed" not in report
+    assert "Analysed again from the run's 1 trace(s) with the options it recorded" in report
+    assert "### Each row 2x faster" in report and "| moe | up_gate_gemm |" in report  # what-if over the D4 rows
+    assert f"Sources: `{run_dir / 'traces'}/" in report
+
+
+def test_compare_and_export_analyse_a_run_again_where_its_tables_are_missing(run_dir, tmp_path, capsys):
+    (run_dir / "analysis" / "analysis.json").unlink()
+    assert main(["compare", f"again={run_dir}", "--out", str(tmp_path / "compare")]) == 0
+    stored = (BUNDLED / "analysis" / "d4.csv").read_text().splitlines()
+    compared = (tmp_path / "compare" / "compare.csv").read_text().splitlines()
+    assert compared[1:] == stored[1:] and compared[0].endswith(",again")
+
+    capsys.readouterr()
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 0
+    assert "analysis/kernels_long.csv not found: exporting from the run's 1 trace(s) analysed again" in \
+        capsys.readouterr().err
+    kernels = (tmp_path / "export" / "kernels_long.csv").read_text().splitlines()
+    assert len(kernels) > 1000 and kernels[1].startswith(f"1,{run_dir.name},TP0,")
+
+
+def test_a_run_that_kept_no_traces_is_read_from_its_stored_tables_where_they_suffice(run_dir, tmp_path, capsys):
+    shutil.rmtree(run_dir / "traces")
+    scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
+    scenario["outputs"]["keep_traces"] = False
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    capsys.readouterr()
+    # compare and metrics read analysis.json and d4_detail.csv, which the run kept
+    assert main(["compare", f"kept={run_dir}"]) == 0
+    assert "| moe | up_gate_gemm |" in capsys.readouterr().out
+    assert main(["metrics", str(run_dir)]) == 0
+    assert 'moe_harness_layer_module_busy_seconds{' in capsys.readouterr().out
+    # report and export need kernels_long.csv, which this run left out: one line each, naming why
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 2
+    _one_line_error(capsys, str(run_dir), "kept no traces")
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 1
+    _one_line_error(capsys, str(run_dir), "kept no traces")
+    assert not (tmp_path / "report").exists() and not list((tmp_path / "export").glob("*"))

@@ -12,8 +12,9 @@ from harness.commands.sol_options import sol_settings_from
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare", help="put several runs side by side as columns of one D4 table",
-        description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out` "
-                    "(or a run directory holding analysis/), or trace files/directories analysed here with the options below. "
+        description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out`, a run "
+                    "directory (its analysis/analysis.json, else its traces analysed again with the options the run "
+                    "recorded), or trace files/directories analysed here with the options below. "
                     "SOL options (--hardware, --batch-per-rank, --kv-len, ...) apply to every column, saved ones included.")
     p.add_argument("columns", nargs="+", metavar="NAME=PATH[,PATH...]")
     p.add_argument("--out", default=None, help="directory for compare.md and compare.csv (a new or empty folder; see --overwrite)")
@@ -24,19 +25,29 @@ def register(subparsers) -> None:
 
 def _column(name: str, paths: list[str], args):
     from analysis.api import ANALYSIS_FILE, analyze, load_column
+    from harness.recorded_run import is_run_dir
 
     if len(paths) == 1:
         for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
             if (candidate / ANALYSIS_FILE).exists():
-                column = load_column(candidate)
-                column.name = name
-                settings = sol_settings_from(args, model=args.model)
-                if settings is not None:  # SOL options on the command line apply to saved columns too
-                    from analysis.api import with_sol
+                return _as_saved(name, load_column(candidate), args)
+        if is_run_dir(paths[0]):  # a run without its analysis.json: analysed again as it was
+            from harness.reanalysis import reanalysed
 
-                    column = with_sol(column, settings)
-                return column
+            with reanalysed(paths[0]) as (_, written, _):
+                return _as_saved(name, written.result.d4, args)
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
+
+
+def _as_saved(name: str, column, args):
+    """A column analysed before (or as its run did) under this name; SOL options given here apply to it too."""
+    column.name = name
+    settings = sol_settings_from(args, model=args.model)
+    if settings is not None:
+        from analysis.api import with_sol
+
+        column = with_sol(column, settings)
+    return column
 
 
 def layer_count_note(columns) -> str:
@@ -53,6 +64,7 @@ def layer_count_note(columns) -> str:
 
 def run(args) -> int:
     from analysis.api import AnalysisError, _atomic_write, render_markdown, write_table_csv
+    from harness.recorded_run import RunDirError
 
     columns = []
     try:
@@ -67,7 +79,7 @@ def run(args) -> int:
                 print(f"moe-harness compare: a column is NAME=PATH[,PATH...], got {spec!r}", file=sys.stderr)
                 return 2
             columns.append(_column(name, paths.split(","), args))
-    except AnalysisError as exc:
+    except (AnalysisError, RunDirError) as exc:
         print(f"moe-harness compare: {exc}", file=sys.stderr)
         return 2
     table = render_markdown(columns, args.lang) + layer_count_note(columns)
