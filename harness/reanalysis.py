@@ -66,10 +66,15 @@ def _sglang(run: RecordedRun, out_dir: Path, problems_at: str | None, jobs: int 
 
 def _facts(run: RecordedRun):
     """RunFacts from what the run recorded: the values the engine read off the live run."""
+    from harness.sglang.plan import PlanError
     from harness.sglang.run_analysis import RunFacts, shared_experts_apart
     from harness.sglang.spec import scenario_deployment
 
     m = run.manifest
+    try:
+        scheduler_batch = scenario_deployment(run.scenario).scheduler_batch
+    except PlanError as exc:
+        raise RunDirError(f"{run.path / 'scenario.yaml'}: {exc}") from None
     calibration = m.get("calibration")
     capture_note = calibration.get("not_calibrated", "") if isinstance(calibration, dict) else \
         "the run recorded no calibration"
@@ -78,7 +83,7 @@ def _facts(run: RecordedRun):
                     accept_length=m.get("accept_length"), expert_load=m.get("expert_load") or {},
                     sglang_version=str(m.get("sglang_version") or (m.get("plan") or {}).get("sglang_version")),
                     shared_experts_apart=shared_experts_apart(plan_nodes[0].get("flag_keys") or {}),
-                    scheduler_batch=scenario_deployment(run.scenario).scheduler_batch, capture_note=capture_note)
+                    scheduler_batch=scheduler_batch, capture_note=capture_note)
 
 
 @contextmanager

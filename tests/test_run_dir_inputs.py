@@ -139,3 +139,30 @@ def test_a_run_that_kept_no_traces_is_read_from_its_stored_tables_where_they_suf
     assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 1
     _one_line_error(capsys, str(run_dir), "kept no traces")
     assert not (tmp_path / "report").exists() and not list((tmp_path / "export").glob("*"))
+
+
+def test_the_maintenance_script_rewrites_only_what_changed_and_keeps_the_nodes_table(run_dir, capsys):
+    """benchmarks/reanalyse_run_dir.py on a run whose stored d4.csv and table.md an older analysis wrote."""
+    from benchmarks.reanalyse_run_dir import NODE_TABLE, main as reanalyse_run_dir
+
+    d4, table = run_dir / "analysis" / "d4.csv", run_dir / "table.md"
+    current = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    d4.write_text(d4.read_text().replace("fused_moe", "older_name"))
+    table.write_text(table.read_text() + "\nA note an older node wrote.\n")
+    older = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    args = [str(run_dir), "--leave-out", "kernels_long.csv"]
+
+    assert reanalyse_run_dir([*args, "--check"]) == 1  # says what would change, writes nothing
+    assert f"{d4}: rewritten (would be)" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == older
+
+    assert reanalyse_run_dir(args) == 0
+    out = capsys.readouterr().out
+    assert f"{d4}: rewritten" in out and f"{run_dir / 'analysis' / 'steps.csv'}: unchanged" in out
+    assert f"{run_dir / 'analysis' / 'kernels_long.csv'}: left out" in out
+    now = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert now.pop(run_dir / NODE_TABLE) == older[table]  # the node's own table, kept for the record
+    assert now == current  # the rest as today's analysis writes it; nothing else touched, nothing left behind
+
+    assert reanalyse_run_dir(args) == 0  # once more: nothing to do, the node's table stays the first one
+    assert "rewritten" not in capsys.readouterr().out and (run_dir / NODE_TABLE).read_bytes() == older[table]

@@ -39,7 +39,7 @@ def analyse_nodes(node_traces: dict[int, list[str]], options: dict, node_capture
     order: the engine runs them on every node's actor at once, `moe-harness analyze RUN_DIR` here.
     Changes options["signature"] to the one chosen."""
     nodes = sorted(node_traces)
-    per_node = {n: options | {"capture_traces": list(node_captures[n]) if node_captures is not None else []}
+    per_node = {n: options | {"node": n, "capture_traces": list(node_captures[n]) if node_captures is not None else []}
                 for n in nodes}
     calibrations = None
     if node_captures is not None:
@@ -63,7 +63,7 @@ def analyze_node(paths: list[str], options: dict) -> dict:
                      options=AnalysisOptions(run=options.get("run", "run"), rank_policy=options.get("rank_policy", "mean"),
                                              tbo=bool(options.get("tbo", False)), jobs=options.get("jobs"),
                                              capture_traces=captures))
-    kept = _as_kept(paths)
+    kept = _as_kept(paths, captures, options.get("node"))
     problems = [RankProblem(path=kept(p.path), rank=p.rank, message=kept(p.message)) for p in result.problems]
     return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": problems}
 
@@ -80,7 +80,7 @@ def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
     where = {"node": node_rank, "decode_trace": Path(decode_path).name}
     if not captures:
         return {**where, "error": f"no capture trace in {', '.join(asked)}"}
-    kept = _as_kept(paths)
+    kept = _as_kept(paths, captures, node_rank)
     try:
         cal = calibrate(options.get("signature", "generic"), decode_trace=decode_path, capture_refs=captures)
     except AnalysisError as exc:
@@ -93,13 +93,16 @@ def captures_with_files(refs: list[str]) -> list[str]:
     return [r for r in refs if Path(r).is_file() or (Path(r).is_dir() and any(Path(r).iterdir()))]
 
 
-def _as_kept(paths: list[str]):
-    """A text with the folders of `paths` written as traces/, where the run directory keeps its traces."""
-    folders = sorted({str(Path(p).parent) for p in paths}, key=len, reverse=True)
+def _as_kept(paths: list[str], captures: list[str], node: int | None):
+    """A text with the folders of `paths` and `captures` written as the run directory keeps them
+    (traces/, capture_traces/node<N>/), so the node and a re-analysis of its copies say the same."""
+    folders = {str(Path(p).parent): "traces" for p in paths}
+    if node is not None:
+        folders |= {str(Path(c).parent if Path(c).is_file() else Path(c)): f"capture_traces/node{node}" for c in captures}
 
     def kept(text: str) -> str:
-        for folder in folders:
-            text = text.replace(folder + "/", "traces/")
+        for folder in sorted(folders, key=len, reverse=True):  # a capture folder may lie inside the traces'
+            text = text.replace(folder + "/", folders[folder] + "/")
         return text
     return kept
 
