@@ -1,6 +1,8 @@
-"""One D4 column from the row tables each node's actor computed on its own ranks.
+"""What each node's ranks go through (analyze_node, calibrate_node: plain functions that the node
+actors and `moe-harness analyze RUN_DIR` both call, in analyse_nodes' order), and one D4 column from
+the row tables the nodes computed.
 
-Why it is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
+Why the column is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
 rows of all ranks together; so concatenating the nodes' rows and building the column here gives
 what analysing every trace file on one machine gives, without moving the traces. SOL columns are
 added here too (analysis.tables.d4_sol), from the settings the driver reads off the scenario.
@@ -15,8 +17,8 @@ from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertL
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
-    """What every node's ranks are analysed with (plain data: it crosses Ray); a node's capture traces
-    are added per node (node_options)."""
+    """What every node's ranks are analysed with (plain data: it crosses Ray); analyse_nodes adds each
+    node's own capture traces."""
     a = scenario.analysis
     return {"run": run_name, "signature": a.signature, "model": a.model, "rank_policy": a.rank_policy,
             "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs, "capture_traces": []}
