@@ -99,7 +99,13 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
     rank = rank_id_for(path, label, index)
     capture, captures = None, None
     if capture_refs and sig.module_ranges is not None:  # the signature's own map, names aligned
-        capture = build_capture_map(load_trace(capture_refs[min(index, len(capture_refs) - 1)]), sig.module_ranges)
+        files = capture_files(capture_refs)
+        own = _capture_files_for_rank(files, rank, index)
+        if not own:
+            raise AnalysisError(f"{path}: no capture trace for rank {rank.label} among {', '.join(f.name for f in files)}")
+        named = any(capture_rank(f) is not None for f in own)  # else the i-th file stands for the i-th rank
+        capture = build_capture_map(load_trace(str(own[0] if named else own[min(index, len(own) - 1)])),
+                                    sig.module_ranges)
     elif capture_refs:
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
     trace = load_trace(path, rank=rank)

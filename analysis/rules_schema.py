@@ -29,11 +29,20 @@ class CollectiveRole(_Rule):
         check_regexes(self, "match")
 
 
+class TwoPhase(_Rule):
+    match: str
+    phases: list[str]
+
+    def __post_init__(self) -> None:
+        check_regexes(self, "match")
+
+
 class KernelClasses(_Rule):
     """kernel_classes.yaml: what a kernel computes, from its name (first match wins), and which
     collective a communication kernel runs."""
     classes: list[KernelClass]
     collectives: list[CollectiveRole] = []
+    two_phase: list[TwoPhase] = []
 
 
 class MapFunction(_Rule):

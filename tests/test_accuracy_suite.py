@@ -20,10 +20,10 @@ import pytest
 from accuracy.judge import judge, judge_case
 from accuracy.truth import compare
 from analysis.attribution.agreement import compare_with_ranges
-from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, public_cases
+from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, ep_cases, public_cases
 from conftest import REAL, real_trace
 
-CASES = corpus_cases() + bundled_cases()
+CASES = corpus_cases() + bundled_cases() + ep_cases()
 PUBLIC = public_cases(Path(REAL))
 
 # Row errors of the tool that the independent truth exposed (tests/accuracy/truth.py); the modules

@@ -16,7 +16,7 @@ import pytest
 from analysis.attribution.agreement import shares
 from analysis.api import AnalysisOptions, analyze
 from analysis.attribution.capture import capture_files, load_capture
-from conftest import real_trace
+from conftest import ROOT, real_trace
 
 REPLAY = "amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz"
 CAPTURE_DIR = "amd/sglang_qwen3-8b_mi300x_decode/capture_traces"
@@ -111,3 +111,19 @@ def test_a_missing_capture_is_an_error(tmp_path):
 
     with pytest.raises(AnalysisError, match="nope.json.gz: no such capture trace"):
         analyze([real_trace(REPLAY)], options=AnalysisOptions(capture_traces=[str(tmp_path / "nope.json.gz")]))
+
+
+def test_sglang_capture_files_are_matched_to_their_tp_rank():
+    """SGLang 0.5.17 names its capture traces ...-TP-<rank>.json.gz: each rank of a multi-GPU decode
+    reads its own (rank 1 took rank 0's before), also through a folder."""
+    from analysis.api import AnalysisOptions, analyze
+
+    ep = ROOT / "tests" / "data" / "sglang-real" / "ep"
+    traces = sorted(str(p) for p in ep.glob("*h100x2-deepep-ll-graph-TP-*.trace.json.gz"))
+    result = analyze(traces, options=AnalysisOptions(capture_traces=[str(ep / "capture-deepep-graph")]))
+    used = {}
+    for problem in result.problems:
+        if "capture trace not used" in problem.message:
+            used[problem.rank] = problem.message.split(": ")[1].split(" ")[0]
+    assert used == {"TP0-EP0": "cuda_graph_capture-DecodeCudaGraphRunner-TP-0.json.gz",
+                    "TP1-EP1": "cuda_graph_capture-DecodeCudaGraphRunner-TP-1.json.gz"}

@@ -61,8 +61,8 @@ def test_a_correct_analysis_passes_every_check(synthetic):
     _path, result = synthetic
     assert not result.failed_checks, result.failed_checks
     assert {c.check for c in result.checks} == {
-        "layer_count", "layer_kernel_sequence", "attention_cores_in_layers", "routed_vs_shared_experts",
-        "step_time_shares", "stage_labels", "kernel_durations"}
+        "layer_count", "layer_kernel_sequence", "layer_time", "after_layers", "attention_cores_in_layers",
+        "routed_vs_shared_experts", "step_time_shares", "stage_labels", "kernel_durations"}
     assert result.d4.checks.startswith("self-checks: ") and "0 failed" in result.d4.checks
 
 
@@ -191,7 +191,7 @@ def test_checks_csv_analysis_json_and_the_verdict_line_under_the_table(synthetic
     assert [r["check"] for r in rows if r["verdict"] == "fail"] == ["layer_count"]
     saved = json.loads((out / "analysis.json").read_text())
     assert saved["checks"]["failed"] == ["layer_count"] and saved["d4"]["failed_checks"] == ["layer_count"]
-    assert "self-checks: 6 passed, 1 failed" in (out / "d4.md").read_text()
+    assert "self-checks: 8 passed, 1 failed, 0 not applicable" in (out / "d4.md").read_text()
     with open(out / "problems.csv", newline="") as fh:
         assert any("self-check layer_count failed" in r["message"] for r in csv.DictReader(fh))
 

@@ -10,6 +10,7 @@ from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.overlap import exposed_durations
+from analysis.attribution.phases import label_phases
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, segment_steps
@@ -96,6 +97,7 @@ def attribute_rank(
         inf = float("inf")
         first, last, layers_first, layers_last = inf, -inf, inf, -inf
         busy_us = 0  # summed as sum() would, kernel by kernel from 0
+        step_first_row = len(kernel_rows)
         for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
             start = kernel.start_us
             busy_us += kernel.dur_us
@@ -117,6 +119,7 @@ def attribute_rank(
                 slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
                 kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule,
             ))
+        label_phases(kernel_rows[step_first_row:])
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"

@@ -33,7 +33,9 @@ from analysis.ingest.trace_model import Kernel, Launch, RankTrace
 
 CAPTURE_SUFFIXES = (".json", ".json.gz")
 _BATCH_IN_NAME = re.compile(r"(?:^|_)bs_?(\d+)(?:_|\.|$)")
-_RANK_IN_NAME = re.compile(r"rank_?(\d+)")
+# The rank in a capture file's name: `..._rank3` (AMD's, vLLM's) or SGLang's `...-TP-3` (0.5.17's
+# cuda_graph_capture-<runner>-TP-<tp>.json.gz).
+_RANK_IN_NAME = re.compile(r"(?:rank_?|-TP-)(\d+)")
 _VLLM_ANNOTATION = re.compile(r"^capture_(\d+)_([A-Z_]+)$")
 
 
@@ -73,7 +75,8 @@ def capture_files(refs: list[str]) -> list[Path]:
 
 
 def capture_rank(path: Path) -> int | None:
-    """The rank a capture trace's file name says it was recorded on (`..._rank3.json.gz`), or None."""
+    """The rank a capture trace's file name says it was recorded on (`..._rank3.json.gz`,
+    `...-TP-3.json.gz`), or None."""
     m = _RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else None
 

@@ -63,6 +63,19 @@ def collective_role(name: str) -> str:
     return next((role for role, pattern in _collective_rules() if pattern.search(name)), "all_reduce")
 
 
+@functools.lru_cache(maxsize=1)
+def _two_phase_rules() -> list[tuple[re.Pattern[str], tuple[str, ...]]]:
+    return [(re.compile(entry.match), tuple(entry.phases))
+            for entry in load_rules(CLASSES_FILE.name, KernelClasses).two_phase]
+
+
+@functools.lru_cache(maxsize=10_000)
+def phases_of(name: str) -> tuple[str, ...] | None:
+    """The phases of a kernel launched once per phase in a layer (kernel_classes.yaml `two_phase`:
+    DeepEP's low-latency send and receive), or None."""
+    return next((phases for pattern, phases in _two_phase_rules() if pattern.search(name)), None)
+
+
 @functools.lru_cache(maxsize=100_000)
 def class_rule_of_name(name: str) -> str:
     """Which entry of kernel_classes.yaml classed the name (KernelRow.rule): `kernel_classes.yaml:<class>`,

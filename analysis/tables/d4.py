@@ -19,6 +19,7 @@ from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
+from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -46,6 +47,7 @@ class D4Column(msgspec.Struct):
     post_ms: float
     rows: list[D4Row]
     mtp_rows: list[D4Row] = []
+    share_rows: list[D4Row] = []  # the shared expert's busy / exposed / under-combine time (share_overlap.py)
     accept_length: float | None = None
     per_token_ms: float | None = None
     steps_used: int = 0
@@ -187,6 +189,7 @@ def build_column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
         step_ms=step_us / 1000, layers_ms=layers_us / 1000, num_layers=num_layers,
         pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
+        share_rows=share_overlap_rows(kernel_rows, used, stat, rank_policy),
         accept_length=accept_length, per_token_ms=per_token,
         steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
         steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
@@ -306,6 +309,9 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
             out.append([group_name(group), key[1], key[2], *cells([_fmt(h.value_us) if h else "" for h in hits], hits)])
         sums = [sum(look[k].value_us for k in members if k in look) for look in lookup]
         out.append([group_name(group), text["sum"], "", *cells([_fmt(s) for s in sums])])
+        if group == SHARE_GROUP:  # what of the shared expert the step pays, and what hides under the combine
+            out += [[group_name(group), module, part, *cells(values)]
+                    for module, part, values in values_by_module(columns, lambda c: c.share_rows)]
 
     out += [[group_name(g), m, k, *cells(v)] for g, m, k, v in extra_rows(columns)]
     out += [[MTP_GROUP, module, kernel, *cells(values)]

@@ -75,6 +75,37 @@ MTP = Case("sglang-0.5.17-eager-mtp",
            ROOT / "tests" / "data" / "sglang-real" / "eager" / "sglang-0.5.17-dsv3-4l-fp8-h200-eager-mtp-TP-0-decode.trace.json.gz",
            None, 8, 4, 3, "deepseek_v3", "H200", "bundled", varied_layers=((4, 3), (1, 1)) * 4)
 
+# Real SGLang 0.5.17 expert-parallel decodes recorded on four H100s (tests/data/sglang-real/ep/README.md):
+# DeepSeek-V3 widths, 1 dense + 3 MoE layers, FP8, batch 16, 6 profiled steps. Eager traces (with stacks)
+# are their own truth; a CUDA-graph trace's truth is the eager recording of the same deployment, rank by
+# rank. (config, ranks, truth config or None); the two-node job's graph traces are judged against the
+# TP4 EP4 eager recording.
+EP_DIR = ROOT / "tests" / "data" / "sglang-real" / "ep"
+EP_RUN = ROOT / "tests" / "data" / "sglang-real" / "ray-run" / "sglang_dsv3_4l_2x2_deepep-20261126-124934" / "traces"
+EP_PREFIX = "sglang-0.5.17-dsv3-4l-fp8-"
+EP_REAL = [
+    ("h100x2-deepep-ll-eager", 2, None),
+    ("h100x2-deepep-ll-graph", 2, "h100x2-deepep-ll-eager"),
+    ("h100x2-ep-noa2a-eager", 2, None),
+    ("h100x2-ep-noa2a-graph", 2, "h100x2-ep-noa2a-eager"),
+    ("h100x4-deepep-ll-eager", 4, None),
+    ("two-node-job-graph", 4, "h100x4-deepep-ll-eager"),
+]
+
+
+def _ep_file(config: str, rank: int) -> Path:
+    if config == "two-node-job-graph":
+        return next(EP_RUN.glob(f"*-TP-{rank}-EP-{rank}-DECODE.trace.json.gz"))
+    return EP_DIR / f"{EP_PREFIX}{config}-TP-{rank}-EP-{rank}-decode.trace.json.gz"
+
+
+def ep_cases() -> list[Case]:
+    return [Case(f"sglang-0.5.17-{config}-r{rank}", _ep_file(config, rank),
+                 _ep_file(truth, rank) if truth else None, 6, 4, 3, "deepseek_v3",
+                 f"{ranks} x H100", "bundled")
+            for config, ranks, truth in EP_REAL for rank in range(ranks)]
+
+
 PUBLIC = [
     # relative to shared/traces/real (see its SOURCES.md); eager, with nn.Module ranges
     ("vllm-gpt-oss-120b-b200-eager", "nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", 1, 36, 36, "gpt_oss", "B200"),
