@@ -106,7 +106,9 @@ class SGLangEngine(_Strict):
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
     host: str = Field("0.0.0.0", description="--host of node 0's server; the driver connects to node 0's IP "
                       "unless this names one address")
-    port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server")
+    port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server (node r binds port + r)")
+    dist_init_port: int = Field(5000, ge=1, le=65535, description="port of node 0's --dist-init-addr, where "
+                                "the nodes' processes meet (multi-node)")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
     passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
     ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")

@@ -45,18 +45,22 @@ def _group_shares(result, merge_gate=True):
     ("amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "sglang-qwen3-dense-mi300"),
 ])
 def test_kernel_attribution_agrees_with_module_ranges(rel, signature):
-    from analysis.api import AnalysisOptions
+    """A signature's kernel template (ranges stripped) against the trace's own module ranges, as the
+    independent truth reads them (tests/accuracy/truth.py, no analysis code): every layer, and every
+    group within 2 points of step busy time. Against the signature's own module_ranges map (the
+    former check) both signatures agreed while filing the norms under other and, for gpt-oss, the
+    all-reduce (22.8% of the step) under o_proj and experts."""
+    from accuracy.tool import found_of
+    from accuracy.truth import truth_of
 
     path = real_trace(rel)
-    by_modules = analyze([path], signature=signature, options=AnalysisOptions(attribution="modules"))
-    by_kernels = analyze([path], signature=signature, options=AnalysisOptions(attribution="template"))
-    assert by_modules.step_rows[0].note.startswith("attributed by module_range")
-    assert by_kernels.step_rows[0].note.startswith("attributed by signature")
-    busy = by_modules.step_rows[0].busy_us
-    modules, kernels = _group_shares(by_modules), _group_shares(by_kernels)
-    for group in ("attention", "moe", "mlp", "other"):
-        assert abs(modules[group] - kernels[group]) <= 0.02 * busy, group
-    assert modules["attention"] > 0.05 * busy
+    truth, found = truth_of(path), found_of(path, signature)
+    assert found.step_rows[0].note.startswith("attributed by signature")
+    assert found.layers == truth.layers == [36]
+    groups = truth.group_shares()
+    gaps = {g: round(found.groups.get(g, 0.0) - groups.get(g, 0.0), 2) for g in set(groups) | set(found.groups)}
+    assert all(abs(v) <= 2.0 for v in gaps.values()), gaps
+    assert groups["attention"] > 5.0
 
 
 def test_graph_capture_trace_names_replayed_kernels():

@@ -43,6 +43,7 @@ def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_time
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = _free_port()
+    data["engine"]["dist_init_port"] = _free_port()  # node 0 meets the others there: never a fixed port
     data["engine"].update(engine or {})
     data["profile"].update(profile or {})
     data["cluster"].update(cluster or {})

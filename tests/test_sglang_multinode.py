@@ -40,6 +40,7 @@ def _spec(nodes=2, gpus=2, profiler="auto", **env):
     parallel = dict(dp=nodes * gpus, ep=nodes * gpus, dp_attention=True, moe_a2a_backend="deepep",
                     deepep_mode="low_latency") if nodes * gpus > 1 else {}
     return DeploymentSpec(model_path="fake/ds", nodes=nodes, gpus_per_node=gpus, host="127.0.0.1", port=_free_port(),
+                          dist_init_port=_free_port(),
                           speculative=SpeculativeSpec("EAGLE", 2, 1, 3), launcher=(sys.executable, FAKE),
                           profiler=profiler, passthrough_env=(), **parallel,
                           env={"FAKE_SGLANG_STEP_MS": "10", "FAKE_SGLANG_NODE0_HOST": "127.0.0.1",
@@ -73,7 +74,9 @@ def test_two_nodes_launch_load_profile_collect(cluster, tmp_path):
         pids = ray.get([a.pid.remote() for a in dep.actors])
         cmdlines = [psutil.Process(pid).cmdline() for pid in pids]
         assert [c[c.index("--node-rank") + 1] for c in cmdlines] == ["0", "1"]
-        assert all(f"{dep.node0_ip}:5000" in c for c in cmdlines)
+        assert all(f"{dep.node0_ip}:{plan.spec.dist_init_port}" in c for c in cmdlines)
+        # each node its own HTTP port: node r binds port + r (two nodes of one host must not share one)
+        assert [c[c.index("--port") + 1] for c in cmdlines] == [str(plan.spec.port), str(plan.spec.port + 1)]
         assert {r: c["problems"] for r, c in dep.node_checks.items()} == {0: [], 1: []}
 
         load = BackgroundLoad(dep.url, 8, 8, 120, str(tmp_path / "load" / "requests.jsonl"))

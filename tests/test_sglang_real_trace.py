@@ -168,23 +168,28 @@ def test_mtp_verify_steps_hold_every_layer():
     assert any(r.group == "mtp" and r.module == "draft extend" for r in result.d4.mtp_rows)
 
 
-# Eager decode (--disable-cuda-graph) with stacks from the same server: SGLang's own nn.Module ranges
-# are the truth the shipped signature and the structure are held against.
+# Eager decode (--disable-cuda-graph) with stacks from the same server: SGLang's own nn.Module ranges,
+# read by the independent truth (tests/accuracy/truth.py, no analysis code), are what the shipped
+# signature and the structure are held against.
 EAGER = sorted((DATA / "eager").glob("*-decode.trace.json.gz"))
 
 
 @pytest.mark.parametrize("path", EAGER, ids=[p.name.split("-eager-")[1].split("-TP-")[0] for p in EAGER])
 @pytest.mark.parametrize("signature", ["sglang-sm90-tp-fp8", "generic"])
 def test_sglangs_own_module_ranges_agree_with_the_signature_and_the_structure(path, signature):
-    from analysis.attribution.calibration import AGREE_PP, calibrate
+    """By the truth: every layer of every forward (MTP: the target's 4, then NextN's 1) and every
+    group within 3 points, ranges stripped; and calibration against the trace keeps the signature."""
+    from accuracy.tool import found_of
+    from accuracy.truth import compare, truth_of
+    from analysis.attribution.calibration import calibrate
 
-    cal = calibrate(signature, truth_trace=str(path))
-    chosen = cal.candidates[0]
-    assert chosen.signature == signature and chosen.agrees, cal.reason
-    assert chosen.worst_pp <= AGREE_PP and cal.chosen == signature
-    truth = chosen.agreement.truth
+    truth, found = truth_of(str(path)), found_of(str(path), signature)
     per_step = [LAYERS, 1] if "-mtp-" in path.name else [LAYERS]  # MTP: the target's forward, then NextN's
-    assert truth.layered == per_step * (len(truth.layered) // len(per_step)) and len(truth.layered) >= 3
+    assert truth.layers == per_step * (len(truth.layers) // len(per_step)) and len(truth.layers) >= 3
+    assert [n for n in found.layers if n] == truth.layers
+    assert not compare(truth.group_shares(), truth.row_shares(), found.groups, found.rows, rows=[])
+    cal = calibrate(signature, truth_trace=str(path))
+    assert cal.chosen == signature and cal.candidates[0].agrees, cal.reason
 
 
 def test_an_eager_mtp_trace_cuts_the_target_and_the_draft_forward_apart():
