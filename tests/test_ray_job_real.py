@@ -1,11 +1,14 @@
 """The README's main command, run for real: `ray job submit --working-dir . -- python3 harness/run.py`
 against SGLang 0.5.17 serving a DeepSeek-V3-architecture model (4 layers: 1 dense + 3 MoE, dummy FP8
 weights) on one H100 (docs/gpu-runs.md, benchmarks/gpu/sglang_ray/). The run directory the job wrote
-is bundled under tests/data/sglang-real/ray-run (less kernels_long.csv, which is regenerated here).
+is bundled under tests/data/sglang-real/ray-run (less kernels_long.csv, which is regenerated here),
+beside a second one-GPU job and the two-node DeepEP job (2 Ray nodes x 2 H100s, TP4 EP4).
 
-Two kinds of check. Reproduction: the tables this checkout computes from the run's trace equal the
-ones the node computed, and report / metrics / export work on the real run directory. That proves
-the offline commands agree with the job, not that the job was right. Facts independent of the
+Two kinds of check. Reproduction: `moe-harness analyze RUN_DIR` on each bundled run directory writes
+the tables stored there (analysis/ as benchmarks/reanalyse_run_dir.py last wrote it with this
+checkout's code: the node's own for the one-GPU jobs, the two-node job's node table kept as
+table.node-original.md) and prints its table.md, and report / metrics / export work on the real run
+directory. That proves the offline commands agree with the job, not that the job was right. Facts independent of the
 analysis: what the job recorded (manifest, load records, SGLang's log) and what the kernels are
 called (FlashMLA under attention, the Triton fused-MoE kernel under moe, DeepGEMM in the dense MLP),
 which a mis-attribution would move."""
@@ -19,27 +22,21 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from tests.run_dir_reanalysis import assert_analyze_reproduces
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "sglang_dsv3_4l_1gpu-20261124-204402"
 BUNDLED = ROOT / "tests/data/sglang-real/ray-run" / RUN_ID
-MODEL = ROOT / "benchmarks/gpu/sglang_ray/dsv3_4l_model.yaml"
 SCENARIO = ROOT / "benchmarks/gpu/sglang_ray/scenario_dsv3_4l.yaml"
 
 
 def _reanalyse(bundled: Path, run_id: str, tmp: Path) -> Path:
-    """A copy of a bundled run whose analysis/ this checkout writes again from the run's trace."""
+    """A copy of a bundled run whose analysis/ this checkout writes again from the run's trace
+    (kernels_long.csv included, which the bundled copy leaves out)."""
     run = tmp / run_id
     shutil.copytree(bundled, run)
     shutil.rmtree(run / "analysis")
-    traces = sorted(str(p) for p in (run / "traces").glob("*.trace.json.gz"))
-    assert len(traces) == 1, traces
-    extra = []
-    if (run / "expert_load/expert_load.json").is_file():
-        extra = ["--expert-load", str(run / "expert_load/expert_load.json")]
-    rc = main(["analyze", *traces, "--model", str(MODEL), "--signature", "generic", "--rank-policy", "mean",
-               "--name", run_id, "--out", str(run / "analysis"), *extra])
-    assert rc == 0
+    assert main(["analyze", str(run), "--out", str(run / "analysis")]) == 0
     return run
 
 
@@ -88,33 +85,16 @@ def test_kernels_sit_under_the_modules_their_names_belong_to():
             assert group == "attention"
 
 
-def _same_cell(a: str, b: str) -> bool:
-    """Equal text, or equal numbers to 1e-9: the node's Python 3.12 adds floats with compensated
-    summation (3.12's sum), this checkout's 3.11 does not, so the last digits may differ."""
-    if a == b:
-        return True
-    try:
-        return abs(float(a) - float(b)) <= 1e-9 * max(abs(float(a)), abs(float(b)))
-    except ValueError:
-        return False
+RUN_IDS = [RUN_ID, "sglang_dsv3_4l_1gpu_full-20261124-214640", "sglang_dsv3_4l_2x2_deepep-20261126-124934"]
 
 
-@pytest.mark.parametrize("run_id", [RUN_ID, "sglang_dsv3_4l_1gpu_full-20261124-214640"])
-def test_this_checkout_reproduces_the_nodes_tables(run_id, tmp_path):
-    """Every table the node wrote (the first run predates checks.csv and comm.csv: those it lacks)."""
+@pytest.mark.parametrize("run_id", RUN_IDS)
+def test_analyze_on_the_run_directory_reproduces_its_stored_tables(run_id, tmp_path, capsys):
+    """Every file of analysis/ (d4.csv, d4.md, checks.csv, comm.csv, ...; numbers to 1e-9: the node's
+    Python 3.12 sums floats otherwise than 3.11) and table.md, from the run directory alone."""
     bundled = ROOT / "tests/data/sglang-real/ray-run" / run_id
-    run = _reanalyse(bundled, run_id, tmp_path)
-    names = [n for n in ("d4.csv", "d4_detail.csv", "steps.csv", "streams.csv", "checks.csv", "comm.csv")
-             if (bundled / "analysis" / n).is_file()]
-    assert len(names) >= 4
-    for name in names:
-        with open(run / "analysis" / name, newline="") as fh:
-            mine = list(csv.reader(fh))
-        with open(bundled / "analysis" / name, newline="") as fh:
-            node = list(csv.reader(fh))
-        assert len(mine) == len(node) and mine[0] == node[0], name
-        for i, (a, b) in enumerate(zip(mine, node)):
-            assert len(a) == len(b) and all(_same_cell(x, y) for x, y in zip(a, b)), (name, i, a, b)
+    assert {"d4.csv", "d4.md", "checks.csv", "comm.csv"} <= {p.name for p in (bundled / "analysis").iterdir()}
+    assert_analyze_reproduces(bundled, tmp_path / "out", capsys, left_out=frozenset({"kernels_long.csv"}))
 
 
 def test_report_metrics_and_export_on_the_real_run(rerun, tmp_path, capsys):

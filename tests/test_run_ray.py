@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.run_dir_reanalysis import assert_analyze_reproduces
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 90
@@ -170,7 +172,7 @@ def _d4_rows(table: str) -> list[list[str]]:
 
 
 @pytest.mark.timeout(400)
-def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path) -> None:
+def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     done = _submit(ray_head, "--scenario", "demo", "--runs-dir", str(runs))
     output = done.stdout + done.stderr
@@ -235,6 +237,9 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path) -> None:
     assert {"attention", "gate", "moe"} <= set(sums)
     for group, total in sums.items():
         assert total == pytest.approx(sum(members[group]), abs=0.05 * len(members[group]) + 0.05), group
+
+    # `moe-harness analyze RUN` analyses the kept trace again as the job did: the same files and table.
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)
 
     # `moe-harness report RUN` reads the run's analysis/ and writes the kernel report beside it.
     import argparse

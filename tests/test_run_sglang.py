@@ -19,6 +19,7 @@ from harness.scenario import parse_scenario
 from harness.scenario_sol import sol_settings_for
 from conftest import real_trace
 from tests.ray_cluster import two_node_cluster
+from tests.run_dir_reanalysis import assert_analyze_reproduces
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = str(REPO / "tests" / "fake_sglang" / "server.py")
@@ -81,7 +82,7 @@ def _no_secret_in(run_dir: Path) -> None:
     assert not leaked, f"secret written unmasked to {leaked}"
 
 
-def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, env, tmp_path):
+def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, env, tmp_path, capsys):
     scenario, path = _scenario(tmp_path, gpu_type="H800")  # with the default model deepseek-v3: SOL columns
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
@@ -144,6 +145,8 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
     _no_secret_in(run_dir)
     assert not _fake_servers(), "a server outlived the run"
+    # the run directory analysed again (SOL, MTP accept length, two nodes' ranks) gives the run's files and table
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)
 
 
 @pytest.mark.parametrize("fail,node,phase,message", [
@@ -277,7 +280,7 @@ def test_a_release_newer_than_the_table_on_the_nodes_runs_with_a_warning(cluster
     assert manifest["profiled_batch"]["status"] == "ok"
 
 
-def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(cluster, env, tmp_path):
+def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(cluster, env, tmp_path, capsys):
     scenario, path = _scenario(tmp_path, FAKE_SGLANG_FAIL="ramp_up")  # the first profiled step at half the batch
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
@@ -289,6 +292,7 @@ def test_a_ramp_up_step_in_the_window_is_named_under_the_table_and_in_problems(c
     assert "Profiled batch: 4 of" in table and "TP0-DP0-EP0 step 1 bs=1" in table
     problems = (run_dir / "analysis" / "problems.csv").read_text()
     assert "profiled batch: step 1 (target_verify): bs=1, the scenario's batch per scheduler is 2: a ramp-up step" in problems
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)  # the profiled-batch problems too
 
 
 def test_a_given_release_other_than_the_installed_one_is_refused_before_any_server_starts(cluster, env, tmp_path):
@@ -345,7 +349,7 @@ def test_pipeline_stages_are_profiled_under_their_pp_labels(cluster, env, tmp_pa
     assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{t}-PP{p}" for p in (0, 1) for t in (0, 1)}
 
 
-def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path):
+def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path, capsys):
     scenario, path = _scenario(tmp_path, profile={"capture_traces": True}, engine={"cuda_graph_bs": [1, 4]})
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
@@ -361,9 +365,10 @@ def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path):
     problems = (run_dir / "analysis" / "problems.csv").read_text()
     assert "no decoder-layer nn.Module ranges in the capture" in problems
     assert [e["node"] for e in manifest["calibration"]] == [0, 1] and all("error" in e for e in manifest["calibration"])
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)  # captures from capture_traces/node<N>
 
 
-def test_capture_traces_recorded_with_stacks_name_the_replays_and_calibrate(cluster, env, tmp_path):
+def test_capture_traces_recorded_with_stacks_name_the_replays_and_calibrate(cluster, env, tmp_path, capsys):
     """A real pair (SGLang's Qwen3-8B decode on an MI300X and its capture trace) served by the fake:
     each node calibrates the scenario's signature against its captures; that signature disagrees
     (tests/test_calibration.py), so the table is analysed with the structure, and replayed kernels
@@ -387,6 +392,7 @@ def test_capture_traces_recorded_with_stacks_name_the_replays_and_calibrate(clus
     table = (run_dir / "table.md").read_text()
     assert "node 0: sglang-qwen3-dense-mi300 disagrees with the calibration" in table
     assert "the table uses generic" in table
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)  # calibrated again: calibration.md / .json too
 
 
 def test_a_run_without_capture_traces_says_it_was_not_calibrated(cluster, env, tmp_path):
@@ -443,7 +449,7 @@ def test_a_server_without_tokenizer_gets_token_id_requests(cluster, env, tmp_pat
     assert summary["failed"] == 0 and summary["completed"] > 0
 
 
-def test_expert_load_on_a_release_whose_recorder_breaks_on_a_fused_shared_expert(cluster, env, tmp_path):
+def test_expert_load_on_a_release_whose_recorder_breaks_on_a_fused_shared_expert(cluster, env, tmp_path, capsys):
     """SGLang before 0.5.21 counts a fused shared expert's top-k id past the recorder's counter and the
     server dies at its first forward (seen on an H100 with 0.5.17, the fake does the same): the plan
     turns the fusion off there, and says so in the table."""
@@ -456,9 +462,10 @@ def test_expert_load_on_a_release_whose_recorder_breaks_on_a_fused_shared_expert
     assert node["flag_keys"]["--disable-shared-experts-fusion"] == "profile.expert_load"
     assert (run_dir / manifest["expert_load"]["file"]).is_file()
     assert "shared experts not fused" in (run_dir / "table.md").read_text()
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)  # the fusion note from the recorded plan
 
 
-def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_layer(cluster, env, tmp_path):
+def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_layer(cluster, env, tmp_path, capsys):
     scenario, path = _scenario(tmp_path, profile={"expert_load": True})
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
@@ -496,6 +503,7 @@ def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_laye
     assert [r.layer for r in column.expert_load.layers] == [1, 2, 3]
     assert "| expert load | layer 2 |" in render_markdown([column, column])
     _no_secret_in(run_dir)
+    assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)  # expert load per layer from its file
 
 
 @pytest.mark.parametrize("when, sig", [("requests.jsonl", "SIGINT"), ("traces", "SIGTERM")])

@@ -124,8 +124,8 @@ def test_a_demo_gpu_run_on_an_h200_gets_h200_peaks(tmp_path):
     from harness.scenario import load_scenario
 
     trace = Path(__file__).parent / "data" / "embedded-h200-demo_gpu-TP-0-DECODE.trace.json.gz"
-    table, files = analyse([trace], load_scenario("demo_gpu")[0], "h200-check", tmp_path / "analysis",
-                           device_name="NVIDIA H200")
-    assert "SOL peaks: h200 (the engine ran on NVIDIA H200; the scenario says h100)" in table
-    saved = json.loads(Path(files["analysis.json"]).read_text())["d4"]["sol"]
+    done = analyse([trace], load_scenario("demo_gpu")[0], "h200-check", tmp_path / "analysis",
+                   device_name="NVIDIA H200")
+    assert "SOL peaks: h200 (the engine ran on NVIDIA H200; the scenario says h100)" in done.table
+    saved = json.loads(Path(done.files["analysis.json"]).read_text())["d4"]["sol"]
     assert saved["hardware"] == "h200" and saved["deployment"]["mla_form"] == "expanded"

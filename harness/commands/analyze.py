@@ -1,4 +1,5 @@
-"""`moe-harness analyze`: trace files of one run in, D4 table and CSVs out."""
+"""`moe-harness analyze`: trace files of one run in, D4 table and CSVs out; or a run directory, analysed
+again as its run analysed it (harness/commands/analyze_run_dir.py)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.arg_types import positive_float, positive_int, rank_policy
-from harness.commands.sol_options import add_sol_options, sol_settings_from
+from harness.commands.sol_options import DEPLOYMENT_FIELDS, add_sol_options, sol_settings_from
+from harness.commands.result_printout import print_result
 from harness.output_dir import OutputError, prepare_output
 
 
@@ -43,9 +45,17 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("analyze", help="analyse kernel traces (one file per rank) into a D4 table",
-                              description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace files) into a per-layer D4 table.")
-    p.add_argument("traces", nargs="*", help="trace files or directories")
+    p = subparsers.add_parser(
+        "analyze", help="analyse kernel traces (one file per rank), or a run directory, into a D4 table",
+        description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace "
+                    "files) into a per-layer D4 table. A run directory (a folder with the manifest.json that "
+                    "harness/run.py writes), given alone, is analysed again from the traces it kept (traces/) with "
+                    "the options its run recorded (scenario.yaml, manifest.json: signature, model, rank policy, "
+                    "two-batch overlap, expert load, MTP accept length, SOL settings, capture traces where the run "
+                    "calibrated, the column name): --out gets the files the run wrote into RUN_DIR/analysis and the "
+                    "table is printed with the run's notes under it. With a run directory only --out, --overwrite "
+                    "and --jobs may be given; to analyse its traces otherwise, give RUN_DIR/traces.")
+    p.add_argument("traces", nargs="*", help="trace files or directories, or one run directory")
     p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json "
                                               "(a new or empty folder; see --overwrite)")
     add_overwrite_argument(p)
@@ -63,7 +73,24 @@ def register(subparsers) -> None:
                    help="with --load-records: when the profile window opened, in seconds on the load's clock (a run's "
                         "manifest.json profile.window_load_s[0]); default: found from the profiled steps' cadence")
     add_analysis_options(p)
-    p.set_defaults(func=run)
+    # None marks an option not given, so a run directory can refuse the ones that would change its analysis
+    p.set_defaults(func=run, option_defaults={dest: p.get_default(dest) for dest in RUN_RECORDED},
+                   **{dest: None for dest in RUN_RECORDED})
+
+
+# Options whose value a run directory brings (its recorded analysis) or that change what is written.
+RUN_RECORDED = ("signature", "model", "layers", "strict", "rank_policy", "stat", "tbo", "accept_length",
+                "capture_trace", "attribution", "step_gap_us", "lang", "name", "label", "expert_load", "hardware",
+                *DEPLOYMENT_FIELDS)
+
+
+def options_given(args) -> list[str]:
+    """The RUN_RECORDED options given on the command line (as --flags); the others get their defaults."""
+    given = [f"--{dest.replace('_', '-')}" for dest in RUN_RECORDED if getattr(args, dest) is not None]
+    for dest, default in args.option_defaults.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    return given
 
 
 def options_from(args, run_name: str, labels: dict[str, str] | None = None):
@@ -80,6 +107,7 @@ def run(args) -> int:
     from analysis.api import (AnalysisError, analyze, builtin_models, builtin_signatures, render_markdown,
                               write_outputs)
 
+    given = options_given(args)
     if args.list_signatures:
         from analysis.api import load_signature
 
@@ -91,6 +119,12 @@ def run(args) -> int:
     if not args.traces:
         print("moe-harness analyze: give at least one trace file or directory", file=sys.stderr)
         return 2
+    from harness.recorded_run import is_run_dir
+
+    if any(is_run_dir(p) for p in args.traces):
+        from harness.commands.analyze_run_dir import analyze_run_dir
+
+        return analyze_run_dir(args, given)
     labels = {}
     for item in args.label:
         path, sep, label = item.rpartition("=")
@@ -133,17 +167,7 @@ def run(args) -> int:
     except AnalysisError as exc:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 2
-    print(render_markdown([result.d4], args.lang))
-    from analysis.api import stream_summary
-
-    streams = stream_summary(result.kernel_rows)
-    if len({s.stream for s in streams}) > 1:
-        print("streams (busy / exposed ms, exposed = no other stream running):")
-        for s in streams:
-            print(f"  {s.rank} stream {s.stream}: {s.kernels} kernels, {s.busy_us / 1000:.3f} / {s.exposed_us / 1000:.3f} ms")
-    for problem in result.problems:
-        where = f"{problem.path} " if problem.path else ""
-        print(f"warning: {where}[{problem.rank}] {problem.message}", file=sys.stderr)
+    print_result(result, render_markdown([result.d4], args.lang))
     if out is not None:
         written, files = out.write_or_say(lambda folder: write_outputs(result, folder, args.lang))
         if not written:
@@ -154,3 +178,4 @@ def run(args) -> int:
         print(f"moe-harness analyze: --strict: self-check failed: {names}", file=sys.stderr)
         return 1
     return 0
+

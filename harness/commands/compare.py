@@ -17,8 +17,9 @@ from harness.commands.sol_options import sol_settings_from
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "compare", help="put several runs side by side as columns of one D4 table, and say what changed",
-        description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out` "
-                    "(or a run directory holding analysis/), or trace files/directories analysed here with the options below. "
+        description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out`, a run "
+                    "directory (its analysis/analysis.json, else its traces analysed again with the options the run "
+                    "recorded), or trace files/directories analysed here with the options below. "
                     "SOL options (--hardware, --batch-per-rank, --kv-len, ...) apply to every column, saved ones included. "
                     "Every column after the first is compared with the first: per D4 row (MTP and wait / transfer rows "
                     "too) the difference, both runs' per-step spread, the effect on the step and a verdict, changed or "
@@ -33,20 +34,19 @@ def register(subparsers) -> None:
 
 def _column(name: str, paths: list[str], args, notes: list[str]):
     from analysis.api import ANALYSIS_FILE, analyze
+    from harness.recorded_run import is_run_dir
 
     if len(paths) == 1:
         for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
             if (candidate / ANALYSIS_FILE).exists():
                 saved = open_saved(paths[0], kernels=False)  # spreads derived for an older analysis
                 notes += saved.notes
-                column = saved.column
-                column.name = name
-                settings = sol_settings_from(args, model=args.model)
-                if settings is not None:  # SOL options on the command line apply to saved columns too
-                    from analysis.api import with_sol
+                return _as_saved(name, saved.column, args)
+        if is_run_dir(paths[0]):  # a run without its analysis.json: analysed again as it was
+            from harness.reanalysis import reanalysed
 
-                    column = with_sol(column, settings)
-                return column
+            with reanalysed(paths[0]) as (_, written, _):
+                return _as_saved(name, written.result.d4, args)
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
 
 
@@ -82,6 +82,17 @@ def write_changes_csv(path: Path, all_changes: list) -> None:
     _atomic_write(path, write)
 
 
+def _as_saved(name: str, column, args):
+    """A column analysed before (or as its run did) under this name; SOL options given here apply to it too."""
+    column.name = name
+    settings = sol_settings_from(args, model=args.model)
+    if settings is not None:
+        from analysis.api import with_sol
+
+        column = with_sol(column, settings)
+    return column
+
+
 def layer_count_note(columns) -> str:
     """A note (also on stderr) when the columns' models have different layer counts: per-layer rows
     compare, the all-layers and end-to-end lines do not."""
@@ -96,6 +107,7 @@ def layer_count_note(columns) -> str:
 
 def run(args) -> int:
     from analysis.api import AnalysisError, _atomic_write, render_changes_markdown, render_markdown, write_table_csv
+    from harness.recorded_run import RunDirError
 
     columns, notes = [], []
     try:
@@ -110,7 +122,7 @@ def run(args) -> int:
                 print(f"moe-harness compare: a column is NAME=PATH[,PATH...], got {spec!r}", file=sys.stderr)
                 return 2
             columns.append(_column(name, paths.split(","), args, notes))
-    except AnalysisError as exc:
+    except (AnalysisError, RunDirError) as exc:
         print(f"moe-harness compare: {exc}", file=sys.stderr)
         return 2
     for note in notes:

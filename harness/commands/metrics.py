@@ -16,7 +16,8 @@ def register(subparsers) -> None:
                     "print them in the Prometheus text format, and push them to a Pushgateway if one is given. "
                     "An unreachable Pushgateway is a warning (exit status 0). A run without a manifest has status "
                     "running only while the process named in its .running file lives, else incomplete; a folder "
-                    "that is not a run is an error.")
+                    "that is not a run is an error. Only what the run wrote is read: its traces are never "
+                    "analysed again.")
     parser.add_argument("run", metavar="RUN", help="run directory (runs/<scenario>-<timestamp>)")
     parser.add_argument("--quiet", action="store_true", help="do not print the metrics")
     add_push_arguments(parser)

@@ -1,8 +1,10 @@
 """`moe-harness report`: the kernel-level report (top kernels, SOL, what-if, Nsight Compute).
 
 Input is an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run directory
-(its analysis/ subdirectory), or trace files, which are analysed here (--signature) for steps and
-D4 rows. Writes kernel_report.md, its PNGs, and a self-contained kernel_report.html.
+(its analysis/ subdirectory; when that lacks kernels_long.csv, the run's traces analysed again with
+the options it recorded, harness/reanalysis.py), or trace files, which are analysed here
+(--signature) for steps and D4 rows. Writes kernel_report.md, its PNGs, and a self-contained
+kernel_report.html.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report", help="write the kernel-level report (top kernels, speed of light, what-if, Nsight Compute)",
         description="Kernel report from an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run "
-                    "directory (its analysis/), or trace files (analysed here). SOL columns need --hardware, "
+                    "directory (its analysis/; without kernels_long.csv there, its traces analysed again with the "
+                    "options the run recorded), or trace files (analysed here). SOL columns need --hardware, "
                     "--batch-per-rank and --kv-len, unless the analysis saved them (a DeepSeek-V3 scenario run).")
     p.add_argument("inputs", nargs="+", help="an analysis or run directory, or trace files (.json / .json.gz)")
     p.add_argument("--out", default=None,
@@ -32,7 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="the destination may hold this command's own earlier report, which is replaced (never other files)")
     p.add_argument("--top", type=positive_int, default=20, help="kernels per stage (default: 20)")
-    p.add_argument("--signature", default="generic", help="signature for analysing trace inputs (default: generic)")
+    p.add_argument("--signature", default="generic",
+                   help="signature for analysing trace inputs (default: generic; a run directory is analysed with its own)")
     p.add_argument("--speedup", type=positive_float, default=2.0,
                    help="what-if factor: the step if one D4 row ran this many times faster (default: 2)")
     p.add_argument("--ncu", default=None, metavar="CSV", help="Nsight Compute export (ncu --csv --page raw)")
@@ -112,6 +116,20 @@ def _from_analysis_dir(adir: Path) -> _Loaded:
     return got
 
 
+def _from_run_dir(run_dir: Path) -> _Loaded:
+    """A run directory whose analysis/ lacks kernels_long.csv (left out, or never written): its traces
+    analysed again as the run analysed them (harness/reanalysis.py), read as an analysis folder."""
+    from harness.reanalysis import reanalysed
+
+    with reanalysed(run_dir) as (run, _, adir):
+        got = _from_analysis_dir(adir)
+    got.analysis_dir, got.sources = None, list(run.traces)
+    got.notes.append(f"Analysed again from the run's {len(run.traces)} trace(s) with the options it recorded "
+                     f"({run_dir / 'analysis'} has no kernels_long.csv).")
+    got.notes += [f"Left out {note}" for note in run.notes]
+    return got
+
+
 def _from_traces(paths: list[Path], signature: str) -> _Loaded:
     """Analyse the traces (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
     from analysis.api import (AnalysisError, AnalysisOptions, TraceLoadError, analyze, load_trace, samples_from_rows,
@@ -157,6 +175,10 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
         for adir in (paths[0], paths[0] / "analysis"):  # an analysis directory, or a run directory
             if (adir / "kernels_long.csv").exists():
                 return _from_analysis_dir(adir)
+        from harness.recorded_run import is_run_dir
+
+        if is_run_dir(paths[0]):
+            return _from_run_dir(paths[0])
         traces = sorted(p for p in paths[0].rglob("*") if p.name.endswith(TRACE_SUFFIXES) and p.is_file())
         if not traces:
             raise AnalysisError(f"{paths[0]}: neither kernels_long.csv (or analysis/kernels_long.csv) nor trace files inside")
@@ -228,12 +250,13 @@ def prepare_out(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from analysis.api import AnalysisError, write_report
     from harness.output_dir import OutputError
+    from harness.recorded_run import RunDirError
 
     try:
         out = prepare_out(args)
         blocks, title = build(args)
         files = out.write(lambda folder: write_report(blocks, folder, title))
-    except (AnalysisError, OutputError) as exc:
+    except (AnalysisError, OutputError, RunDirError) as exc:
         print(f"moe-harness report: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -18,23 +18,20 @@ from pathlib import Path
 import ray
 
 from harness.engines.base import Engine, RunContext, Traces
-from harness.engines.table_files import write_table_files
 from harness.load.background import BackgroundLoad
 from harness.load.summary import summarize
 from harness.run_dir import write_atomic
 from harness.run_errors import RunFailed, actor_error
-from harness.scenario_sol import sol_settings_for
-from analysis.api import load_expert_load
 from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
-from harness.node.node_analysis import (analysis_options, calibration_report, combine,
-                                        signature_after_calibration)
+from harness.node.node_analysis import analyse_nodes, analysis_options, own_capture_files
 from harness.node.node_dir import node_dir_for
 from harness.sglang.plan import build_plan
 from harness.sglang.profile import profile_decode
 from harness.sglang.running_batch import wait_for_running_batch
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
-from harness.sglang.spec import deployment_spec
+from harness.sglang.run_analysis import RunFacts, finish_analysis, load_window_start, shared_experts_apart
+from harness.sglang.spec import scenario_deployment
 
 
 def load_api(extra_args) -> str:
@@ -63,9 +60,7 @@ class SGLangEngine(Engine):
         s, m = self.scenario, self.manifest
         m["node_dir"] = self.node_dir
         with self.progress.phase("plan"):
-            self.spec = deployment_spec(s.engine.model_dump(mode="json"), s.cluster.model_dump(mode="json"),
-                                        profile=s.profile.model_dump(mode="json"),
-                                        workload=s.workload.model_dump(mode="json"))
+            self.spec = scenario_deployment(s)
             self._use_plan(build_plan(self.spec, profile_dir=self.trace_dir, version=self.sglang_version),
                            "--sglang-version" if self.sglang_version else "default (until the nodes say theirs)")
         with self.progress.phase(f"start SGLang on {self.spec.nodes} node(s)"):
@@ -188,72 +183,43 @@ class SGLangEngine(Engine):
 
     def analyse(self, traces: Traces) -> str:
         """Each node analyses its own ranks (after calibrating the signature against its capture traces,
-        where usable); the driver combines the rows into the D4 column and writes analysis/."""
+        where usable); the driver combines the rows into the D4 column and writes analysis/
+        (harness/sglang/run_analysis.py, which `moe-harness analyze RUN_DIR` runs too)."""
         timeout_s = self.scenario.profile.timeout_s
         with self.progress.phase("analyse each node's ranks"):
             capture_dir, capture_note = capture_use(self.dep.plan, self.trace_dir)
-            options = analysis_options(self.scenario, self.run_dir.name, capture_dir=capture_dir)
-            calibrations = None
+            options = analysis_options(self.scenario, self.run_dir.name)
+            captures = None
             if capture_dir:
                 self.progress.note(f"calibrating {options['signature']} against each node's capture traces")
-                calibrations = ray.get([self.dep.actors[rank].calibrate_signature.remote(paths, options)
-                                        for rank, paths in sorted(traces.on_nodes.items())], timeout=timeout_s)
-                options["signature"] = signature_after_calibration(options["signature"], calibrations)
-            refs = [self.dep.actors[rank].analyze_traces.remote(paths, options)
-                    for rank, paths in sorted(traces.on_nodes.items())]
-            try:
-                parts = ray.get(refs, timeout=timeout_s)
-            except DeploymentError as exc:
-                raise RunFailed(str(actor_error(exc))) from None
-            sol, no_sol_reason = sol_settings_for(self.scenario)  # SOL columns where the scenario says enough
-            recorded = self.manifest.get("expert_load") or {}
-            load = load_expert_load(self.run_dir / recorded["file"]) if "file" in recorded else None
-            window = (self.manifest.get("profile") or {}).get("window_load_s")
-            records = self.run_dir / "load" / "requests.jsonl"
-            result = combine(parts, options, accept_length=self.manifest["accept_length"], sol=sol, expert_load=load,
-                             load_records=str(records) if records.is_file() else None,
-                             window_start_s=window[0] if window else None)
-            batch_note = self._check_profiled_batch(result)
-            out = self.run_dir / "analysis"
-            if calibrations is not None:
-                note = self._write_calibration(calibrations, options["signature"])
-            else:
-                note = f"\nNot calibrated: {capture_note}.\n"
-                self.manifest["calibration"] = {"not_calibrated": capture_note}
-            if "error" in recorded:
-                note += f"\nNo expert load: {recorded['error']}.\n"
-            if self.plan.nodes[0].flag_keys.get("--disable-shared-experts-fusion") == "profile.expert_load":
-                note += (f"\nExpert load recorded with the shared experts not fused into the routed experts' "
-                         f"kernels (--disable-shared-experts-fusion): SGLang {self.plan.sglang.version}'s recorder "
-                         f"fails on a fused shared expert (fixed in 0.5.21), so this deployment runs them apart.\n")
-            note += batch_note
-            table, files = write_table_files(result, out, no_sol_reason if sol is None else None, note)
-            if calibrations is not None:
-                files["calibration.md"] = str(out / "calibration.md")
-            self.manifest["analysis_outputs"] = files
-        return table
+                kept = self.manifest.get("capture_traces") or []
+                captures = {rank: own_capture_files(kept, rank, capture_dir) for rank in traces.on_nodes}
 
-    def _check_profiled_batch(self, result) -> str:
-        """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
-        outside it become problems (problems.csv) and the line under the table names them."""
-        from analysis.api import RankProblem, check_profiled_batch
+            def on_every_node(method: str):
+                def call(jobs: dict) -> list:
+                    refs = [getattr(self.dep.actors[rank], method).remote(paths, opts) for rank, (paths, opts) in jobs.items()]
+                    try:
+                        return ray.get(refs, timeout=timeout_s)
+                    except DeploymentError as exc:
+                        raise RunFailed(str(actor_error(exc))) from None
+                return call
 
-        check = check_profiled_batch(result.step_rows, self.spec.scheduler_batch)
-        result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")
-                               for rank, message in check.problems())
-        self.manifest["profiled_batch"] = check.summary()
-        return f"\n{check.note()}\n"
+            parts, calibrations = analyse_nodes({rank: list(paths) for rank, paths in traces.on_nodes.items()}, options,
+                                                captures, on_every_node("calibrate_signature"),
+                                                on_every_node("analyze_traces"))
+            done = finish_analysis(parts, options, calibrations, self._facts(capture_note), self.run_dir / "analysis")
+            self.manifest.update(done.manifest)
+            self.manifest["analysis_outputs"] = done.files
+        return done.table
 
-    def _write_calibration(self, calibrations: list[dict], used: str) -> str:
-        """analysis/calibration.md and .json, the manifest's per-node summary; the line under the table."""
-        md, entries, line = calibration_report(calibrations, used)
-        out = self.run_dir / "analysis"
-        write_atomic(out / "calibration.md", md)
-        write_atomic(out / "calibration.json", json.dumps(entries, indent=2) + "\n")
-        self.manifest["calibration"] = [{k: e[k] for k in ("node", "decode_trace")} | (
-            {"error": e["error"]} if "error" in e else {"chosen": e["result"]["chosen"], "reason": e["result"]["reason"]})
-            | {"used": e["used"]} for e in entries]
-        return f"\nCalibration against the capture traces ({self.run_dir.name}/analysis/calibration.md): {line}.\n"
+    def _facts(self, capture_note: str) -> RunFacts:
+        """What the analysis' end reads off this run (harness/sglang/run_analysis.py)."""
+        return RunFacts(scenario=self.scenario, run_name=self.run_dir.name, run_dir=self.run_dir,
+                        accept_length=self.manifest["accept_length"], expert_load=self.manifest.get("expert_load") or {},
+                        sglang_version=self.plan.sglang.version,
+                        shared_experts_apart=shared_experts_apart(self.plan.nodes[0].flag_keys),
+                        scheduler_batch=self.spec.scheduler_batch, capture_note=capture_note,
+                        load_window_s=load_window_start(self.manifest))
 
     def discard_traces(self, traces: Traces) -> None:
         """Every node-local trace goes: copied (keep_traces) or not, each has been analysed."""

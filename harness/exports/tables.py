@@ -141,6 +141,13 @@ def write_parquet(rows: list[dict], spec: TableSpec, path: Path, overwrite: bool
     return path
 
 
+def missing_sources(run_dir: str | Path, tables: tuple[str, ...] | None = None) -> list[Path]:
+    """The analysis files the tables are read from (all tables when None) that the run lacks."""
+    _, specs = load_schema()
+    return [Path(run_dir) / specs[n].source for n in (tables or tuple(specs))
+            if n in specs and not (Path(run_dir) / specs[n].source).is_file()]
+
+
 def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
                tables: tuple[str, ...] | None = None, overwrite: bool = False) -> list[Path]:
     """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports."""

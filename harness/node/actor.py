@@ -105,42 +105,21 @@ class NodeActor:
         return sorted(str(p) for p in Path(folder).glob(pattern) if p.is_file())
 
     def analyze_traces(self, paths: list[str], options: dict) -> dict:
-        """Analyse this node's ranks where the traces are; only the row tables travel back.
+        """Analyse this node's ranks where the traces are; only the row tables travel back
+        (harness/node/node_analysis.py: analyze_node, then combine on the driver)."""
+        from analysis.api import AnalysisError
+        from harness.node.node_analysis import analyze_node
 
-        Each rank is attributed on its own (analysis.api), so the driver combining every node's rows
-        into one D4 column gets what analysing all files in one place would give. With
-        options["capture_traces"] (this node's CUDA-graph capture folder), replayed kernels are named
-        from the captures.
-        """
-        from analysis.api import AnalysisError, AnalysisOptions, analyze
-        captures = _capture_folders_with_files(options.get("capture_traces") or [])
-        signature = options.get("signature", "generic")
         try:
-            result = analyze(paths, signature=signature, model=options.get("model"),
-                             options=AnalysisOptions(run=options.get("run", "run"),
-                                                     rank_policy=options.get("rank_policy", "mean"),
-                                                     tbo=bool(options.get("tbo", False)),
-                                                     jobs=options.get("jobs"), capture_traces=captures))
+            return analyze_node(paths, options)
         except AnalysisError as exc:
             raise DeploymentError(f"node {self.node_rank}: analysis of {len(paths)} trace(s) failed: {exc}") from None
-        return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": result.problems}
 
     def calibrate_signature(self, paths: list[str], options: dict) -> dict:
-        """The run's signature checked against this node's first decode trace named by its captures
-        (analysis.attribution.calibration), or why it could not be; the driver picks the signature from these."""
-        from analysis.api import AnalysisError, calibrate, render_calibration_markdown as render_markdown
-        signature = options.get("signature", "generic")
-        asked = options.get("capture_traces") or []
-        captures = _capture_folders_with_files(asked)
-        decode_path = sorted(paths)[0]
-        where = {"node": self.node_rank, "decode_trace": Path(decode_path).name}
-        if not captures:
-            return {**where, "error": f"no capture trace in {', '.join(asked)}"}
-        try:
-            cal = calibrate(signature, decode_trace=decode_path, capture_refs=captures)
-        except AnalysisError as exc:
-            return {**where, "error": str(exc)}
-        return {**where, "result": cal.to_dict(), "markdown": render_markdown(cal)}
+        """The run's signature checked against this node's captures (node_analysis.calibrate_node)."""
+        from harness.node.node_analysis import calibrate_node
+
+        return calibrate_node(self.node_rank, paths, options)
 
     def copy_traces(self, paths: list[str], dest_dir: str) -> list[str]:
         Path(dest_dir).mkdir(parents=True, exist_ok=True)
@@ -156,7 +135,3 @@ class NodeActor:
     def stop(self) -> int | None:
         return self.server.stop() if self.server else None
 
-
-def _capture_folders_with_files(folders: list[str]) -> list[str]:
-    """The node's capture folders that exist and hold files (a release that wrote none leaves it empty)."""
-    return [d for d in folders if Path(d).is_dir() and any(Path(d).iterdir())]

@@ -1,26 +1,123 @@
-"""One D4 column from the row tables each node's actor computed on its own ranks.
+"""What each node's ranks go through (analyze_node, calibrate_node: plain functions that the node
+actors and `moe-harness analyze RUN_DIR` both call, in analyse_nodes' order), and one D4 column from
+the row tables the nodes computed.
 
-Why it is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
+Why the column is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
 rows of all ranks together; so concatenating the nodes' rows and building the column here gives
 what analysing every trace file on one machine gives, without moving the traces. SOL columns are
 added here too (analysis.tables.d4_sol), from the settings the driver reads off the scenario.
 """
 from __future__ import annotations
 
-from analysis.api import (SELF_CHECK_PROBLEM, Analysis, ExpertLoad, SolSettings, apply_self_checks, build_column,
-                          compare_with_load, load_model_spec, load_request_chunks, load_signature, split_collectives,
-                          with_comm, with_sol, with_step_time)
+from pathlib import Path
+
+from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
+                          analyze, apply_self_checks, build_column, compare_with_load, load_model_spec,
+                          load_request_chunks, load_signature, split_collectives, with_comm, with_sol, with_step_time)
 
 
-def analysis_options(scenario, run_name: str, jobs: int | None = None, capture_dir: str | None = None) -> dict:
-    """What every node's actor passes to analysis.api.analyze (plain data: it crosses Ray).
-
-    capture_dir: the node-local folder of CUDA-graph capture traces (recorded with stacks), used
-    to name replayed kernels and to calibrate the signature."""
+def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
+    """What every node's ranks are analysed with (plain data: it crosses Ray); analyse_nodes adds each
+    node's own capture traces."""
     a = scenario.analysis
     return {"run": run_name, "signature": a.signature, "model": a.model, "rank_policy": a.rank_policy,
-            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs,
-            "capture_traces": [capture_dir] if capture_dir else []}
+            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs, "capture_traces": []}
+
+
+def own_capture_files(kept: list[str], node: int, folder: str | Path) -> list[str]:
+    """The node's own CUDA-graph capture traces in `folder`, by the names the run kept of that node
+    (the manifest's capture_traces: capture_traces/node<N>/NAME): on a host that runs several nodes
+    their servers share one folder, and a node calibrates against its own ranks only."""
+    prefix = f"capture_traces/node{node}/"
+    return sorted(str(Path(folder) / p[len(prefix):]) for p in kept if p.startswith(prefix))
+
+
+def analyse_nodes(node_traces: dict[int, list[str]], options: dict, node_captures: dict[int, list[str]] | None,
+                  calibrate_all, analyze_all) -> tuple[list[dict], list[dict] | None]:
+    """Each node's ranks: calibrated against its capture traces where given (the signature then chosen
+    for all), then analysed; returns (analyze_node's parts, calibrate_node's results or None), in node order.
+
+    calibrate_all / analyze_all take {node: (paths, options)} and return one result per node in that
+    order: the engine runs them on every node's actor at once, `moe-harness analyze RUN_DIR` here.
+    Changes options["signature"] to the one chosen."""
+    nodes = sorted(node_traces)
+    per_node = {n: options | {"node": n, "capture_traces": list(node_captures[n]) if node_captures is not None else []}
+                for n in nodes}
+    calibrations = None
+    if node_captures is not None:
+        calibrations = calibrate_all({n: (node_traces[n], per_node[n]) for n in nodes})
+        options["signature"] = signature_after_calibration(options["signature"], calibrations)
+        for node_options in per_node.values():
+            node_options["signature"] = options["signature"]
+    return analyze_all({n: (node_traces[n], per_node[n]) for n in nodes}), calibrations
+
+
+def analyze_node(paths: list[str], options: dict) -> dict:
+    """One node's ranks attributed (analysis.api.analyze): the row tables `combine` joins.
+
+    Called by each node's actor on its own traces and by `moe-harness analyze RUN_DIR` on the run
+    directory's copies, so both get the same rows; the problems name each trace as the run directory
+    keeps it (traces/NAME), not by the node-local path. options["capture_traces"]: CUDA-graph capture
+    traces (files, or folders) naming replayed kernels; a folder without files is left out (a release
+    may write none). Raises AnalysisError when no rank of the node could be analysed."""
+    captures = captures_with_files(options.get("capture_traces") or [])
+    result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+                     options=AnalysisOptions(run=options.get("run", "run"), rank_policy=options.get("rank_policy", "mean"),
+                                             tbo=bool(options.get("tbo", False)), jobs=options.get("jobs"),
+                                             capture_traces=captures))
+    kept = _as_kept(paths, captures, options.get("node"))
+    problems = [RankProblem(path=kept(p.path), rank=p.rank, message=kept(p.message)) for p in result.problems]
+    return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": problems}
+
+
+def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
+    """The run's signature checked against the node's first decode trace named by its capture traces
+    (analysis.api.calibrate), or why it could not be; `signature_after_calibration` picks from these.
+    Shared by the actor and `moe-harness analyze RUN_DIR`, like analyze_node (traces named alike)."""
+    from analysis.api import AnalysisError, calibrate, render_calibration_markdown
+
+    asked = options.get("capture_traces") or []
+    captures = captures_with_files(asked)
+    decode_path = sorted(paths)[0]
+    where = {"node": node_rank, "decode_trace": Path(decode_path).name}
+    if not captures:
+        return {**where, "error": f"no capture trace in {', '.join(asked)}"}
+    kept = _as_kept(paths, captures, node_rank)
+    try:
+        cal = calibrate(options.get("signature", "generic"), decode_trace=decode_path, capture_refs=captures)
+    except AnalysisError as exc:
+        return {**where, "error": kept(str(exc))}
+    return {**where, "result": _kept_strings(cal.to_dict(), kept), "markdown": kept(render_calibration_markdown(cal))}
+
+
+def captures_with_files(refs: list[str]) -> list[str]:
+    """The capture traces given that exist: files, and folders holding files (a release may write none)."""
+    return [r for r in refs if Path(r).is_file() or (Path(r).is_dir() and any(Path(r).iterdir()))]
+
+
+def _as_kept(paths: list[str], captures: list[str], node: int | None):
+    """A text with the folders of `paths` and `captures` written as the run directory keeps them
+    (traces/, capture_traces/node<N>/), so the node and a re-analysis of its copies say the same."""
+    folders = {str(Path(p).parent): "traces" for p in paths}
+    if node is not None:
+        folders |= {str(Path(c).parent if Path(c).is_file() else Path(c)): f"capture_traces/node{node}" for c in captures}
+
+    def kept(text: str) -> str:
+        for folder in sorted(folders, key=len, reverse=True):  # a capture folder may lie inside the traces'
+            text = text.replace(folder + "/", folders[folder] + "/")
+        return text
+    return kept
+
+
+def _kept_strings(value, kept):
+    """Every string in a JSON-like value through kept()."""
+    if isinstance(value, str):
+        return kept(value)
+    if isinstance(value, list):
+        return [_kept_strings(v, kept) for v in value]
+    if isinstance(value, dict):
+        return {k: _kept_strings(v, kept) for k, v in value.items()}
+    return value
 
 
 def signature_after_calibration(shipped: str, calibrations: list[dict]) -> str:

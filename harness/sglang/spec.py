@@ -52,3 +52,11 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
                           capture_traces=bool(profile.get("capture_traces", False)),
                           expert_load=bool(profile.get("expert_load", False)),
                           profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)
+
+
+def scenario_deployment(scenario) -> DeploymentSpec:
+    """The deployment a typed scenario describes (engine, cluster, profile, workload): what a run plans
+    and what its analysis checks the profiled batch against."""
+    return deployment_spec(scenario.engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"),
+                           profile=scenario.profile.model_dump(mode="json"),
+                           workload=scenario.workload.model_dump(mode="json"))

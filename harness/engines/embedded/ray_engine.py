@@ -101,10 +101,10 @@ class EmbeddedRayEngine(Engine):
 
     def analyse(self, traces: Traces) -> str:
         with self.progress.phase("analyse traces"):
-            table, written = analyse(traces.in_run_dir, self.scenario, self.run_dir.name, self.run_dir / "analysis",
-                                     device_name=(self.manifest.get("engine_info") or {}).get("device_name"))
-            self.manifest["analysis_outputs"] = written
-        return table
+            done = analyse(traces.in_run_dir, self.scenario, self.run_dir.name, self.run_dir / "analysis",
+                           device_name=(self.manifest.get("engine_info") or {}).get("device_name"))
+            self.manifest["analysis_outputs"] = done.files
+        return done.table
 
     def discard_traces(self, traces: Traces) -> None:
         """With outputs.keep_traces off, the run directory's traces go once analysed."""

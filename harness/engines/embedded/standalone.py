@@ -100,10 +100,10 @@ class StandaloneEngine(Engine):
             return None
         from harness.engines.embedded.analyse import analyse as analyse_traces
 
-        table, written = self.timed("analyse", lambda: analyse_traces(traces.in_run_dir, self.scenario,
-                                                                      self.run_dir.name, self.run_dir / "analysis"))
-        self.manifest["analysis_outputs"] = written
-        return table
+        done = self.timed("analyse", lambda: analyse_traces(traces.in_run_dir, self.scenario,
+                                                            self.run_dir.name, self.run_dir / "analysis"))
+        self.manifest["analysis_outputs"] = done.files
+        return done.table
 
     def discard_traces(self, traces: Traces) -> None:
         """The trace stays: it is this runner's output."""

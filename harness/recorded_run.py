@@ -1,0 +1,135 @@
+"""A run directory read back as the inputs of its analysis: the resolved scenario, the manifest, and
+each node's kept traces in the order the node analysed them.
+
+Why: `analyze`, `report`, `compare` and `export` take a run directory, and must analyse it as the
+run did (harness/reanalysis.py) or say in one line what is missing and where. A file in traces/
+that is not one of the run's traces is left out with a note, never taken for a rank.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.run_dir import MANIFEST
+from harness.scenario import REPO_ROOT, Scenario, ScenarioError, parse_scenario
+
+SCENARIO = "scenario.yaml"  # the resolved scenario, written first by harness/run.py
+TRACES = "traces"
+ANALYSIS = "analysis"
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be analysed as its run did; the message names the path and why."""
+
+
+@dataclass
+class RecordedRun:
+    path: Path
+    manifest: dict
+    scenario: Scenario
+    run_name: str  # the name the run analysed under (its directory's name when it ran)
+    node_traces: dict[int, list[str]]  # node rank -> its kept traces, in the node's order
+    notes: list[str] = field(default_factory=list)  # files of traces/ left out, and why
+
+    @property
+    def traces(self) -> list[str]:
+        return [p for _, paths in sorted(self.node_traces.items()) for p in paths]
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """A folder harness/run.py wrote: it holds manifest.json or scenario.yaml (the first file a run writes)."""
+    p = Path(path)
+    return p.is_dir() and ((p / MANIFEST).is_file() or (p / SCENARIO).is_file())
+
+
+def read_run_dir(path: str | Path) -> RecordedRun:
+    """The run's recorded inputs; RunDirError when the folder is not a finished run or kept no traces."""
+    run_dir = Path(path)
+    manifest = _manifest(run_dir)
+    scenario = _scenario(run_dir)
+    name = Path(str(manifest.get("run_dir") or run_dir)).name
+    node_traces, notes = _kept_traces(run_dir, manifest, scenario)
+    return RecordedRun(run_dir, manifest, scenario, name, node_traces, notes)
+
+
+def _manifest(run_dir: Path) -> dict:
+    path = run_dir / MANIFEST
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such run directory")
+    if not path.is_file():
+        what = "its run is still going or stopped before the end" if (run_dir / SCENARIO).is_file() else \
+            "not a run directory"
+        raise RunDirError(f"{run_dir}: no {MANIFEST} ({what}; harness/run.py writes it last)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(manifest, dict):
+        raise RunDirError(f"{path}: must hold a JSON object")
+    return manifest
+
+
+def _scenario(run_dir: Path) -> Scenario:
+    """scenario.yaml as the run resolved it. A relative model or signature path is read from the current
+    folder when it is there, else from this checkout's root: a Ray job runs in a copy of the repository."""
+    import yaml
+
+    path = run_dir / SCENARIO
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no {SCENARIO} (the scenario the run resolved; harness/run.py writes it first)")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+        analysis = data.get("analysis") if isinstance(data, dict) else None
+        if isinstance(analysis, dict) and any(_from_checkout(analysis.get(k)) for k in ("model", "signature")):
+            for key in ("model", "signature"):
+                analysis[key] = _from_checkout(analysis.get(key)) or analysis.get(key)
+            text = yaml.safe_dump(data, sort_keys=False)
+        return parse_scenario(text, str(path))
+    except yaml.YAMLError as exc:
+        raise RunDirError(f"{path}: not valid YAML: {exc}") from None
+    except ScenarioError as exc:
+        raise RunDirError(f"{path}: {'; '.join(exc.problems)}") from None
+
+
+def _from_checkout(value) -> str | None:
+    """A relative YAML path that is not under the current folder but is in this checkout, made absolute."""
+    if not isinstance(value, str) or not value.endswith((".yaml", ".yml")) or Path(value).is_absolute():
+        return None
+    if Path(value).exists() or not (REPO_ROOT / value).is_file():
+        return None
+    return str(REPO_ROOT / value)
+
+
+def _kept_traces(run_dir: Path, manifest: dict, scenario: Scenario) -> tuple[dict[int, list[str]], list[str]]:
+    """Node rank -> kept trace paths (the manifest's node_traces, else its traces as one node, else every
+    trace file in traces/); the notes say which files of traces/ were left out."""
+    folder = run_dir / TRACES
+    present = sorted(p.name for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+    kept_none = (not scenario.outputs.keep_traces) or bool(manifest.get("traces_removed"))
+    if kept_none and not present:
+        raise RunDirError(f"{run_dir}: the run kept no traces (outputs.keep_traces: false in {SCENARIO}), so it "
+                          f"cannot be analysed again; its tables are in {run_dir / ANALYSIS} (report, compare, "
+                          "metrics and export read them)")
+    by_node = manifest.get("node_traces")
+    if isinstance(by_node, dict) and by_node:
+        groups = {int(node): [str(n) for n in names] for node, names in by_node.items()}
+    elif isinstance(manifest.get("traces"), list):
+        groups = {0: [str(n) for n in manifest["traces"]]}
+    else:
+        groups = {0: [n for n in present if n.endswith(TRACE_SUFFIXES)]}
+    expected = {n for names in groups.values() for n in names}
+    if not expected:
+        error = manifest.get("error")
+        raise RunDirError(f"{folder}: no trace files (run status {manifest.get('status', 'unknown')}"
+                          + (f", stopped during {error.get('phase')}" if isinstance(error, dict) else "") + ")")
+    missing = sorted(expected - set(present))
+    if missing:
+        raise RunDirError(f"{folder}: {len(missing)} of the run's {len(expected)} traces are missing "
+                          f"(named in {MANIFEST}): {', '.join(missing)}")
+    notes = [f"{folder / n}: left out, " + ("not one of the run's traces (" + MANIFEST + " names them)"
+                                           if n.endswith(TRACE_SUFFIXES) else "not a trace file (.json or .json.gz)")
+             for n in present if n not in expected]
+    return {node: [str(folder / n) for n in names] for node, names in sorted(groups.items())}, notes
