@@ -239,3 +239,27 @@ def test_view_replaces_its_own_earlier_page_only_with_overwrite(ep_view, capsys)
     assert (view / "view.html").stat().st_mtime_ns == before
     assert main(["view", str(analysis), "--overwrite", "--lang", "zh"]) == 0
     assert 'id="lang-zh" class="lang-radio" checked' in (view / "view.html").read_text(encoding="utf-8")
+
+
+TWO_NODE = RAY_RUNS / "sglang_dsv3_4l_2x2_deepep-20261126-124934"
+
+
+def test_the_two_node_deepep_run_in_a_real_browser(tmp_path, browser):
+    """The real job across two Ray nodes (four ranks, DeepEP low-latency, CUDA graphs): the rank heat map
+    has each MoE layer's dispatch and combine on every rank, and the step's timeline draws the shared
+    expert on its own stream beside the routed experts' stream."""
+    out = tmp_path / "view"
+    assert main(["view", str(TWO_NODE), "--out", str(out)]) == 0
+    page = browser.load((out / "view.html").as_uri())
+    assert page.console_errors == []
+    assert {urlparse(u).scheme for u in page.requests} <= {"file", "data"}
+    _keep_screenshot(page.screenshot_png, "view-2x2-deepep.png")
+    cells = browser.evaluate("""[...document.querySelectorAll('rect.heat-cell')].map(c =>
+        [c.dataset.module, c.dataset.layer, c.dataset.rank].join(':'))""")
+    for module in ("dispatch", "combine"):
+        for layer in (1, 2, 3):
+            assert {c.split(":")[2] for c in cells if c.startswith(f"{module}:{layer}:")} == \
+                {"TP0-EP0", "TP1-EP1", "TP2-EP2", "TP3-EP3"}
+    assert _count(browser, "svg.layer-bars g.layer-bar") == 4
+    html = (out / "view.html").read_text(encoding="utf-8")
+    assert "shared_experts" in html and "(send)" in html and "(recv)" in html
