@@ -17,7 +17,8 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
-from analysis.errors import AnalysisError, TraceLoadError
+from analysis.errors import AnalysisError, TraceLoadError, shown_path
+from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
@@ -369,11 +370,13 @@ def load_column(analysis_dir: str | Path) -> D4Column:
     """The D4 column saved by write_outputs, for `compare`."""
     path = Path(analysis_dir) / ANALYSIS_FILE
     if not path.exists():
-        raise AnalysisError(f"{analysis_dir}: not an analysis directory (no {ANALYSIS_FILE})")
+        raise AnalysisError(f"{shown_path(analysis_dir)}: not an analysis directory (no {ANALYSIS_FILE})")
     try:
-        return msgspec.json.decode(path.read_bytes(), type=_Saved).d4
+        return msgspec.json.decode(read_input(path, DOCUMENT_LIMIT_BYTES, "an analysis.json"), type=_Saved).d4
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc
+        raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: {exc}") from None
+    except RecursionError:
+        raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: nested too deeply") from None
 
 
 # --- The harness' door into analysis -------------------------------------------------------------
@@ -383,7 +386,11 @@ def load_column(analysis_dir: str | Path) -> D4Column:
 # calibration and learning code. Two are renamed to say what they are beside the D4 table's names:
 # the calibration report's render_markdown and the expert-load file's name and format tag.
 _DOOR: dict[str, tuple[str, str]] = {
-    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError")},
+    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError", "shown_path")},
+    **{name: ("analysis.input_files", name) for name in (
+        "CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "open_input_text",
+        "parsed_json", "read_input", "read_input_text", "read_json")},
+    "load_yaml": ("analysis.data_files", "load_yaml"),
     "EXPERT_LOAD_FILE_NAME": ("analysis.ingest.expert_load", "FILE_NAME"),
     "EXPERT_LOAD_FORMAT": ("analysis.ingest.expert_load", "FORMAT"),
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},

@@ -399,12 +399,18 @@ def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
 _KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently).
+    Keys a merge (`<<: *defaults`) brings in are not given twice: the mapping's own keys override them."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:
@@ -415,11 +421,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def parse_scenario(text: str, source: str) -> Scenario:
+    from analysis.api import load_yaml
+
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-        root = yaml.compose(text)
+        data = load_yaml(text, loader=_UniqueKeyLoader)  # a SafeLoader subclass; every failure a YAMLError
+        root = _composed(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from exc
+        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from None
     if not isinstance(data, dict):
         raise ScenarioError(source, ["the top level must be a mapping of sections (name, engine, workload, ...)"])
     try:
@@ -441,13 +449,27 @@ def parse_scenario(text: str, source: str) -> Scenario:
         raise ScenarioError(source, problems) from None
 
 
+def _composed(text: str) -> yaml.Node | None:
+    """The YAML node tree (for line numbers), nesting too deep for the parser a YAMLError."""
+    try:
+        return yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None
+
+
+def read_scenario_text(path: Path) -> str:
+    """The scenario file's text: bounded (CONFIG_LIMIT_BYTES), UTF-8, never a device or a FIFO's wait."""
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+
+    try:
+        return read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario")
+    except InputFileError as exc:
+        raise ScenarioError(exc.path, [exc.problem]) from None
+
+
 def load_scenario(name_or_path: str) -> tuple[Scenario, Path]:
     path = resolve_scenario_path(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), [f"cannot read: {exc.strerror or exc}"]) from exc
-    return parse_scenario(text, str(path)), path
+    return parse_scenario(read_scenario_text(path), str(path)), path
 
 
 def scenario_to_yaml(scenario: Scenario) -> str:

@@ -17,11 +17,11 @@ A capture that cannot be used is never skipped silently: the reason becomes a pr
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_json
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
@@ -84,10 +84,12 @@ def _details(folder: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     try:
-        entries = json.loads(path.read_text())
+        entries = read_json(path, CONFIG_LIMIT_BYTES, "execution details")
         return {e["file"]: e for e in (entries if isinstance(entries, list) else [entries])}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AnalysisError(f"{path}: unreadable execution details: {exc}") from exc
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: unreadable execution details: {exc.problem}") from None
+    except (KeyError, TypeError) as exc:
+        raise AnalysisError(f"{path}: unreadable execution details: {exc!r}") from None
 
 
 def load_capture(path: Path) -> Capture:

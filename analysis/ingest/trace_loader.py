@@ -16,7 +16,6 @@ CPU cache (measured faster on 2 cores than inflating in a second thread).
 from __future__ import annotations
 
 import operator
-import os
 import re
 import zlib
 from collections.abc import Callable
@@ -33,6 +32,7 @@ INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by
 import msgspec
 
 from analysis.errors import TraceLoadError
+from analysis.input_files import InputFileError, open_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern
@@ -43,6 +43,8 @@ CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
 _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
 _GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
 _HEADER_LIMIT_BYTES = 64 * 1024 * 1024
+# held while no event boundary is found (one event, or the space between two, cannot be larger)
+EVENT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
 _BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
 _NEAR_WINDOW_BYTES = 16 * 1024  # searched first: it holds the last few boundaries of a slice of small events
 _BOUNDARY_TRIES = 8
@@ -242,12 +244,19 @@ class _Collector:
 class _PlainSource:
     """Reads an uncompressed file straight into the caller's buffer."""
 
-    def __init__(self, fh, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(self, fh, on_bytes: Callable[[int], None] | None, first: bytes = b"") -> None:
         self._fh = fh
         self._on_bytes = on_bytes
+        self._first = first  # bytes already read to tell gzip from plain JSON
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
         """Append up to `want` bytes to buffer; False at end of file."""
+        if self._first:
+            buffer.append(self._first)
+            if self._on_bytes is not None:
+                self._on_bytes(len(self._first))
+            self._first = b""
+            return True
         buffer.reserve(want)
         with memoryview(buffer.data) as view:
             got = self._fh.readinto(view[buffer.end : buffer.end + want])
@@ -266,17 +275,19 @@ class _GzipSource:
     """Inflates small compressed blocks on demand, so each inflated block is decoded while it is
     still in the CPU cache (measured faster here than inflating in a second thread)."""
 
-    def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None, first: bytes = b"") -> None:
         self._path = path
         self._fh = fh
         self._on_bytes = on_bytes
+        self._first = first  # the gzip magic, already read
         self._inflater = _inflate_lib.decompressobj(wbits=47)
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
         """Append about `want` inflated bytes (at least one block); False at the end."""
         added = 0
         while added < want:
-            raw = self._fh.read(_GZIP_READ_BYTES)
+            raw = self._first + (self._fh.read(_GZIP_READ_BYTES) or b"")
+            self._first = b""
             if not raw:
                 if not self._inflater.eof:
                     raise TraceLoadError(self._path, "truncated gzip file (the compressed stream ends early)")
@@ -408,14 +419,20 @@ def _decoder_message(exc: Exception | None, first_event: int) -> str:
 
 
 def _open_source(path: str, on_bytes: Callable[[int], None] | None):
+    """The file (a pipe is streamed: its first bytes are read once and handed to the source)."""
     try:
-        fh = open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise TraceLoadError(path, f"cannot open: {exc.strerror or exc}") from exc
-    magic = fh.read(2)
-    fh.seek(0)
-    source = _GzipSource(path, fh, on_bytes) if magic == b"\x1f\x8b" else _PlainSource(fh, on_bytes)
-    return fh, source
+        fh = open_input(path, None, "the trace")
+    except InputFileError as exc:
+        raise TraceLoadError(path, exc.problem) from None
+    magic = b""
+    while len(magic) < 2:
+        got = fh.read(2 - len(magic))
+        if not got:
+            break
+        magic += got
+    if magic == b"\x1f\x8b":
+        return fh, _GzipSource(path, fh, on_bytes, magic)
+    return fh, _PlainSource(fh, on_bytes, magic)
 
 
 def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector) -> tuple[bytes, bytes, int]:
@@ -448,8 +465,15 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
                 total += buffer.end - before
             if not more:
                 break
-            # No proven boundary: keep accumulating; the end of the file decodes the remainder whole.
-            target = chunk if _decode_prefix(buffer, collector) else buffer.end + chunk
+            # No proven boundary: keep accumulating (bounded); the end of the file decodes the remainder whole.
+            if _decode_prefix(buffer, collector):
+                target = chunk
+            elif buffer.end > EVENT_SEARCH_LIMIT_BYTES:
+                raise TraceLoadError(path, f"event {collector.events_seen} (or the space after it) does not end "
+                                           f"within {EVENT_SEARCH_LIMIT_BYTES // (1024 * 1024)} MB, the most the loader "
+                                           "holds while looking for it (docs/analysis.md, bounds)")
+            else:
+                target = buffer.end + chunk
         tail = _finish(path, buffer, collector)
     finally:
         source.close()
@@ -459,7 +483,7 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
 
 def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
     if buffer.end == 0:
-        raise TraceLoadError(path, "empty file")
+        raise TraceLoadError(path, "empty file")  # also a FIFO that no program writes to
     if bytes(buffer.data[: min(buffer.end, 4096)]).lstrip()[:1] not in (b"{", b"["):
         raise TraceLoadError(path, "not JSON (does not start with '{' or '[')")
     raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
@@ -480,8 +504,6 @@ def load_trace(
     `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
     are launched into the graph, not run)."""
     path = str(path)
-    if not os.path.exists(path):
-        raise TraceLoadError(path, "no such file")
     collector = _Collector()
     try:
         with gc_paused():  # the decoder allocates millions of short-lived objects; none form cycles

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -43,16 +42,25 @@ def register(subparsers) -> None:
 
 
 def _read_d4_detail(path: Path) -> list[dict]:
-    from analysis.api import AnalysisError
+    from analysis.api import TABLE_LIMIT_BYTES, AnalysisError, InputFileError, open_input_text, shown_path
 
     rows = []
-    with path.open(newline="") as handle:
-        for line_no, rec in enumerate(csv.DictReader(handle), start=2):
-            try:
-                rows.append({"group": rec["group"], "module": rec["module"], "kernel": rec["kernel"],
-                             "value_us": float(rec["value_us"]), "layers": float(rec.get("layers") or 0)})
-            except (KeyError, ValueError) as exc:
-                raise AnalysisError(f"{path}: line {line_no}: bad D4 row ({exc})") from None
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a d4_detail.csv") as handle:
+            reader = csv.DictReader(handle)
+            for line_no, rec in enumerate(reader, start=2):
+                if None in rec or None in rec.values():
+                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: not the {len(reader.fieldnames)} fields "
+                                        "of the header (a cut or edited file)")
+                try:
+                    rows.append({"group": rec["group"], "module": rec["module"], "kernel": rec["kernel"],
+                                 "value_us": float(rec["value_us"]), "layers": float(rec.get("layers") or 0)})
+                except (KeyError, ValueError) as exc:
+                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: bad D4 row ({exc})") from None
+    except InputFileError as exc:
+        raise AnalysisError(str(exc)) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
     return rows
 
 
@@ -60,17 +68,24 @@ def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
     """(step ms, saved SolSettings or None) from analysis.json, when present."""
     import msgspec
 
-    from analysis.api import AnalysisError, SolSettings
+    from analysis.api import DOCUMENT_LIMIT_BYTES, AnalysisError, InputFileError, SolSettings, read_json, shown_path
 
     path = analysis_dir / "analysis.json"
     if not path.exists():
         return None, None
     try:
-        d4 = json.loads(path.read_text()).get("d4", {})
+        saved = read_json(path, DOCUMENT_LIMIT_BYTES, "an analysis.json")
+        d4 = saved.get("d4", {}) if isinstance(saved, dict) else None
+        if not isinstance(d4, dict):
+            raise AnalysisError(f"{shown_path(path)}: unreadable: no `d4` object")
         sol = msgspec.convert(d4["sol"], SolSettings) if d4.get("sol") else None
-    except (OSError, ValueError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: unreadable: {exc}") from None
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: unreadable: {exc.problem}") from None
+    except (ValueError, TypeError, msgspec.ValidationError) as exc:
+        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
     value = d4.get("step_ms")
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        raise AnalysisError(f"{shown_path(path)}: d4.step_ms is {value!r}, not a number")
     return (float(value) if value else None), sol
 
 

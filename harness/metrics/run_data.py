@@ -8,7 +8,6 @@ invented values; malformed files raise RunDataError naming the file and line.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -60,12 +59,27 @@ class RunData:
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise RunDataError(path, f"missing column(s) {', '.join(missing)}; has {reader.fieldnames}")
-        return list(reader)
+    """Every row of a table the run wrote, bounded (TABLE_LIMIT_BYTES); a row with more or fewer
+    fields than the header (a cut file) is an error naming its line."""
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise RunDataError(path, f"missing column(s) {', '.join(missing)}; has {reader.fieldnames}")
+            rows = []
+            for line, row in enumerate(reader, 2):
+                if None in row or None in row.values():
+                    raise RunDataError(f"{path}:{line}", f"not the {len(reader.fieldnames)} fields of the header "
+                                                         "(a cut or edited file)")
+                rows.append(row)
+            return rows
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDataError(path, f"unreadable: {exc}") from None
 
 
 def _float(row: dict[str, str], key: str, path: Path, line: int) -> float:
@@ -129,10 +143,12 @@ def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, Sta
 
 
 def _read_json(path: Path) -> dict:
+    from analysis.api import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunDataError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = read_json(path, DOCUMENT_LIMIT_BYTES, "a JSON file")
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
     if not isinstance(data, dict):
         raise RunDataError(path, "must hold a JSON object")
     return data
@@ -141,8 +157,12 @@ def _read_json(path: Path) -> dict:
 def _read_yaml(path: Path) -> dict:
     import yaml
 
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario"))
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
     except yaml.YAMLError as exc:
         raise RunDataError(path, f"not valid YAML ({exc})") from None
     return data if isinstance(data, dict) else {}
@@ -180,7 +200,11 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     gpus = manifest.get("gpus")
     if gpus is None and isinstance(resolved.get("cluster"), dict):
         cluster = resolved["cluster"]
-        gpus = int(cluster.get("nodes", 1)) * int(cluster.get("gpus_per_node", 0))
+        nodes, per_node = cluster.get("nodes", 1), cluster.get("gpus_per_node", 0)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (nodes, per_node)):
+            raise RunDataError(run_dir / SCENARIO, f"cluster.nodes {nodes!r} and cluster.gpus_per_node {per_node!r} "
+                                                   "must be whole numbers")
+        gpus = nodes * per_node
     model = manifest.get("model") or (resolved.get("model") or {}).get("name", "")
     signature = manifest.get("signature") or (resolved.get("analysis") or {}).get("signature") \
         or analysis_json.get("signature", "")
