@@ -19,14 +19,18 @@ def register(subparsers) -> None:
     parser.add_argument("--out", help="output directory (default RUN/exports)")
     parser.add_argument("--table", action="append", choices=list(specs),
                         help="table to export; repeat for several (default all)")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing export files")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace this command's own earlier export files (never a file it did not write, "
+                             "nor one edited since)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.output_dir import OutputError
+
     try:
         paths = export_run(args.run, args.format, args.out, tuple(args.table) if args.table else None, args.overwrite)
-    except (RunDataError, FileExistsError, ValueError) as exc:
+    except (RunDataError, OutputError, OSError, ValueError) as exc:
         print(f"moe-harness export: {exc}", file=sys.stderr)
         return 1
     for path in paths:

@@ -16,6 +16,7 @@ from harness.arg_types import positive_float, positive_int
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+REPORT_NAMES = ("kernel_report.md", "kernel_report.html", "kernel_report_files")  # what write_report writes
 
 
 def register(subparsers) -> None:
@@ -246,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = prepare_out(args)
+        out.check_names(REPORT_NAMES)  # beside an analysis: never over a user's report, refused before the work
         blocks, title = build(args)
         files = out.write(lambda folder: write_report(blocks, folder, title))
     except (AnalysisError, OutputError) as exc:

@@ -94,19 +94,13 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     return rows
 
 
-def _atomic_target(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass --overwrite to replace it or --out for another directory")
-
-
 def _temp_path(path: Path) -> Path:
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     return Path(temp)
 
 
-def write_csv(rows: list[dict], columns: list[str], path: Path, overwrite: bool = False) -> Path:
-    _atomic_target(path, overwrite)
+def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
     temp = _temp_path(path)
     try:
         with open(temp, "w", newline="", encoding="utf-8") as handle:
@@ -119,13 +113,12 @@ def write_csv(rows: list[dict], columns: list[str], path: Path, overwrite: bool 
     return path
 
 
-def write_parquet(rows: list[dict], spec: TableSpec, path: Path, overwrite: bool = False) -> Path:
+def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise RunDataError(path, "Parquet needs pyarrow: pip install 'moe-harness[parquet]'") from None
-    _atomic_target(path, overwrite)
     arrow_types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
     version, _ = load_schema()
     fields = [pa.field(SCHEMA_VERSION_COLUMN, pa.int32(), nullable=False)]
@@ -143,28 +136,36 @@ def write_parquet(rows: list[dict], spec: TableSpec, path: Path, overwrite: bool
 
 def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
                tables: tuple[str, ...] | None = None, overwrite: bool = False) -> list[Path]:
-    """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports."""
+    """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports.
+
+    The folder may hold other files (left alone); an export file is replaced only with `overwrite`
+    and only while it is the one this command wrote (harness/output_dir.py): a user's file, or an
+    export edited since, is never replaced. Everything is refused before any table is read."""
+    from harness.output_dir import prepare_output
+
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDataError(run_dir, "run directory not found")
     _, specs = load_schema()
-    out = Path(out_dir) if out_dir else run_dir / "exports"
-    out.mkdir(parents=True, exist_ok=True)
     names = tables or tuple(specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
         raise ValueError(f"unknown table(s) {unknown}; expected some of {', '.join(specs)}")
-    for name in names:  # refuse before writing anything, so an export is never half replaced
-        _atomic_target(out / f"{name}.{fmt}", overwrite)
+    out = Path(out_dir) if out_dir else run_dir / "exports"
+    files = [f"{name}.{fmt}" for name in names]
+    prepared = prepare_output(out, "export", overwrite, beside=None, prune=False)
+    prepared.check_names(files)  # refused before writing anything, so an export is never half replaced
     loaded = {name: read_table(run_dir, name) for name in names}
-    written = []
-    for name, rows in loaded.items():
-        spec = specs[name]
-        target = out / f"{name}.{fmt}"
-        if fmt == "csv":
-            written.append(write_csv(rows, [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], target, overwrite))
-        else:
-            written.append(write_parquet(rows, spec, target, overwrite))
-    return written
+
+    def fill(folder: Path) -> None:
+        for name, rows in loaded.items():
+            spec = specs[name]
+            if fmt == "csv":
+                write_csv(rows, [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], folder / f"{name}.{fmt}")
+            else:
+                write_parquet(rows, spec, folder / f"{name}.{fmt}")
+
+    prepared.write(fill)
+    return [out / f for f in files]
