@@ -227,3 +227,19 @@ def test_export_overwrite_never_replaces_a_users_file(tmp_path, capsys):
     assert "d4.csv" in capsys.readouterr().err
     assert mine.read_text() == "the user's own notes\n"
     assert not (run_dir / "exports" / "steps.csv").exists()  # refused before writing anything
+
+
+def test_learn_signature_never_writes_through_a_link(tmp_path, capsys):
+    """--out naming a dangling link: the old check (exists()) said free, and the write followed the link."""
+    target = tmp_path / "elsewhere" / "created.yaml"
+    link = tmp_path / "learned.yaml"
+    link.symlink_to(target)
+    assert main(["learn-signature", CPU_DEMO, "--name", "x", "--out", str(link)]) == 2
+    assert "exists" in capsys.readouterr().err and not target.exists()
+
+
+def test_ncu_out_that_is_a_file_is_refused(tmp_path):
+    mine = _user_file(tmp_path, "results")
+    with pytest.raises(SystemExit, match="not an empty folder"):
+        main(["ncu", "--out", str(mine), "--ncu-bin", "/bin/true"])
+    assert mine.read_text() == "the user's own notes\n"
