@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.env_names import RULE as ENV_RULE, bad_env_names
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = REPO_ROOT / "scenarios"
 EMBEDDED_PRESETS_PATH = Path(__file__).resolve().parent / "engines" / "embedded" / "presets.yaml"
@@ -114,6 +116,15 @@ class SGLangEngine(_Strict):
         None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
         "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
         "(both also filled in engine.env values)")
+
+    @field_validator("env", "passthrough_env")
+    @classmethod
+    def _variable_names(cls, value):
+        """Names of environment variables only (harness/env_names.py says why)."""
+        bad = bad_env_names(value)
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
+        return value
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.env_names import RULE as ENV_RULE, bad_env_names
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
 from harness.node.secrets import mask_argv, mask_env
 from harness.sglang.version import SGLangVersion, load_version
@@ -141,7 +142,7 @@ class LaunchPlan:
         for node in self.nodes:
             lines.append(f"\n# node {node.node_rank}")
             env = mask_env(node.env)
-            lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+            lines += [f"export {shlex.quote(k)}={shlex.quote(v)}" for k, v in sorted(env.items())]
             lines.append(" \\\n    ".join(_command_lines(mask_argv(list(node.argv)))))
         return "\n".join(lines) + "\n"
 
@@ -198,6 +199,9 @@ def check_spec(spec: DeploymentSpec) -> None:
         problems.append("speculative.num_draft_tokens must be >= 1")
     if spec.profiler not in ("auto", "v1", "v2"):
         problems.append(f"profiler {spec.profiler!r} must be auto, v1 or v2")
+    for key, names in (("engine.env", spec.env), ("engine.passthrough_env", spec.passthrough_env)):
+        if bad := bad_env_names(names):
+            problems.append(f"{key}: {', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
     if problems:
         raise PlanError("; ".join(problems))
 
