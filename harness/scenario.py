@@ -483,15 +483,21 @@ def load_scenario(name_or_path: str) -> tuple[Scenario, Path]:
     return parse_scenario(read_scenario_text(path), str(path)), path
 
 
-def scenario_to_yaml(scenario: Scenario) -> str:
+def scenario_to_yaml(scenario: Scenario, secrets=None) -> str:
     """The resolved scenario (every default filled in), as written into the run directory.
 
-    Values of secret-looking engine.env names (HF_TOKEN, *_KEY) are masked: secrets belong in the
-    environment (engine.passthrough_env), and a run directory is shared.
+    Secrets are masked (harness/node/secrets.py): engine.env values of secret-looking or passthrough
+    names, secret flags' values in engine.extra_args, URL credentials, and every value of `secrets`
+    (the run's, harness/run_secrets.py) wherever it occurs; a run directory is shared.
     """
-    from harness.node.secrets import mask_env
+    from harness.node.secrets import Secrets
 
+    secrets = secrets or Secrets()
     data = scenario.model_dump(mode="json")
-    if isinstance(data["engine"].get("env"), dict):
-        data["engine"]["env"] = mask_env(data["engine"]["env"])
-    return yaml.safe_dump(data, sort_keys=False)
+    engine = data["engine"]
+    if isinstance(engine.get("env"), dict):
+        engine["env"] = secrets.env(engine["env"], engine.get("passthrough_env") or ())
+    for key in ("extra_args", "launcher"):
+        if isinstance(engine.get(key), list):
+            engine[key] = secrets.argv(engine[key])
+    return yaml.safe_dump(secrets.data(data), sort_keys=False)

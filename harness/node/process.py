@@ -12,7 +12,7 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
-from harness.node.secrets import mask_text
+from harness.node.secrets import Secrets
 
 
 # Lines that say why a server died, kept from the whole log: a crash's stack dump (C++ frames, every
@@ -28,8 +28,11 @@ class ServerStartError(RuntimeError):
 
 
 class ServerProcess:
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: str, tail_lines: int = 60):
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: str, tail_lines: int = 60,
+                 secrets: Secrets | None = None):
         self.argv, self.env, self.log_path = argv, env, Path(log_path)
+        # masked by value in every log line: the plan's secrets, and this process's own
+        self.secrets = (secrets or Secrets()) | Secrets.of_launch(env, argv)
         self.proc: subprocess.Popen | None = None
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._causes: list[str] = []  # the first lines that look like a cause (CAUSE_LINE)
@@ -48,7 +51,7 @@ class ServerProcess:
     def _copy_log(self) -> None:
         with open(self.log_path, "a", encoding="utf-8", errors="replace") as log:
             for raw in self.proc.stdout:
-                line = mask_text(raw.decode("utf-8", "replace"), self.env)
+                line = self.secrets.text(raw.decode("utf-8", "replace"))
                 self._tail.append(line.rstrip("\n"))
                 if len(self._causes) < CAUSE_LINES_KEPT and CAUSE_LINE.search(line):
                     self._causes.append(line.rstrip("\n"))
