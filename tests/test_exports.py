@@ -81,10 +81,12 @@ def test_unknown_or_missing_columns_are_errors_naming_the_file(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     d4 = run_dir / "analysis" / "d4_detail.csv"
     d4.write_text(d4.read_text().replace("layers", "layer_count"))
+    synthetic_run.seal(run_dir)  # written so by the run (a table cut or edited later is another error)
     with pytest.raises(RunDataError, match=r"d4_detail\.csv: columns differ .*missing \['layers'\].*unknown \['layer_count'\]"):
         export_run(run_dir, "csv", tables=("d4",))
     steps = run_dir / "analysis" / "steps.csv"
     steps.write_text(steps.read_text().replace(",8,", ",eight,", 1))
+    synthetic_run.seal(run_dir)
     with pytest.raises(RunDataError, match=r"steps\.csv:2: column 'batch_size' must be int64"):
         export_run(run_dir, "parquet", tables=("steps",))
 

@@ -225,8 +225,9 @@ def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, 
     run_dir = tmp_path / f"realtrace-{signature}-20250101-000000"
     result = api.analyze([str(trace)], signature=signature, options=api.AnalysisOptions(run=run_dir.name))
     api.write_outputs(result, run_dir / "analysis")
-    (run_dir / "manifest.json").write_text(json.dumps({"scenario": "realtrace", "status": "ok",
-                                                        "engine": "sglang", "started_at": 1735689600.0}))
+    from harness.run_dir import write_manifest
+
+    write_manifest(run_dir, {"scenario": "realtrace", "status": "ok", "engine": "sglang", "started_at": 1735689600.0})
     assert push_run(run_dir, prom_stack["pushgateway"]).ok
     _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir)
     (step,) = prom_servers.wait_for_series(prom_stack["prometheus"], f'moe_harness_step_seconds{{run_id="{run_dir.name}"}}', 1)

@@ -15,6 +15,7 @@ CPU cache (measured faster on 2 cores than inflating in a second thread).
 """
 from __future__ import annotations
 
+import hashlib
 import operator
 import re
 import zlib
@@ -85,7 +86,8 @@ _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
-_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)  # msgspec: invalid UTF-8
+# msgspec: invalid UTF-8, and JSON nested deeper than its stack (RecursionError)
+_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
 _INF = float("inf")
@@ -412,6 +414,8 @@ def _decoder_message(exc: Exception | None, first_event: int) -> str:
     """msgspec's message with its location in the file's traceEvents (a slice starts at first_event)."""
     if exc is None:
         return "the traceEvents array is malformed or truncated"
+    if isinstance(exc, RecursionError):
+        return f"an event nested too deeply to read (in the events after event {first_event})"
     text = _SLICE_AT.sub(lambda m: f"`$.traceEvents[{first_event + int(m.group(1))}]", str(exc))
     if isinstance(exc, msgspec.ValidationError):
         return text
@@ -536,7 +540,10 @@ def load_trace(
         ranges.sort(key=start_longest_first)
     collector.launches.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
+    if require_kernels:  # a capture trace's kernels were launched into a graph, not run on their streams
+        _check_streams_run_in_turn(path, kernels)
     return RankTrace(
+        content_key=_content_key(kernels),
         path=path,
         rank=rank or rank_id_for(path),
         device_name=device_name,
@@ -571,6 +578,51 @@ def _check_longest_kernel(path: str, collector: _Collector) -> None:
         raise TraceLoadError(path, f"event {index} ({event.cat} {event.name[:80]!r}): dur {dur!r} us is longer than "
                                    f"the whole trace ({span_us:.1f} us from its first event to its last): a kernel's "
                                    "dur must fit in the trace (docs/analysis.md, durations)")
+
+
+# Two kernels on one stream may overlap (a programmatic dependent launch starts the next kernel while
+# the previous one drains: up to 69% of the shorter one on the real B300 traces), but never one inside
+# the other, nor by more than this share of the shorter one: that is one event given twice.
+MOST_STREAM_OVERLAP = 0.9
+
+
+def _check_streams_run_in_turn(path: str, kernels: list[Kernel]) -> None:
+    """A stream runs its kernels one after another: a kernel wholly inside the previous one on its
+    stream, or overlapping it by more than MOST_STREAM_OVERLAP of the shorter, is the same activity
+    twice (every kernel event doubled passed every check, each row summed twice): an error naming
+    both (docs/analysis.md, durations). Kernels come by start; CPU operators are not a stream's."""
+    if not kernels or kernels[0].kind == "cpu_op":
+        return
+    last_end: dict[int, float] = {}
+    last: dict[int, Kernel] = {}
+    get = last_end.get
+    for kernel in kernels:
+        stream, start = kernel.stream, kernel.start_us
+        end = start + kernel.dur_us
+        before = get(stream)
+        if before is not None and start < before:
+            prev = last[stream]
+            overlap = min(before, end) - start
+            if overlap > 0.0 and (end <= before or overlap > MOST_STREAM_OVERLAP * min(prev.dur_us, kernel.dur_us)):
+                raise TraceLoadError(path, f"kernels {prev.name[:60]!r} (start {prev.start_us!r} us, dur {prev.dur_us!r}) "
+                                           f"and {kernel.name[:60]!r} (start {start!r} us, dur {kernel.dur_us!r}) overlap "
+                                           f"by {overlap:.3f} us on stream {stream}: a stream runs its kernels in turn, "
+                                           "so this is one event given twice (docs/analysis.md, durations)")
+        if before is None or end > before:
+            last_end[stream] = end
+            last[stream] = kernel
+
+
+_KEY_KERNELS = 64  # kernels at each end of a trace that its content key covers
+
+
+def _content_key(kernels: list[Kernel]) -> str:
+    """What tells one trace from another: the kernel count and the first and last kernels' names,
+    streams, starts and durations. Two ranks never start their kernels at the same microseconds, so
+    equal keys are one trace given twice (byte for byte, or re-encoded), whatever the files' names."""
+    sample = kernels if len(kernels) <= 2 * _KEY_KERNELS else kernels[:_KEY_KERNELS] + kernels[-_KEY_KERNELS:]
+    text = repr((len(kernels), [(k.name, k.stream, k.start_us, k.dur_us) for k in sample]))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _capture_windows(calls: list[Range]) -> list[Range]:
@@ -625,7 +677,7 @@ def _device_name(header: bytes, tail: bytes) -> str | None:
     for doc in (header.rstrip().rstrip(b",") + b"}", b"{" + tail.lstrip().lstrip(b",")):
         try:
             parsed = _decode_header(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        except _BAD_SLICE:
             continue
         if parsed.deviceProperties:
             return parsed.deviceProperties[0].name

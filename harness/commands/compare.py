@@ -28,6 +28,7 @@ def _column(name: str, paths: list[str], args):
     if len(paths) == 1:
         for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
             if (candidate / ANALYSIS_FILE).exists():
+                _check_as_written(candidate / ANALYSIS_FILE)
                 column = load_column(candidate)
                 column.name = name
                 settings = sol_settings_from(args, model=args.model)
@@ -37,6 +38,17 @@ def _column(name: str, paths: list[str], args):
                     column = with_sol(column, settings)
                 return column
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
+
+
+def _check_as_written(path: Path) -> None:
+    """The saved column is the one written (its run's manifest or analyze's marker, where there is one)."""
+    from analysis.api import AnalysisError
+    from harness.recorded_files import RecordError, check_as_written
+
+    try:
+        check_as_written(path)
+    except RecordError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 def layer_count_note(columns) -> str:

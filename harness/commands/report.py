@@ -113,9 +113,24 @@ class _Loaded:
         self.analysis_dir: Path | None = None
 
 
+def _checked(adir: Path) -> None:
+    """The analysis files the report reads are the ones written (harness/recorded_files.py); inside a
+    run directory, the run must have its manifest."""
+    from analysis.api import AnalysisError
+    from harness.recorded_files import RecordError, check_as_written
+
+    for name in ("kernels_long.csv", "d4_detail.csv", "analysis.json"):
+        if (adir / name).exists():
+            try:
+                check_as_written(adir / name, need_record=True)
+            except RecordError as exc:
+                raise AnalysisError(str(exc)) from None
+
+
 def _from_analysis_dir(adir: Path) -> _Loaded:
     from analysis.api import read_kernel_rows, samples_from_rows
 
+    _checked(adir)
     got = _Loaded()
     long_csv = adir / "kernels_long.csv"
     got.kernel_rows = read_kernel_rows(long_csv)
@@ -185,15 +200,16 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
 
 def build(args) -> tuple[list, str]:
     from analysis.api import (AnalysisError, ReportInputs, build_report, classify, layer_sol, load_hardware,
-                              read_ncu_csv, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
+                              read_ncu_csv, shown_path, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
     top = top_kernels(got.samples, top_n=args.top)
     settings = sol_settings_from(args, model=args.model, base=got.saved_sol, hardware_alone_ok=True)
     hardware = load_hardware(args.hardware or (settings.hardware if settings else None)) \
         if (args.hardware or settings) else None
-    inputs = ReportInputs(title="Kernel report", sources=got.sources, top=top, hardware=hardware, step_ms=got.step_ms,
-                          ncu_dtype=args.ncu_dtype, notes=got.notes, speedup=args.speedup)
+    inputs = ReportInputs(title="Kernel report", sources=[shown_path(s) for s in got.sources], top=top,
+                          hardware=hardware, step_ms=got.step_ms, ncu_dtype=args.ncu_dtype,
+                          notes=[shown_path(n) for n in got.notes], speedup=args.speedup)
     rows = got.d4_rows or []
     layers = {(r["group"], r["module"], r["kernel"]): max(1.0, r["layers"]) for r in rows}
     if rows and settings is not None:
@@ -214,7 +230,7 @@ def build(args) -> tuple[list, str]:
         if hardware is None:
             raise AnalysisError("--ncu needs --hardware (the roofline's peaks)")
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
-        inputs.sources.append(args.ncu)
+        inputs.sources.append(shown_path(args.ncu))
         if inputs.sol_rows and got.kernel_rows:
             from analysis.api import row_checks
 

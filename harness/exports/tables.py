@@ -74,23 +74,38 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     """Rows of one analysis table, typed per columns.yaml, with schema_version prepended."""
     version, specs = load_schema()
     spec = specs[table]
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+    from harness.recorded_files import RecordError, check_as_written
+
     path = Path(run_dir) / spec.source
     if not path.is_file():
         raise RunDataError(path, f"not found: the run has no {table} table (was the analysis run?)")
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        expected = [c.name for c in spec.columns]
-        missing = [c for c in expected if c not in header]
-        unknown = [c for c in header if c not in expected]
-        if missing or unknown:
-            raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, unknown {unknown}")
-        rows = []
-        for line, raw in enumerate(reader, 2):
-            row = {SCHEMA_VERSION_COLUMN: version}
-            for column in spec.columns:
-                row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
-            rows.append(row)
+    try:
+        check_as_written(path, need_record=True)  # a cut or edited table is an error, never fewer rows
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            expected = [c.name for c in spec.columns]
+            missing = [c for c in expected if c not in header]
+            unknown = [c for c in header if c not in expected]
+            if missing or unknown:
+                raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, "
+                                         f"unknown {unknown}")
+            rows = []
+            for line, raw in enumerate(reader, 2):
+                if None in raw or None in raw.values():
+                    raise RunDataError(f"{path}:{line}", f"not the {len(header)} fields of the header (a cut or "
+                                                         "edited file)")
+                row = {SCHEMA_VERSION_COLUMN: version}
+                for column in spec.columns:
+                    row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
+                rows.append(row)
+    except RecordError as exc:
+        raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
+    except InputFileError as exc:
+        raise RunDataError(path, exc.problem) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDataError(path, f"unreadable: {exc}") from None
     return rows
 
 
@@ -153,6 +168,12 @@ def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
     unknown = [n for n in names if n not in specs]
     if unknown:
         raise ValueError(f"unknown table(s) {unknown}; expected some of {', '.join(specs)}")
+    from harness.recorded_files import RecordError, run_record
+
+    try:
+        run_record(run_dir)  # the tables are checked against it: a run without a manifest is refused
+    except RecordError as exc:
+        raise RunDataError(run_dir, str(exc).removeprefix(f"{run_dir}: ")) from None
     out = Path(out_dir) if out_dir else run_dir / "exports"
     files = [f"{name}.{fmt}" for name in names]
     prepared = prepare_output(out, "export", overwrite, beside=None, prune=False)

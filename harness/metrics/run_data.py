@@ -175,8 +175,22 @@ def _find(run_dir: Path, name: str) -> Path | None:
     return None
 
 
+def _as_written(path: Path | None) -> Path | None:
+    """The path, once its content is shown to be what the run (or analyze --out) recorded."""
+    from harness.recorded_files import RecordError, check_as_written
+
+    if path is not None:
+        try:
+            check_as_written(path)
+        except RecordError as exc:
+            raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
+    return path
+
+
 def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
-    """Everything the run metrics need. `status` overrides the manifest (not yet written mid-run)."""
+    """Everything the run metrics need. `status` overrides the manifest (not yet written mid-run).
+    Each file read is first checked against the run's manifest (or its analysis folder's marker)
+    where there is one: a cut or edited table is an error, never metrics from part of it."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDataError(run_dir, "run directory not found")
@@ -188,9 +202,9 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         from harness.run_owner import live_owner
 
         status = "running" if live_owner(run_dir) else "incomplete"
-    analysis_json_path = _find(run_dir, "analysis.json")
+    analysis_json_path = _as_written(_find(run_dir, "analysis.json"))
     analysis_json = _read_json(analysis_json_path) if analysis_json_path else {}
-    summary = _read_json(run_dir / LOAD_SUMMARY) if (run_dir / LOAD_SUMMARY).is_file() else {}
+    summary = _read_json(_as_written(run_dir / LOAD_SUMMARY)) if (run_dir / LOAD_SUMMARY).is_file() else {}
     problems: list[str] = []
 
     resolved = _read_yaml(run_dir / SCENARIO) if (run_dir / SCENARIO).is_file() else {}
@@ -217,12 +231,12 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         "gpus": "" if gpus is None else str(gpus),
     }
 
-    detail_path = _find(run_dir, "d4_detail.csv")
+    detail_path = _as_written(_find(run_dir, "d4_detail.csv"))
     module_busy, module_exposed, kernel_busy = read_d4_detail(detail_path) if detail_path else ({}, {}, {})
     if not detail_path:
         problems.append("no d4_detail.csv: layer metrics not exported")
     d4 = analysis_json.get("d4") if isinstance(analysis_json.get("d4"), dict) else None
-    stages = stage_times(d4, analysis_json_path, _find(run_dir, "steps.csv")) if d4 else {}
+    stages = stage_times(d4, analysis_json_path, _as_written(_find(run_dir, "steps.csv"))) if d4 else {}
     if not d4:
         problems.append("no analysis.json with a D4 column: step metrics not exported")
     data = RunData(
@@ -237,5 +251,5 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     data.accept_length = float(accept) if isinstance(accept, (int, float)) else None
     records_path = run_dir / LOAD_RECORDS
     if records_path.is_file():
-        data.load = load_stats(read_records(records_path), LATENCY_QUANTILES)
+        data.load = load_stats(read_records(_as_written(records_path)), LATENCY_QUANTILES)
     return data
