@@ -96,7 +96,7 @@ def load_capture(path: Path) -> Capture:
     try:
         trace = load_trace(str(path), require_kernels=False)
     except TraceLoadError as exc:
-        raise AnalysisError(f"capture trace {exc.problem}") from None
+        raise AnalysisError(f"capture trace {exc}") from None
     launches = _captured_launches(trace)
     details = _details(path.parent).get(path.name, {})
     batch, mode = details.get("batch_size"), details.get("mode")

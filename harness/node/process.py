@@ -7,11 +7,10 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from pathlib import Path
 
+from harness.http_deadline import Deadline, request
 from harness.node.secrets import Secrets
 
 
@@ -78,11 +77,11 @@ class ServerProcess:
                 raise ServerStartError(f"server exited with status {code} during startup")
             if health_url is None:
                 return
-            try:
-                with urllib.request.urlopen(health_url, timeout=min(5.0, max(0.5, deadline - time.monotonic()))) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, TimeoutError):
+            try:  # each poll answered in full within 5 s (harness/http_deadline.py), however slowly it comes
+                status, _ = request(health_url, Deadline(min(5.0, max(0.5, deadline - time.monotonic()))))
+                if status == 200:
+                    return
+            except OSError:
                 pass
             time.sleep(poll_s)
         raise ServerStartError(f"server not ready after {timeout_s:.0f} s ({health_url})")
