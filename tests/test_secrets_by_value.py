@@ -3,14 +3,12 @@ name, a password in a URL and the value of a secret flag never reach a plan, a m
 scenario, a server log or the console (the full run is in tests/test_run_sglang.py)."""
 from __future__ import annotations
 
-import socket
 import sys
-import threading
-import time
 
 import pytest
 import yaml
 
+import slow_http
 import synthetic_run
 from harness.cli import main
 from harness.node.process import ServerProcess
@@ -72,41 +70,8 @@ def test_validate_never_prints_url_credentials(tmp_path, capsys):
 
 @pytest.fixture
 def dribbling_server():
-    """A 'Pushgateway' that accepts, then sends one byte of its answer every half second, forever."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    stop = threading.Event()
-
-    def serve():
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            conn.settimeout(0.2)
-            try:
-                try:
-                    conn.recv(65536)
-                except OSError:
-                    pass
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
-                    if stop.is_set():
-                        break
-                    conn.sendall(bytes([byte]))
-                    time.sleep(0.5)
-            except OSError:
-                pass
-            finally:
-                conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join(timeout=5)
-    server.close()
+    with slow_http.dribbling_server() as address:
+        yield address
 
 
 @pytest.mark.timeout(60)
