@@ -593,24 +593,30 @@ def _check_streams_run_in_turn(path: str, kernels: list[Kernel]) -> None:
     both (docs/analysis.md, durations). Kernels come by start; CPU operators are not a stream's."""
     if not kernels or kernels[0].kind == "cpu_op":
         return
-    last_end: dict[int, float] = {}
+    last_end: dict[int, float] = {}  # per stream: the latest end so far, and the kernel that ends there
     last: dict[int, Kernel] = {}
     get = last_end.get
     for kernel in kernels:
-        stream, start = kernel.stream, kernel.start_us
-        end = start + kernel.dur_us
+        stream, start, dur = kernel.stream, kernel.start_us, kernel.dur_us
+        end = start + dur
         before = get(stream)
-        if before is not None and start < before:
-            prev = last[stream]
-            overlap = min(before, end) - start
-            if overlap > 0.0 and (end <= before or overlap > MOST_STREAM_OVERLAP * min(prev.dur_us, kernel.dur_us)):
-                raise TraceLoadError(path, f"kernels {prev.name[:60]!r} (start {prev.start_us!r} us, dur {prev.dur_us!r}) "
-                                           f"and {kernel.name[:60]!r} (start {start!r} us, dur {kernel.dur_us!r}) overlap "
-                                           f"by {overlap:.3f} us on stream {stream}: a stream runs its kernels in turn, "
-                                           "so this is one event given twice (docs/analysis.md, durations)")
-        if before is None or end > before:
-            last_end[stream] = end
-            last[stream] = kernel
+        if before is None:
+            last_end[stream], last[stream] = end, kernel
+        elif end > before:  # the common case: it ends after every earlier kernel of its stream
+            if start < before:
+                prev = last[stream]
+                if before - start > MOST_STREAM_OVERLAP * (prev.dur_us if prev.dur_us < dur else dur):
+                    _two_kernels_at_once(path, prev, kernel, before - start)
+            last_end[stream], last[stream] = end, kernel
+        elif start < end:  # inside the previous one (a kernel of no duration is no time twice)
+            _two_kernels_at_once(path, last[stream], kernel, dur)
+
+
+def _two_kernels_at_once(path: str, prev: Kernel, kernel: Kernel, overlap: float) -> None:
+    raise TraceLoadError(path, f"kernels {prev.name[:60]!r} (start {prev.start_us!r} us, dur {prev.dur_us!r}) and "
+                               f"{kernel.name[:60]!r} (start {kernel.start_us!r} us, dur {kernel.dur_us!r}) overlap by "
+                               f"{overlap:.3f} us on stream {kernel.stream}: a stream runs its kernels in turn, so this "
+                               "is one event given twice (docs/analysis.md, durations)")
 
 
 _KEY_KERNELS = 64  # kernels at each end of a trace that its content key covers
