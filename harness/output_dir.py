@@ -159,7 +159,8 @@ def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None)
     own = owned_names(folder, entries)
     changed = {name.partition("/")[0] for name in entries} - own
     present = sorted(p.name for p in folder.iterdir() if not p.name.startswith(_STAGING_PREFIX) and p.name != marker)
-    foreign = [n for n in present if n not in own and (n in changed or (beside is not None and n not in beside))]
+    # beside None: other files may stay (a changed one of its own too, now someone else's); none is replaced
+    foreign = [n for n in present if n not in own and beside is not None and n not in beside]
     earlier = [n for n in present if n in own]
     if foreign:
         edited = [n for n in foreign if n in changed]

@@ -72,8 +72,10 @@ def test_existing_export_is_not_overwritten_without_flag(tmp_path):
     export_run(run_dir, "csv", tables=("steps",), overwrite=True)  # one table again: the others stay
     assert (run_dir / "exports" / "kernels_long.csv").exists() and target.exists()
     target.write_text("kept\n")  # edited since the export wrote it: no longer its to replace
-    with pytest.raises(OutputError, match="changed since `export` wrote them: d4.csv"):
+    with pytest.raises(OutputError, match="d4.csv, which `export` did not write .or which changed since"):
         export_run(run_dir, "csv", overwrite=True)
+    assert target.read_text() == "kept\n"
+    export_run(run_dir, "csv", tables=("steps",), overwrite=True)  # left alone beside the tables exported again
     assert target.read_text() == "kept\n"
 
 

@@ -89,12 +89,16 @@ class Secrets:
         """An environment to show: a secret-looking or passthrough variable, or one whose value is a
         secret, as ***; the others with any secret inside them masked."""
         shared = set(passthrough)
-        return {k: (MASK if v and (k in shared or is_secret_name(k) or v in self.values) else self.text(v))
+        return {k: (MASK if v and (k in shared or is_secret_name(k) or self._is_searched(v)) else self.text(v))
                 for k, v in env.items()}
 
     def argv(self, argv: Iterable[str]) -> list[str]:
         """A command line to show: secret flags' values and every secret value in a word masked."""
-        return [MASK if word in self.values else self.text(word) for word in mask_argv(list(argv))]
+        return [MASK if self._is_searched(word) else self.text(word) for word in mask_argv(list(argv))]
+
+    def _is_searched(self, value: str) -> bool:
+        """A whole value that is a secret long enough to tell from ordinary words (`8` never is)."""
+        return len(value) >= SHORTEST_SEARCHED_CHARS and value in self.values
 
     def data(self, value):
         """Every string in a JSON-like value (dict keys too) masked as text."""
