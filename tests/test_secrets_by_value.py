@@ -84,3 +84,10 @@ def test_a_slow_pushgateway_is_given_up_at_the_push_deadline(tmp_path, dribbling
     assert main(["metrics", str(run_dir), "--quiet", "--pushgateway", dribbling_server]) == 0
     said = capsys.readouterr().err + caplog.text
     assert "did not answer in time" in said and "no complete answer within 3 s" in said and "pushed run" not in said
+
+
+def test_a_secret_too_short_to_tell_from_words_is_masked_only_where_it_is_the_value():
+    """A passthrough value of '8' is masked as the variable's value, not in every word that reads 8."""
+    spec = DeploymentSpec(model_path="m", nodes=1, gpus_per_node=8, passthrough_env=("SHORT",))
+    text = build_plan(spec, environ={"SHORT": "8"}).render()
+    assert "export SHORT='***'" in text and "--tp-size 8" in text
