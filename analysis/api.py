@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, t
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.tables.load_compare import compare_with_load
 from analysis.tables.step_time import with_step_time
-from analysis.errors import AnalysisError, TraceLoadError
+from analysis.errors import AnalysisError, TraceLoadError, shown_path
+from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
@@ -116,7 +118,7 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
     trace = load_trace(path, rank=rank)
     options = dataclasses.replace(rank_options, notes=[], chains={})
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
-    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains
+    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains, trace.content_key
 
 
 def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
@@ -144,6 +146,10 @@ def analyze(
 def _analyze(paths: list[str], signature: str, model: str | None, options: AnalysisOptions | None,
              progress: bool) -> Analysis:
     options = options or AnalysisOptions()
+    # names that came from file names or the command line reach every table: bytes that are not
+    # UTF-8 there (a file name from another system) are shown as escapes, never a failed write
+    options = dataclasses.replace(options, run=shown_path(options.run),
+                                  labels={k: shown_path(v) for k, v in (options.labels or {}).items()} or None)
     if options.attribution not in ATTRIBUTION_MODES:
         raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
     if options.stat not in STATS:
@@ -185,17 +191,19 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()
                     advance()
+    _refuse_the_same_trace_twice(files, results)
     for i in sorted(results):
         ok, value = results[i]
         if ok:
-            k_rows, s_rows, nbytes, label, notes, rank_chains = value
+            k_rows, s_rows, nbytes, label, notes, rank_chains, _ = value
             chains.update({(label, step): chain for step, chain in rank_chains.items()})
             kernel_rows.extend(k_rows)
             step_rows.extend(s_rows)
             total_bytes += nbytes
-            problems.extend(RankProblem(path=files[i], rank=label, message=note) for note in notes)
+            problems.extend(RankProblem(path=shown_path(files[i]), rank=label, message=shown_path(note)) for note in notes)
         else:
-            problems.append(RankProblem(path=files[i], rank=rank_id_for(files[i], labels.get(files[i]), i).label, message=value))
+            problems.append(RankProblem(path=shown_path(files[i]), rank=rank_id_for(files[i], labels.get(files[i]), i).label,
+                                        message=shown_path(value)))
     for s in step_rows:
         if s.status != "ok":
             problems.append(RankProblem(path="", rank=s.rank, message=f"step {s.step} ({s.stage}): {s.status}: {s.note}"))
@@ -207,12 +215,14 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict)
-    d4.failed_files = [f"{files[i]}: {value}" for i, (ok, value) in sorted(results.items()) if not ok]
+    d4.failed_files = [shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok]
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
     if requests is not None:
         d4.load = compare_with_load(d4, step_rows, requests, options.window_start_s, options.strict)
-    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains)
+    rank_files = {rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)}
+    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains,
+                                   rank_files)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -224,17 +234,39 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
                     comm_rows=comm_rows, checks=checks)
 
 
+def _refuse_the_same_trace_twice(files: list[str], results: dict[int, tuple]) -> None:
+    """Two files holding the same kernels at the same times (RankTrace.content_key) are one rank
+    given twice under two names, byte for byte or re-encoded: never two ranks summed."""
+    seen: dict[str, int] = {}
+    for i in sorted(results):
+        ok, value = results[i]
+        if not ok:
+            continue
+        first = seen.setdefault(value[-1], i)
+        if first != i:
+            raise AnalysisError(f"{shown_path(files[first])} and {shown_path(files[i])} hold the same trace (the same "
+                                "kernels at the same times) under two rank names: one rank's trace given twice; give "
+                                "it once")
+
+
 SELF_CHECK_PROBLEM = "self-check "  # how a failed check's line in problems.csv begins
 
 
 def apply_self_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], d4: D4Column, spec: ModelSpec | None,
                       layers: int | None, strict: bool, problems: list[RankProblem],
-                      chains: dict[tuple[str, int], list[int]] | None = None) -> tuple[D4Column, list[CheckRow]]:
-    """Run the self-checks on a built column: its verdict line set, each failed check added to problems."""
+                      chains: dict[tuple[str, int], list[int]] | None = None,
+                      rank_files: dict[str, str] | None = None) -> tuple[D4Column, list[CheckRow]]:
+    """Run the self-checks on a built column: its verdict line set, each failed check added to problems,
+    naming the files of the ranks it mentions (rank_files: rank label -> trace file)."""
     checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict, chains)
     d4 = msgspec.structs.replace(d4, checks=verdict_line(checks), failed_checks=[c.check for c in failed(checks)])
-    problems.extend(RankProblem(path="", rank=c.scope, message=f"{SELF_CHECK_PROBLEM}{c.check} failed: {c.value}, "
-                                f"expected {c.expected}" + (f"; {c.why}" if c.why else "")) for c in failed(checks))
+    for c in failed(checks):
+        said = f"{c.scope} {c.value} {c.why}"
+        files = [shown_path(f) for label, f in (rank_files or {}).items()
+                 if re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", said)]
+        problems.append(RankProblem(path=", ".join(files), rank=c.scope,
+                                    message=f"{SELF_CHECK_PROBLEM}{c.check} failed: {c.value}, expected {c.expected}"
+                                            + (f"; {c.why}" if c.why else "")))
     return d4, checks
 
 
@@ -389,11 +421,13 @@ def load_column(analysis_dir: str | Path) -> D4Column:
     """The D4 column saved by write_outputs, for `compare`."""
     path = Path(analysis_dir) / ANALYSIS_FILE
     if not path.exists():
-        raise AnalysisError(f"{analysis_dir}: not an analysis directory (no {ANALYSIS_FILE})")
+        raise AnalysisError(f"{shown_path(analysis_dir)}: not an analysis directory (no {ANALYSIS_FILE})")
     try:
-        return msgspec.json.decode(path.read_bytes(), type=_Saved).d4
+        return msgspec.json.decode(read_input(path, DOCUMENT_LIMIT_BYTES, "an analysis.json"), type=_Saved).d4
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: unreadable analysis file: {exc}") from exc
+        raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: {exc}") from None
+    except RecursionError:
+        raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: nested too deeply") from None
 
 
 def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], like: D4Column) -> D4Column:
@@ -411,7 +445,11 @@ def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], lik
 # calibration and learning code. Two are renamed to say what they are beside the D4 table's names:
 # the calibration report's render_markdown and the expert-load file's name and format tag.
 _DOOR: dict[str, tuple[str, str]] = {
-    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError")},
+    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError", "shown_path")},
+    **{name: ("analysis.input_files", name) for name in (
+        "CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "open_input_text",
+        "parsed_json", "read_input", "read_input_text", "read_json")},
+    "load_yaml": ("analysis.data_files", "load_yaml"),
     "EXPERT_LOAD_FILE_NAME": ("analysis.ingest.expert_load", "FILE_NAME"),
     "EXPERT_LOAD_FORMAT": ("analysis.ingest.expert_load", "FORMAT"),
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},

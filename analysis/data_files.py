@@ -9,6 +9,8 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+
 
 def builtin_names(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
@@ -28,18 +30,37 @@ def resolve(name_or_path: str, folder: Path, what: str, error: Callable[[str, st
 
 # libyaml's parser where PyYAML has it (PyPI wheels do): the same data, read about 5x faster
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_LONG_NUMBER = re.compile(r"\d{4301,}")
 
 
-def load_yaml(text: str):
-    """yaml.safe_load of the text, through libyaml where it is installed."""
-    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
+def load_yaml(text: str, loader: type = _SAFE_LOADER):
+    """yaml.safe_load of the text, through libyaml where it is installed. Every failure is a
+    yaml.YAMLError, also those PyYAML lets out as other exceptions: a whole number of more than 4300
+    digits (Python's limit on converting text to int) and nesting deeper than the parser's stack."""
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except ValueError as exc:
+        long = _LONG_NUMBER.search(text)
+        where = f" (line {text.count(chr(10), 0, long.start()) + 1})" if long else ""
+        raise yaml.YAMLError(f"a number with more than 4300 digits{where}" if long else str(exc)) from None
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None
+
+
+def read_yaml_text(path: Path, error: Callable[[str, str], Exception], limit_bytes: int = CONFIG_LIMIT_BYTES) -> str:
+    """A settings file's text: bounded (CONFIG_LIMIT_BYTES), UTF-8; a problem is `error(path, why)`."""
+    try:
+        return read_input_text(path, limit_bytes, "a settings file")
+    except InputFileError as exc:
+        raise error(str(path), exc.problem) from None
 
 
 def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
+    text = read_yaml_text(path, error)
     try:
-        data = load_yaml(path.read_text())
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise error(str(path), f"not valid YAML: {exc}") from exc
+        raise error(str(path), f"not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise error(str(path), "top level must be a mapping")
     return data

@@ -1,6 +1,15 @@
 """Errors that say what is wrong and where."""
 from __future__ import annotations
 
+import os
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """The path as text that any output can hold: bytes that are not UTF-8 (a file name from another
+    system) appear as \\x escapes instead of failing the print, the CSV or the JSON that names the file."""
+    text = os.fsdecode(path)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
 
 class AnalysisError(Exception):
     """Base for every error the analysis reports to the user."""
@@ -12,7 +21,7 @@ class TraceLoadError(AnalysisError):
     def __init__(self, path: str, problem: str):
         self.path = str(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        super().__init__(f"{shown_path(self.path)}: {problem}")
 
 
 class SignatureError(AnalysisError):

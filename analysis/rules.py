@@ -13,7 +13,7 @@ from typing import TypeVar
 import msgspec
 import yaml
 
-from analysis.data_files import convert, load_yaml, validation_problems
+from analysis.data_files import convert, load_yaml, read_yaml_text, validation_problems
 from analysis.errors import AnalysisError
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"
@@ -34,11 +34,16 @@ def load_rules_file(path: str | Path, schema: type[Schema]) -> Schema:
     return _load(str(path), schema)
 
 
+class _RulesReadError(Exception):
+    def __init__(self, path: str, problem: str):
+        super().__init__(problem)
+
+
 @functools.lru_cache(maxsize=32)
 def _load(path: str, schema: type[Schema]) -> Schema:
     try:
-        data = load_yaml(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = load_yaml(read_yaml_text(Path(path), _RulesReadError))
+    except (_RulesReadError, yaml.YAMLError) as exc:
         raise AnalysisError(f"rules {path}: cannot read: {' '.join(str(exc).split())}") from None
     try:
         return convert(data, schema)

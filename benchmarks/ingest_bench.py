@@ -260,14 +260,18 @@ def _generated_trace(work_dir: Path, size_mb: float) -> tuple[Path, Path]:
     return json_path, gz_path
 
 
-def _rank_copies(json_path: Path, ranks: int, work_dir: Path) -> list[Path]:
-    """N rank files of the same content (hard links: no extra disk, distinct SGLang rank names)."""
-    copies = []
-    for rank in range(ranks):
-        link = work_dir / f"ranks-TP-{rank}-DECODE.trace.json"
-        if not link.exists():
-            os.link(json_path, link)
-        copies.append(link)
+def _rank_copies(json_path: Path, ranks: int, work_dir: Path, size_mb: float) -> list[Path]:
+    """N rank files: the generated trace, and for each further rank the same steps on a clock of its
+    own (make_large_trace's rank: the analysis refuses one trace given twice under two names)."""
+    from benchmarks.make_large_trace import DEFAULT_SOURCE, write_large_trace
+
+    copies = [json_path]
+    for rank in range(1, ranks):
+        name = json_path.name.replace("-TP-0-", f"-TP-{rank}-")
+        path = work_dir / name
+        if not path.exists():
+            path = write_large_trace(DEFAULT_SOURCE, work_dir, size_mb, write_gzip=False, rank=rank)[0]
+        copies.append(path)
     return copies
 
 
@@ -294,7 +298,7 @@ def run_benchmark(work_dir: Path, size_mb: float, ranks: int, skip_hta: bool, re
         for case, kind, paths in cases:
             print(f"running {case} on {label} ...", file=sys.stderr, flush=True)
             rows.append(_row(case, label, size, _best_of(kind, paths, repeat)))
-    copies = _rank_copies(gen_json, ranks, work_dir)
+    copies = _rank_copies(gen_json, ranks, work_dir, size_mb)
     size = gen_json.stat().st_size
     for case, kind, paths, nbytes in (
         ("analyze-json", "analyze", [gen_json], size),

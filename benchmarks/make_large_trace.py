@@ -113,11 +113,11 @@ def _shifts(template: _Template, blocks: list[str]) -> tuple[dict[str, int], flo
     return widths, period_us
 
 
-def _copy_text(template: _Template, copy: int, widths: dict[str, int], period_us: int) -> str:
+def _copy_text(template: _Template, copy: int, widths: dict[str, int], period_us: int, clock_us: int = 0) -> str:
     parts = [template.literals[0]]
     for slot, literal in zip(template.slots, template.literals[1:]):
         if slot.key == "ts":
-            value = slot.value + copy * period_us * 10**slot.decimals
+            value = slot.value + (copy * period_us + clock_us) * 10**slot.decimals
         else:
             value = slot.value + copy * widths[slot.key]
         parts.append(_format(value, slot.decimals))
@@ -141,8 +141,10 @@ def _fix_once_blocks(blocks: list[str], total_span_us: int) -> list[str]:
     return fixed
 
 
-def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: bool) -> list[Path]:
-    """Write the synthetic trace (and optionally its gzip) into out_dir; return the paths."""
+def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: bool, rank: int = 0) -> list[Path]:
+    """Write the synthetic trace (and optionally its gzip) into out_dir; return the paths. `rank` names
+    the file TP-<rank> and shifts its clock by 7 us per rank: each rank's trace is its own (the
+    analysis refuses one trace given twice)."""
     with gzip.open(source, "rt", encoding="utf-8") if source.suffix == ".gz" else open(source, encoding="utf-8") as fh:
         text = fh.read()
     header, blocks, closing = _split_source(text)
@@ -154,14 +156,14 @@ def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: b
     copies = max(1, math.ceil(size_mb * 1e6 / copy_bytes))
     once_text = _BLOCK_SEP.join(_fix_once_blocks(once_blocks, (copies - 1) * period_us))
 
-    stem = f"synthetic-{copies}steps-TP-0-DECODE.trace"
+    stem = f"synthetic-{copies}steps-TP-{rank}-DECODE.trace"
     json_path = out_dir / f"{stem}.json"
     tmp_path = out_dir / f".{stem}.json.partial"
     with open(tmp_path, "w", encoding="utf-8", newline="") as out:
         out.write(header)
         out.write("  {\n")
         for copy in range(copies):
-            out.write(_copy_text(template, copy, widths, period_us))
+            out.write(_copy_text(template, copy, widths, period_us, 7 * rank))
             out.write(_BLOCK_SEP)
         out.write(once_text)
         out.write("\n  }")

@@ -1,16 +1,19 @@
 """Where a command's --out files go: never over a user's files, never half old and half new.
 
-Why: `analyze|compare|report|calibrate --out DIR` used to write into any folder, replacing files of
-the same names without a word, and a Ctrl-C while writing left old and new files mixed. The rule,
-checked by `prepare_output` before any work starts:
+Why: `analyze|compare|report|calibrate|export --out DIR` used to write into any folder, replacing files
+of the same names without a word, and a Ctrl-C while writing left old and new files mixed. Then a
+marker that listed `../x` made `--out` delete files outside DIR. The rule, checked by
+`prepare_output` before any work starts and again before anything is moved:
 
 - DIR does not exist: it is created (with its parents) when the output is complete.
 - DIR exists and is empty: the files are moved into it.
-- DIR holds earlier output of the same command (the files its marker, a hidden file the command
-  writes with its output, lists): refused unless --overwrite, naming the files that would be
-  replaced; with --overwrite they are replaced, and those the new output lacks are removed.
-- DIR holds anything else (a user's file): refused, naming it, --overwrite or not. A command may
-  name files it leaves alone beside its own (`beside`: the report next to its analysis files).
+- DIR holds earlier output of the same command (files its marker lists, inside DIR, with the content
+  they were written with: harness/output_marker.py): refused unless --overwrite, naming the files
+  that would be replaced; with --overwrite they are replaced, and those the new output lacks are
+  removed (`prune`, except for `export`, whose tables are chosen per call).
+- DIR holds anything else (a user's file, or a file of the command's that changed since): refused,
+  naming it, --overwrite or not. A command may leave other files alone beside its own (`beside`:
+  the report next to its analysis files, an export in a run's folder); even then it replaces none.
 - DIR is a file, or it (or the nearest existing parent) cannot be written: refused.
 
 The files are written into a temporary folder (a sibling of a new DIR, a hidden folder inside an
@@ -19,7 +22,6 @@ SIGINT and SIGTERM held back during the moves. Modes follow the umask, as every 
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -30,7 +32,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-MARKER = ".moe-harness-{command}.json"  # in a folder a command wrote: the names it wrote there
+from harness.output_marker import MARKER, files_in, marker_path, marker_text, owned_names, recorded
+
 _STAGING_PREFIX = ".moe-harness-tmp-"
 T = TypeVar("T")
 
@@ -61,16 +64,6 @@ def _probe_writable(folder: Path, what: str) -> None:
         raise OutputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
 
 
-def _marker_names(folder: Path, command: str) -> set[str]:
-    try:
-        data = json.loads((folder / MARKER.format(command=command)).read_text())
-    except (OSError, ValueError):
-        return set()
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        return set()
-    return {n for n in data["files"] if isinstance(n, str)}
-
-
 def check_destination_folder(path: str | Path, what: str) -> Path:
     """A folder that exists or can be created and written (for --runs-dir and the like)."""
     folder = Path(path).expanduser()
@@ -86,17 +79,19 @@ def check_destination_folder(path: str | Path, what: str) -> Path:
 class PreparedOutput:
     """A checked --out destination; `write(fill)` runs fill(staging folder) and moves the result in."""
 
-    def __init__(self, path: Path, command: str, overwrite: bool, beside: set[str] | None, given: str = ""):
+    def __init__(self, path: Path, command: str, overwrite: bool, beside: set[str] | None, given: str = "",
+                 prune: bool = True):
         self.path = path
         self.given = given or str(path)  # --out as the user wrote it, for messages
         self.command = command
         self.overwrite = overwrite
         self.beside = beside
+        self.prune = prune
 
     def write(self, fill: Callable[[Path], T]) -> T:
         """fill writes the command's files into the folder it is given; they are moved into place
         only when it returns. The destination is checked again (another program may have written
-        there meanwhile)."""
+        there meanwhile), and nothing is moved over a file the command cannot show it wrote."""
         _check(self.path, self.command, self.overwrite, self.beside)
         exists = self.path.is_dir()
         if exists:
@@ -107,19 +102,32 @@ class PreparedOutput:
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it owner-only
         try:
             result = fill(staging)
-            names = sorted(p.name for p in staging.iterdir())
-            (staging / MARKER.format(command=self.command)).write_text(json.dumps({"files": names}) + "\n")
+            written = files_in(staging)
+            tops = {name.partition("/")[0] for name in written} | {p.name for p in staging.iterdir()}
             with _signals_held():
                 if exists:
-                    stale = _marker_names(self.path, self.command) - set(names)
+                    earlier = recorded(self.path, self.command)
+                    own = owned_names(self.path, earlier)
+                    _refuse_clashes(self.path, self.command, tops, own, self.overwrite)
+                    kept = {} if self.prune else {n: d for n, d in earlier.items()
+                                                  if n.partition("/")[0] in own - tops}
+                    marker_path(staging, self.command).write_text(marker_text({**kept, **written}))
                     _move_each(staging, self.path)
-                    for name in stale:  # earlier output the new one does not have: not left to mix in
+                    for name in (own - tops) if self.prune else ():  # earlier output the new one lacks
                         _remove(self.path / name)
                 else:
+                    marker_path(staging, self.command).write_text(marker_text(written))
                     os.rename(staging, self.path)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return result
+
+    def check_names(self, names: Iterable[str]) -> None:
+        """Before any work, when the names are known: none is a file the command cannot show it wrote,
+        nor its own earlier output without --overwrite (write() checks again before moving)."""
+        if self.path.is_dir():
+            own = owned_names(self.path, recorded(self.path, self.command))
+            _refuse_clashes(self.path, self.command, set(names), own, self.overwrite)
 
     def write_or_say(self, fill: Callable[[Path], T]) -> tuple[bool, T | None]:
         """write(fill); a failure is one line on stderr naming the command and --out: (False, None)."""
@@ -131,14 +139,15 @@ class PreparedOutput:
 
 
 def prepare_output(path: str | Path, command: str, overwrite: bool = False,
-                   beside: Iterable[str] | None = ()) -> PreparedOutput:
+                   beside: Iterable[str] | None = (), prune: bool = True) -> PreparedOutput:
     """Check an --out folder before any work (module docstring: the rule); raises OutputError.
 
-    beside: names left alone next to the command's own; None: any (the report in its analysis folder)."""
+    beside: names left alone next to the command's own; None: any (the report in its analysis folder).
+    prune: earlier output the new one lacks is removed (False: kept, as export's other tables)."""
     folder = Path(path).expanduser()
     near = None if beside is None else set(beside)
     _check(folder, command, overwrite, near)
-    return PreparedOutput(folder, command, overwrite, near, given=str(path))
+    return PreparedOutput(folder, command, overwrite, near, given=str(path), prune=prune)
 
 
 def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None) -> None:
@@ -146,18 +155,36 @@ def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None)
     if not folder.is_dir():
         return
     marker = MARKER.format(command=command)
-    own = _marker_names(folder, command) | {marker}
-    present = sorted(p.name for p in folder.iterdir() if not p.name.startswith(_STAGING_PREFIX))
+    entries = recorded(folder, command)
+    own = owned_names(folder, entries)
+    changed = {name.partition("/")[0] for name in entries} - own
+    present = sorted(p.name for p in folder.iterdir() if not p.name.startswith(_STAGING_PREFIX) and p.name != marker)
+    # beside None: other files may stay (a changed one of its own too, now someone else's); none is replaced
     foreign = [n for n in present if n not in own and beside is not None and n not in beside]
-    earlier = [n for n in present if n in own and n != marker]
+    earlier = [n for n in present if n in own]
     if foreign:
-        raise OutputError(
-            f"--out {folder} holds files that `{command}` did not write: {_names(foreign)}; "
-            f"give a new or empty folder (nothing there is replaced)")
+        edited = [n for n in foreign if n in changed]
+        others = [n for n in foreign if n not in changed]
+        what = [f"files that `{command}` did not write: {_names(others)}"] if others else []
+        what += [f"files changed since `{command}` wrote them: {_names(edited)}"] if edited else []
+        raise OutputError(f"--out {folder} holds {'; and '.join(what)}; give a new or empty folder "
+                          "(nothing there is replaced)")
     if earlier and not overwrite:
         raise OutputError(
             f"--out {folder} already holds `{command}` output that would be replaced: {_names(earlier)}; "
             f"give a new folder, or --overwrite to replace it")
+
+
+def _refuse_clashes(folder: Path, command: str, tops: set[str], own: set[str], overwrite: bool) -> None:
+    """Nothing is moved over a name the command cannot show it wrote, nor over its own without --overwrite."""
+    taken = sorted(n for n in tops if os.path.lexists(folder / n))
+    foreign = [n for n in taken if n not in own]
+    if foreign:
+        raise OutputError(f"--out {folder} holds {_names(foreign)}, which `{command}` did not write (or which "
+                          "changed since it did): nothing was replaced; move them away or give another folder")
+    if taken and not overwrite:
+        raise OutputError(f"--out {folder} already holds `{command}` output that would be replaced: "
+                          f"{_names(taken)}; give a new folder, or --overwrite to replace it")
 
 
 def _names(names: list[str], limit: int = 8) -> str:

@@ -5,6 +5,7 @@ through the same object; the phase names are what a failure's manifest entry nam
 """
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -14,9 +15,7 @@ class Progress:
     """Phase lines with elapsed times (rich), readable both on a terminal and in a Ray job's log."""
 
     def __init__(self, quiet: bool = False):
-        from rich.console import Console
-
-        self.console = Console(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
+        self.console = _masked_console_class()(stderr=True, quiet=quiet, highlight=False, soft_wrap=True)  # paths stay greppable
         self.timings_s: dict[str, float] = {}
         self.current: str | None = None
         self.listeners: list[Any] = []  # called with each phase name (the live metrics exporter)
@@ -42,3 +41,23 @@ class Progress:
 
     def note(self, text: str) -> None:
         self.console.print(f"  {text}")
+
+    def hide(self, mask) -> None:
+        """Every line printed from now on goes through mask (a run's Secrets.text)."""
+        self.console.mask = mask
+
+
+@functools.lru_cache(maxsize=1)
+def _masked_console_class():
+    """rich is imported on first use (a Progress), not when this module is."""
+    from rich.console import Console
+
+    class MaskedConsole(Console):
+        """rich's Console, every text it prints first masked (secrets by value: harness/node/secrets.py)."""
+
+        mask = staticmethod(lambda text: text)
+
+        def print(self, *objects, **kwargs):
+            super().print(*(self.mask(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+    return MaskedConsole

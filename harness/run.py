@@ -43,7 +43,8 @@ from harness.run_dir import (
 from harness.output_dir import OutputError, check_destination_folder
 from harness.run_errors import RunFailed
 from harness.run_owner import claim as claim_run_dir, release as release_run_dir
-from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, scenario_to_yaml
+from harness.run_secrets import run_secrets
+from harness.scenario import REPO_ROOT, Scenario, ScenarioError, load_scenario, read_scenario_text, scenario_to_yaml
 from harness.stages import run_stages
 from harness.steady_state import NotSteadyError
 
@@ -112,6 +113,8 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     sglang_version: the SGLang release an sglang scenario is planned for (None: the one installed on the nodes)."""
     metrics = metrics or MetricsOptions()
     progress = Progress(quiet=quiet)
+    secrets = run_secrets(scenario, os.environ, metrics.pushgateway)
+    progress.hide(secrets.text)  # every value that is a secret, by value, on the console and in every file below
     started_at = time.time()
     guard = InterruptGuard()
     guard.quiet()  # during set-up a signal is noted; the run's first step raises it, with a manifest to write
@@ -120,8 +123,8 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     claim_run_dir(run_dir)  # until the manifest is written, `metrics` sees a live run here
     progress.console.print(f"run directory: {run_dir}")
     live = _start_live_exporter(scenario, run_dir, metrics, progress)
-    write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario))
-    write_atomic(run_dir / "scenario.source.yaml", scenario_path.read_bytes())
+    write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario, secrets))
+    write_atomic(run_dir / "scenario.source.yaml", secrets.text(read_scenario_text(scenario_path)))
     manifest: dict[str, Any] = {
         "status": "failed",
         "scenario": scenario.name,
@@ -149,7 +152,7 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
             phase = progress.current or "set-up"
             manifest["error"] = {"phase": phase, "signal": exc.name, "message": f"interrupted by {exc.name} during {phase}"}
             with signals_held():
-                write_manifest(run_dir, manifest)
+                write_manifest(run_dir, manifest, secrets.data)
         else:
             manifest["error"]["cleanup_cut_short_by"] = exc.name
 
@@ -190,10 +193,10 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
             live.update(phase="done" if manifest["status"] == "ok" else "failed")
             live.stop()
         with signals_held():
-            write_manifest(run_dir, manifest)  # first, so metrics.prom reads the run's versions and status
-        manifest["metrics"] = _push_metrics(run_dir, manifest["status"], metrics, progress)
+            write_manifest(run_dir, manifest, secrets.data)  # first, so metrics.prom reads the run's versions and status
+        manifest["metrics"] = secrets.data(_push_metrics(run_dir, manifest["status"], metrics, progress))
         with signals_held():
-            write_manifest(run_dir, manifest)
+            write_manifest(run_dir, manifest, secrets.data)
         release_run_dir(run_dir)
         guard.restore()
         progress.console.print(f"manifest: {run_dir / 'manifest.json'} (status {manifest['status']})")
@@ -261,8 +264,8 @@ def _push_metrics(run_dir: Path, status: str, metrics: MetricsOptions, progress:
     if not result.ok:
         progress.console.print(f"[yellow]warning[/yellow]: {result.message} (the run's files are kept)")
     else:
-        progress.note(f"metrics pushed to {metrics.pushgateway}")
-    return {"file": "metrics.prom", "pushed": result.ok, "pushgateway": metrics.pushgateway, "message": result.message}
+        progress.note(f"metrics pushed to {result.url}")
+    return {"file": "metrics.prom", "pushed": result.ok, "pushgateway": result.url, "message": result.message}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

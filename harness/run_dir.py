@@ -93,7 +93,8 @@ def file_inventory(run_dir: Path) -> list[dict[str, Any]]:
     return files
 
 
-def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> Path:
-    manifest = dict(manifest)
+def write_manifest(run_dir: Path, manifest: dict[str, Any], mask=None) -> Path:
+    """manifest.json with every file's size and sha256; `mask` (a run's Secrets.data) hides secrets by value."""
+    manifest = dict(manifest) if mask is None else mask(manifest)
     manifest["files"] = file_inventory(run_dir)
     return write_atomic(run_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")

@@ -29,10 +29,14 @@ def release(run_dir: Path) -> None:
 
 def live_owner(run_dir: Path) -> str | None:
     """'pid N on HOST' when a live process owns the directory, else None."""
-    try:
-        owner = json.loads((run_dir / OWNER_FILE).read_text())
+    from analysis.api import CONFIG_LIMIT_BYTES, AnalysisError, read_json
+
+    try:  # bounded: a FIFO or a huge file in its place is no owner, never a hang
+        owner = read_json(run_dir / OWNER_FILE, CONFIG_LIMIT_BYTES, "a .running file")
         pid, host = int(owner["pid"]), str(owner["host"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (AnalysisError, ValueError, KeyError, TypeError, OverflowError):
+        return None
+    if not 0 < pid < 2**31:  # signal 0 to 0 or a negative id would ask about a process group
         return None
     if host == socket.gethostname():
         try:

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.env_names import RULE as ENV_RULE, bad_env_names
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = REPO_ROOT / "scenarios"
 EMBEDDED_PRESETS_PATH = Path(__file__).resolve().parent / "engines" / "embedded" / "presets.yaml"
@@ -116,6 +118,15 @@ class SGLangEngine(_Strict):
         None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
         "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
         "(both also filled in engine.env values)")
+
+    @field_validator("env", "passthrough_env")
+    @classmethod
+    def _variable_names(cls, value):
+        """Names of environment variables only (harness/env_names.py says why)."""
+        bad = bad_env_names(value)
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
+        return value
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]
@@ -401,12 +412,18 @@ def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
 _KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently).
+    Keys a merge (`<<: *defaults`) brings in are not given twice: the mapping's own keys override them."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if key in seen:
@@ -417,11 +434,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def parse_scenario(text: str, source: str) -> Scenario:
+    from analysis.api import load_yaml
+
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-        root = yaml.compose(text)
+        data = load_yaml(text, loader=_UniqueKeyLoader)  # a SafeLoader subclass; every failure a YAMLError
+        root = _composed(text)
     except yaml.YAMLError as exc:
-        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from exc
+        raise ScenarioError(source, [f"not valid YAML: {exc}"]) from None
     if not isinstance(data, dict):
         raise ScenarioError(source, ["the top level must be a mapping of sections (name, engine, workload, ...)"])
     try:
@@ -443,24 +462,44 @@ def parse_scenario(text: str, source: str) -> Scenario:
         raise ScenarioError(source, problems) from None
 
 
+def _composed(text: str) -> yaml.Node | None:
+    """The YAML node tree (for line numbers), nesting too deep for the parser a YAMLError."""
+    try:
+        return yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply to read") from None
+
+
+def read_scenario_text(path: Path) -> str:
+    """The scenario file's text: bounded (CONFIG_LIMIT_BYTES), UTF-8, never a device or a FIFO's wait."""
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+
+    try:
+        return read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario")
+    except InputFileError as exc:
+        raise ScenarioError(exc.path, [exc.problem]) from None
+
+
 def load_scenario(name_or_path: str) -> tuple[Scenario, Path]:
     path = resolve_scenario_path(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(str(path), [f"cannot read: {exc.strerror or exc}"]) from exc
-    return parse_scenario(text, str(path)), path
+    return parse_scenario(read_scenario_text(path), str(path)), path
 
 
-def scenario_to_yaml(scenario: Scenario) -> str:
+def scenario_to_yaml(scenario: Scenario, secrets=None) -> str:
     """The resolved scenario (every default filled in), as written into the run directory.
 
-    Values of secret-looking engine.env names (HF_TOKEN, *_KEY) are masked: secrets belong in the
-    environment (engine.passthrough_env), and a run directory is shared.
+    Secrets are masked (harness/node/secrets.py): engine.env values of secret-looking or passthrough
+    names, secret flags' values in engine.extra_args, URL credentials, and every value of `secrets`
+    (the run's, harness/run_secrets.py) wherever it occurs; a run directory is shared.
     """
-    from harness.node.secrets import mask_env
+    from harness.node.secrets import Secrets
 
+    secrets = secrets or Secrets()
     data = scenario.model_dump(mode="json")
-    if isinstance(data["engine"].get("env"), dict):
-        data["engine"]["env"] = mask_env(data["engine"]["env"])
-    return yaml.safe_dump(data, sort_keys=False)
+    engine = data["engine"]
+    if isinstance(engine.get("env"), dict):
+        engine["env"] = secrets.env(engine["env"], engine.get("passthrough_env") or ())
+    for key in ("extra_args", "launcher"):
+        if isinstance(engine.get(key), list):
+            engine[key] = secrets.argv(engine[key])
+    return yaml.safe_dump(secrets.data(data), sort_keys=False)

@@ -44,9 +44,9 @@ class Expected:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, clock_us: float = 0.0) -> None:
         self.events: list[dict] = []
-        self.t = 1000.0
+        self.t = 1000.0 + clock_us
         self.corr = 1
 
     def kernel(self, name: str, dur: float, stream: int, start: float | None = None) -> tuple[float, float]:
@@ -141,12 +141,13 @@ STEP_LABELS = {
 
 def write_rank_trace(path: Path, sig: Signature, *, num_layers: int = 61, dense_layers: int = 3,
                      steps: int = 2, tbo: bool = False, mtp_draft_steps: int = 0, scale: float = 1.0,
-                     labels: str | dict[str, str] = "0.5.17") -> Expected:
+                     labels: str | dict[str, str] = "0.5.17", clock_us: float = 0.0) -> Expected:
     """Write one rank's SYNTHETIC trace (gzip'd chrome JSON) and return its known answers.
 
-    labels: a release in STEP_LABELS, or the label per step kind (decode, verify, draft, draft_extend)."""
+    labels: a release in STEP_LABELS, or the label per step kind (decode, verify, draft, draft_extend).
+    clock_us: where this rank's clock starts (ranks of one run are never one trace)."""
     names = STEP_LABELS[labels] if isinstance(labels, str) else labels
-    w = _Writer()
+    w = _Writer(clock_us)
     expected = Expected()
     units = 2 if tbo else 1
     kinds = ["dense"] * dense_layers + ["moe"] * (num_layers - dense_layers)

@@ -145,7 +145,16 @@ def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO) -> Path:
     (run_dir / "scenario.yaml").write_text(
         f"name: {scenario}\ncluster: {{nodes: 1, gpus_per_node: {GPUS}}}\nmodel: {{name: none}}\n"
         "analysis: {signature: synthetic, rank_policy: mean}\n")
-    (run_dir / "manifest.json").write_text(json.dumps({
-        "scenario": scenario, "status": "ok", "engine": "synthetic",
-        "started_at": 1735689600.0, "finished_at": 1735689720.0, "versions": {"moe-harness": "0.1.0"}}))
+    seal(run_dir, {"scenario": scenario, "status": "ok", "engine": "synthetic",
+                   "started_at": 1735689600.0, "finished_at": 1735689720.0, "versions": {"moe-harness": "0.1.0"}})
     return run_dir
+
+
+def seal(run_dir: Path, manifest: dict | None = None) -> None:
+    """The manifest a run writes last (every file's size and sha256): again after a test changed a
+    file on purpose, so the change is the run's own and not a cut file."""
+    from harness.run_dir import write_manifest
+
+    if manifest is None:
+        manifest = {k: v for k, v in json.loads((run_dir / "manifest.json").read_text()).items() if k != "files"}
+    write_manifest(run_dir, manifest)

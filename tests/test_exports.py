@@ -12,6 +12,7 @@ import pytest
 import synthetic_run
 from harness.commands import export as export_command
 from harness.exports.tables import SCHEMA_VERSION_COLUMN, export_run, load_schema
+from harness.output_dir import OutputError
 from harness.metrics.errors import RunDataError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,23 +62,33 @@ def test_existing_export_is_not_overwritten_without_flag(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     export_run(run_dir, "csv", tables=("d4",))
     target = run_dir / "exports" / "d4.csv"
-    target.write_text("kept\n")
-    with pytest.raises(FileExistsError, match="--overwrite"):
+    first = target.read_text()
+    with pytest.raises(OutputError, match="--overwrite"):
         export_run(run_dir, "csv")
-    assert target.read_text() == "kept\n"
+    assert target.read_text() == first
     assert not (run_dir / "exports" / "kernels_long.csv").exists()  # refused before writing anything
     export_run(run_dir, "csv", overwrite=True)
-    assert target.read_text().startswith(SCHEMA_VERSION_COLUMN)
+    assert target.read_text() == first and (run_dir / "exports" / "kernels_long.csv").exists()
+    export_run(run_dir, "csv", tables=("steps",), overwrite=True)  # one table again: the others stay
+    assert (run_dir / "exports" / "kernels_long.csv").exists() and target.exists()
+    target.write_text("kept\n")  # edited since the export wrote it: no longer its to replace
+    with pytest.raises(OutputError, match="d4.csv, which `export` did not write .or which changed since"):
+        export_run(run_dir, "csv", overwrite=True)
+    assert target.read_text() == "kept\n"
+    export_run(run_dir, "csv", tables=("steps",), overwrite=True)  # left alone beside the tables exported again
+    assert target.read_text() == "kept\n"
 
 
 def test_unknown_or_missing_columns_are_errors_naming_the_file(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     d4 = run_dir / "analysis" / "d4_detail.csv"
     d4.write_text(d4.read_text().replace("layers", "layer_count"))
+    synthetic_run.seal(run_dir)  # written so by the run (a table cut or edited later is another error)
     with pytest.raises(RunDataError, match=r"d4_detail\.csv: columns differ .*missing \['layers'\].*unknown \['layer_count'\]"):
         export_run(run_dir, "csv", tables=("d4",))
     steps = run_dir / "analysis" / "steps.csv"
     steps.write_text(steps.read_text().replace(",8,", ",eight,", 1))
+    synthetic_run.seal(run_dir)
     with pytest.raises(RunDataError, match=r"steps\.csv:2: column 'batch_size' must be int64"):
         export_run(run_dir, "parquet", tables=("steps",))
 

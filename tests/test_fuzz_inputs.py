@@ -1,4 +1,7 @@
-"""A bounded fuzz of `analyze` on real traces from tests/data: truncated, garbled, fields mutated.
+"""A bounded fuzz of `analyze` on real traces from tests/data: truncated, garbled, fields mutated; and
+of the input classes that once ended in tracebacks, hangs or silent sums: pipes, file names and bytes
+that are not UTF-8, deep nesting, numbers of thousands of digits, one trace twice, doubled kernels,
+mixed runs, and hostile values in scenarios.
 
 Fixed seed, fixed count, a time budget well under a minute. Every case must end in a clean exit
 (0, or 2 with one error line): never a traceback, and never an exit-0 table from an input that is
@@ -9,7 +12,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -155,3 +161,139 @@ def test_mutated_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
             assert str(path) in err, err
             refused += 1
     assert refused >= SCENARIO_CASES // 3, refused  # most mutations break a scenario, as meant
+
+
+CLASS_CASES = 48
+CLASS_BUDGET_S = 90.0
+
+
+def _inject(text: str, rng: random.Random, what: str) -> tuple[str, bool]:
+    """One event of the trace gets a hostile value at a random field: (new text, must be refused)."""
+    doc = json.loads(text)
+    events = doc["traceEvents"]
+    kernels = [i for i, e in enumerate(events) if e.get("cat") in KERNEL_CATS and e.get("ph") == "X"]
+    index = rng.choice(kernels) if rng.random() < 0.5 else rng.randrange(len(events))
+    field = rng.choice(["dur", "ts", "name", "args"])
+    events[index][field] = "HOSTILE_MARK"
+    is_kernel = index in kernels
+    text = json.dumps(doc)
+    if what == "nesting":
+        depth = rng.choice([600, 1000, 5000, 100_000])
+        return text.replace('"HOSTILE_MARK"', "[" * depth + "]" * depth), is_kernel and field != "args"
+    if what == "huge":
+        return text.replace('"HOSTILE_MARK"', "9" * rng.choice([400, 4301, 5000])), is_kernel and field in ("dur", "ts")
+    raise AssertionError(what)
+
+
+def _hostile_trace_case(rng: random.Random, text: str, folder: Path, n: int) -> tuple[list[str], bool, str]:
+    """(analyze's arguments, must be refused, what was done) for one case of a class the issue names."""
+    kind = rng.choice(["pipe", "name", "encoding", "nesting", "huge", "duplicate", "doubled", "mixed-runs"])
+    base = folder / f"case{n}"
+    base.mkdir()
+    if kind in ("nesting", "huge"):
+        mutated, broken = _inject(text, rng, kind)
+        path = base / f"r{n}-TP-0-DECODE.trace.json"
+        path.write_text(mutated)
+        return [str(path)], broken, kind
+    if kind == "encoding":
+        data = bytearray(text.encode())
+        at = rng.choice([m.end() for m in re.finditer(rb'"name":\s*"', data)])
+        data[at:at] = bytes(rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]))
+        path = base / f"r{n}-TP-0-DECODE.trace.json"
+        path.write_bytes(bytes(data))
+        return [str(path)], False, kind  # refused where the loader decodes that name, else a table
+    if kind == "name":
+        raw = bytes(rng.choice([0x80, 0xff, 0xfe, 0xc3]) for _ in range(rng.randrange(1, 5)))
+        path = os.fsdecode(os.fsencode(base) + b"/" + raw + b"-TP-0-DECODE.trace.json.gz")
+        Path(path).write_bytes(gzip.compress(text.encode(), compresslevel=1))
+        return [path], False, kind
+    if kind == "pipe":
+        fifo = base / f"p{n}-TP-0-DECODE.trace.json"
+        os.mkfifo(fifo)
+        cut = len(text) if rng.random() < 0.5 else rng.randrange(1, len(text))
+        payload = text[:cut].encode()
+
+        def feed():
+            try:
+                with open(fifo, "wb") as pipe:
+                    pipe.write(payload)
+            except BrokenPipeError:
+                pass
+
+        threading.Thread(target=feed, daemon=True).start()
+        return [str(fifo)], cut < len(text), kind
+    first = base / f"run{n}-TP-0-DECODE.trace.json"
+    first.write_text(text)
+    if kind == "duplicate":  # the same trace under another rank name, re-encoded or byte for byte
+        second = str(base / f"run{n}-TP-1-DECODE.trace.json") + ("" if rng.random() < 0.5 else ".gz")
+        data = text.encode()
+        Path(second).write_bytes(gzip.compress(data) if second.endswith(".gz") else data)
+        return [str(first), second], True, kind
+    if kind == "doubled":  # some kernels twice on their stream
+        doc = json.loads(text)
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") in KERNEL_CATS and e.get("ph") == "X"]
+        doc["traceEvents"] += rng.sample(kernels, rng.randrange(1, len(kernels)))
+        first.write_text(json.dumps(doc))
+        return [str(first)], True, kind
+    other = base / f"other{n}-TP-1-DECODE.trace.json"  # another run's prefix
+    other.write_text(text)
+    return [str(first), str(other)], True, kind
+
+
+def test_hostile_inputs_of_every_class_are_one_line_errors_or_tables(tmp_path, capsys):
+    """Pipes, file names and bytes that are not UTF-8, JSON nested past the decoder's stack, numbers of
+    thousands of digits, one trace under two names, doubled kernels and mixed runs: each ends in a
+    table (exit 0) or one error line (exit 2) naming a file, never a traceback or a hang; those that
+    break a rule the analysis holds are always refused."""
+    rng = random.Random(SEED + 32)
+    text = gzip.decompress(SOURCES[0].read_bytes()).decode()
+    started = time.monotonic()
+    refused = {}
+    for n in range(CLASS_CASES):
+        if time.monotonic() - started > CLASS_BUDGET_S:
+            pytest.fail(f"budget of {CLASS_BUDGET_S:.0f} s spent after {n} cases (a case got slow or hung)")
+        argv, broken, kind = _hostile_trace_case(rng, text, tmp_path, n)
+        try:
+            status = main(["analyze", *argv, "--jobs", "1"])
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape as a traceback
+            pytest.fail(f"case {n} ({kind}): {type(exc).__name__}: {exc}")
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and status in (0, 2), (n, kind, status, err)
+        if broken:
+            assert status == 2, f"case {n} ({kind}): exit {status} from an input that breaks a rule"
+        if status == 2:
+            errors = [line for line in err.splitlines() if line.startswith("moe-harness analyze:")]
+            assert len(errors) == 1, (n, kind, err)
+            refused[kind] = refused.get(kind, 0) + 1
+    assert {"duplicate", "doubled", "mixed-runs"} <= set(refused), refused  # the fuzz reached the classes
+
+
+def test_hostile_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
+    """A shipped scenario with a random key set to bytes that are not UTF-8, a number of thousands of
+    digits, nesting past the parser's stack, or a valid YAML merge: `validate` says ok or invalid."""
+    import yaml
+
+    from harness.scenario import SCENARIOS_DIR
+
+    rng = random.Random(SEED + 33)
+    sources = sorted(SCENARIOS_DIR.glob("*.yaml"))
+    for n in range(30):
+        doc = yaml.safe_load(rng.choice(sources).read_text())
+        where = rng.choice(list(_key_paths(doc)))
+        parent = doc
+        for key in where[:-1]:
+            parent = parent[key]
+        parent[where[-1]] = "HOSTILE_MARK"
+        kind = rng.choice(["bytes", "digits", "nesting", "merge"])
+        hostile = {"bytes": b'"\xff\xfe"', "digits": b"7" * 5000, "nesting": b"[" * 3000 + b"]" * 3000,
+                   "merge": b"{<<: {a: 1}, b: 2}"}[kind]
+        path = tmp_path / f"case{n}.yaml"
+        path.write_bytes(yaml.safe_dump(doc).encode().replace(b"HOSTILE_MARK", hostile))
+        try:
+            status = main(["validate", str(path)])
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape
+            pytest.fail(f"case {n} ({kind} at {'.'.join(map(str, where))}): {type(exc).__name__}: {exc}")
+        captured = capsys.readouterr()
+        assert status in (0, 1) and "Traceback" not in captured.err, (n, kind, where, captured.err)
+        if status == 1:
+            assert str(path) in captured.err

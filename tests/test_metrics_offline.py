@@ -92,6 +92,7 @@ def test_malformed_load_record_names_file_and_line(tmp_path):
     bad["ttft_ms"] = "fast"
     lines[1] = json.dumps(bad)
     records.write_text("\n".join(lines) + "\n")
+    synthetic_run.seal(run_dir)  # written so by the run (a record cut or edited later is another error)
     with pytest.raises(RunDataError, match=r"requests\.jsonl:2: field 'ttft_ms' must be a number"):
         read_run(run_dir)
 
@@ -100,6 +101,7 @@ def test_missing_d4_column_is_a_clear_error(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     d4 = run_dir / "analysis" / "d4_detail.csv"
     d4.write_text(d4.read_text().replace("exposed_us", "exp"))
+    synthetic_run.seal(run_dir)
     with pytest.raises(RunDataError, match=r"d4_detail\.csv: missing column\(s\) exposed_us"):
         read_run(run_dir)
 

@@ -125,7 +125,7 @@ def test_pushgateway_down_warns_and_keeps_files(tmp_path, caplog):
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     closed_port = prom_servers.free_port()  # nothing listens here
     with caplog.at_level(logging.WARNING, logger="harness.metrics.push"):
-        result = push_run(run_dir, f"127.0.0.1:{closed_port}", timeout_s=2.0)
+        result = push_run(run_dir, f"127.0.0.1:{closed_port}", deadline_s=2.0)
     assert result is not None and not result.ok
     assert str(closed_port) in result.message
     assert any("not pushed" in r.getMessage() for r in caplog.records)
@@ -225,8 +225,9 @@ def test_real_trace_analysis_pushed_equals_its_csv(prom_stack, tmp_path, trace, 
     run_dir = tmp_path / f"realtrace-{signature}-20250101-000000"
     result = api.analyze([str(trace)], signature=signature, options=api.AnalysisOptions(run=run_dir.name))
     api.write_outputs(result, run_dir / "analysis")
-    (run_dir / "manifest.json").write_text(json.dumps({"scenario": "realtrace", "status": "ok",
-                                                        "engine": "sglang", "started_at": 1735689600.0}))
+    from harness.run_dir import write_manifest
+
+    write_manifest(run_dir, {"scenario": "realtrace", "status": "ok", "engine": "sglang", "started_at": 1735689600.0})
     assert push_run(run_dir, prom_stack["pushgateway"]).ok
     _assert_prometheus_holds_the_csv_modules(prom_stack, run_dir)
     (step,) = prom_servers.wait_for_series(prom_stack["prometheus"], f'moe_harness_step_seconds{{run_id="{run_dir.name}"}}', 1)
@@ -275,3 +276,18 @@ def test_run_progress_feeds_the_live_exporter():
     assert 'moe_harness_progress_requests_completed_total{run_id="live-hooks-1",scenario="demo"} 4.0' in text
     assert 'moe_harness_progress_running_requests{run_id="live-hooks-1",scenario="demo"} 0.0' in text
     assert 'phase="warmup"' in text
+
+
+def test_credentials_in_the_pushgateway_url_are_sent_never_shown(prom_stack, tmp_path, capsys):
+    """user:password in the URL: urllib took them for part of the host name (no push), and the URL was
+    printed and stored with the password."""
+    from harness.cli import main
+
+    password = "pw-in-pushgateway-url-77"
+    run_dir = synthetic_run.build(tmp_path, run_id="with-credentials-1")
+    host = prom_stack["pushgateway"].split("://", 1)[1]
+    assert main(["metrics", str(run_dir), "--quiet", "--pushgateway", f"http://pusher:{password}@{host}"]) == 0
+    err = capsys.readouterr().err
+    assert "pushed run with-credentials-1" in err and password not in err
+    groups = prom_servers.http_get_json(f"{prom_stack['pushgateway']}/api/v1/metrics")["data"]
+    assert "with-credentials-1" in {g["labels"].get("run_id") for g in groups}

@@ -2,6 +2,7 @@
 only with --overwrite, an unusable destination is refused before any work, and files are 0644."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -151,3 +152,94 @@ def test_earlier_output_is_known_by_its_marker(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [".moe-harness-demo.json", "a.txt"]  # no stale extra.csv
     with pytest.raises(OutputError, match="`other` did not write"):
         prepare_output(out, "other", overwrite=True)
+
+
+def _hostile_marker(folder: Path, command: str, names: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f".moe-harness-{command}.json").write_text(json.dumps({"files": names}))
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_marker_never_makes_out_delete_anything_outside_it(tmp_path, overwrite):
+    """A marker listing ../x or an absolute path made `analyze --out DIR` delete files and folders
+    outside DIR, with or without --overwrite (a shared results folder can carry one)."""
+    victim_file = _user_file(tmp_path, "victim.txt")
+    victim_dir = tmp_path / "victim-dir"
+    _user_file(victim_dir, "inside.txt")
+    absolute = _user_file(tmp_path / "elsewhere", "absolute.txt")  # named by its absolute path (only ever in tmp)
+    out = tmp_path / "shared" / "out"
+    _hostile_marker(out, "analyze", ["../../victim.txt", str(victim_dir), "../../victim-dir", str(absolute)])
+    assert main(["analyze", CPU_DEMO, "--out", str(out), *overwrite]) == 0
+    assert victim_file.read_text() == "the user's own notes\n" and (victim_dir / "inside.txt").exists()
+    assert absolute.read_text() == "the user's own notes\n"
+    assert (out / "d4.md").exists()
+
+
+def test_a_marker_naming_a_users_file_does_not_make_it_the_commands(tmp_path, capsys):
+    """A marker that lists a name proves nothing: only a file with the content the command recorded is its own."""
+    out = tmp_path / "out"
+    mine = _user_file(out, "d4.md")
+    _hostile_marker(out, "analyze", ["d4.md"])
+    assert main(["analyze", CPU_DEMO, "--out", str(out), "--overwrite"]) == 2
+    assert "`analyze` did not write: d4.md" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own notes\n"
+
+
+def test_an_edited_output_file_is_no_longer_the_commands_to_replace(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["analyze", CPU_DEMO, "--out", str(out)]) == 0
+    (out / "d4.md").write_text("my edited table\n")
+    assert main(["analyze", CPU_DEMO, "--out", str(out), "--overwrite"]) == 2
+    assert "changed since `analyze` wrote them: d4.md" in capsys.readouterr().err
+    assert (out / "d4.md").read_text() == "my edited table\n"
+
+
+def test_report_beside_an_analysis_never_replaces_a_users_report(tmp_path, capsys):
+    """`report` without --out replaced a user's own kernel_report.md in the analysis folder."""
+    adir = tmp_path / "adir"
+    assert main(["analyze", CPU_DEMO, "--out", str(adir)]) == 0
+    mine = _user_file(adir, "kernel_report.md")
+    assert main(["report", str(adir)]) == 2
+    assert "kernel_report.md" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own notes\n" and not (adir / "kernel_report.html").exists()
+    assert main(["report", str(adir), "--overwrite"]) == 2
+    assert mine.read_text() == "the user's own notes\n"
+
+
+def test_report_overwrite_never_deletes_a_users_file_in_its_images_folder(analysis_dir, tmp_path, capsys):
+    """`report --overwrite` replaced kernel_report_files/ whole, a user's file inside it too."""
+    with_images = ["--ncu", str(DATA / "ncu_h100_demo_gpu_raw.csv"), "--hardware", "h100"]  # roofline PNGs
+    assert main(["report", str(analysis_dir), "--out", str(tmp_path / "rep"), *with_images]) == 0
+    images = tmp_path / "rep" / "kernel_report_files"
+    assert images.is_dir()
+    mine = _user_file(images, "my-notes.txt")
+    assert main(["report", str(analysis_dir), "--out", str(tmp_path / "rep"), "--overwrite", *with_images]) == 2
+    assert "kernel_report_files" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own notes\n"
+
+
+def test_export_overwrite_never_replaces_a_users_file(tmp_path, capsys):
+    import synthetic_run
+
+    run_dir = synthetic_run.build(tmp_path)
+    mine = _user_file(run_dir / "exports", "d4.csv")
+    assert main(["export", str(run_dir), "--overwrite"]) == 1
+    assert "d4.csv" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own notes\n"
+    assert not (run_dir / "exports" / "steps.csv").exists()  # refused before writing anything
+
+
+def test_learn_signature_never_writes_through_a_link(tmp_path, capsys):
+    """--out naming a dangling link: the old check (exists()) said free, and the write followed the link."""
+    target = tmp_path / "elsewhere" / "created.yaml"
+    link = tmp_path / "learned.yaml"
+    link.symlink_to(target)
+    assert main(["learn-signature", CPU_DEMO, "--name", "x", "--out", str(link)]) == 2
+    assert "exists" in capsys.readouterr().err and not target.exists()
+
+
+def test_ncu_out_that_is_a_file_is_refused(tmp_path):
+    mine = _user_file(tmp_path, "results")
+    with pytest.raises(SystemExit, match="not an empty folder"):
+        main(["ncu", "--out", str(mine), "--ncu-bin", "/bin/true"])
+    assert mine.read_text() == "the user's own notes\n"

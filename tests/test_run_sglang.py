@@ -20,6 +20,7 @@ from harness.scenario_sol import sol_settings_for
 from conftest import real_trace
 from tests.ray_cluster import two_node_cluster
 from tests.run_dir_reanalysis import assert_analyze_reproduces
+from prom_fixture import prom_stack  # noqa: F401  (session fixture: a real Pushgateway)
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = str(REPO / "tests" / "fake_sglang" / "server.py")
@@ -147,6 +148,31 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
     assert not _fake_servers(), "a server outlived the run"
     # the run directory analysed again (SOL, MTP accept length, two nodes' ranks) gives the run's files and table
     assert_analyze_reproduces(run_dir, tmp_path / "again", capsys)
+
+
+def test_secrets_are_masked_by_value_in_every_file_and_on_the_console(cluster, env, tmp_path, monkeypatch, prom_stack,
+                                                                     capsys):
+    """A passthrough variable with a plain name, an --api-key in extra_args and a Pushgateway password:
+    each reached its server or gateway and none is in any file the run wrote or on its console (the
+    plain name and the flag used to be in plan.sh, the manifest and scenario.yaml, the password in
+    the manifest and on the console)."""
+    from harness.run import MetricsOptions
+
+    plain, flag, password = "plain-passthrough-value-4711", "sk-flag-secret-0815", "pw-in-pushgateway-url-77"
+    monkeypatch.setenv("MODEL_ACCESS", plain)
+    scenario, path = _scenario(tmp_path, engine={"passthrough_env": ["HF_TOKEN", "MODEL_ACCESS"],
+                                                 "extra_args": ["--api-key", flag]})
+    host = prom_stack["pushgateway"].split("://", 1)[1]
+    status, run_dir = run(scenario, path, tmp_path / "runs",
+                          metrics=MetricsOptions(pushgateway=f"http://pusher:{password}@{host}"))
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["metrics"]["pushed"] and manifest["plan"]["nodes"][0]["env"]["MODEL_ACCESS"] == "***"
+    console = capsys.readouterr()
+    for secret in (SECRET, plain, flag, password):
+        leaked = [p for p in run_dir.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+        assert not leaked, f"{secret} written unmasked to {leaked}"
+        assert secret not in console.out + console.err, secret
 
 
 @pytest.mark.parametrize("fail,node,phase,message", [

@@ -120,7 +120,7 @@ def test_ranks_with_a_straggler(tmp_path, policy):
     paths, expected = [], []
     for rank, scale in enumerate(scales):
         path = tmp_path / f"run-TP-{rank}-DP-{rank}-EP-{rank}-DECODE.trace.json.gz"
-        expected.append(write_rank_trace(path, sig, steps=2, scale=scale))
+        expected.append(write_rank_trace(path, sig, steps=2, scale=scale, clock_us=3.0 * rank))
         paths.append(str(path))
     result = analyze(paths, signature="sglang-sm90-deepep-ll", model="deepseek-v3",
                      options=AnalysisOptions(rank_policy=policy, jobs=2))

@@ -17,11 +17,11 @@ A capture that cannot be used is never skipped silently: the reason becomes a pr
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_json
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
@@ -87,17 +87,19 @@ def _details(folder: Path) -> dict[str, dict]:
     if not path.exists():
         return {}
     try:
-        entries = json.loads(path.read_text())
+        entries = read_json(path, CONFIG_LIMIT_BYTES, "execution details")
         return {e["file"]: e for e in (entries if isinstance(entries, list) else [entries])}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AnalysisError(f"{path}: unreadable execution details: {exc}") from exc
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: unreadable execution details: {exc.problem}") from None
+    except (KeyError, TypeError) as exc:
+        raise AnalysisError(f"{path}: unreadable execution details: {exc!r}") from None
 
 
 def load_capture(path: Path) -> Capture:
     try:
         trace = load_trace(str(path), require_kernels=False)
     except TraceLoadError as exc:
-        raise AnalysisError(f"capture trace {exc.problem}") from None
+        raise AnalysisError(f"capture trace {exc}") from None
     launches = _captured_launches(trace)
     details = _details(path.parent).get(path.name, {})
     batch, mode = details.get("batch_size"), details.get("mode")

@@ -17,7 +17,7 @@ from analysis.data_files import (
     resolve,
     validation_problems,
 )
-from analysis.errors import SignatureError
+from analysis.errors import SignatureError, shown_path
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
 UNVERIFIED = "unverified: no real trace"
@@ -155,7 +155,7 @@ class Signature(_Strict):
         elif path.parent.resolve() == SIGNATURE_DIR.resolve():
             where = f"signatures/{path.name}"
         else:
-            where = str(path)
+            where = shown_path(path)
         for section in ("layer", "side", "pre", "post", "families"):
             for index, entry in enumerate(getattr(self, section)):
                 entry.__dict__["_rule"] = f"{where}:{section}[{index}]"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, shown_path
+from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input
 
 FORMAT = "moe-harness expert load 1"
 FILE_NAME = "expert_load.json"
@@ -72,11 +73,16 @@ def load_expert_load(path: str | Path) -> ExpertLoad:
     """Read an expert_load.json; a malformed file is an AnalysisError naming it."""
     path = Path(path)
     try:
-        raw = msgspec.json.decode(path.read_bytes(), type=_FileIn)
-    except OSError as exc:
-        raise AnalysisError(f"{path}: cannot read the expert load: {exc.strerror or exc}") from None
+        data = read_input(path, CONFIG_LIMIT_BYTES, "an expert load file")
+        if not data:
+            raise InputFileError(path, "empty file")
+        raw = msgspec.json.decode(data, type=_FileIn)
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: cannot read the expert load: {exc.problem}") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: not an expert load file: {exc}") from None
+        raise AnalysisError(f"{shown_path(path)}: not an expert load file: {exc}") from None
+    except RecursionError:
+        raise AnalysisError(f"{shown_path(path)}: not an expert load file: nested too deeply") from None
     if raw.format != FORMAT:
         raise AnalysisError(f"{path}: expert load format {raw.format!r}, expected {FORMAT!r}")
     layers = []

@@ -11,8 +11,8 @@ import math
 import os
 import re
 
-from analysis.errors import AnalysisError
-from analysis.ingest.rank_id import parse_rank_id, rank_id_for
+from analysis.errors import AnalysisError, shown_path
+from analysis.ingest.rank_id import parse_rank_id, rank_id_for, run_prefix
 
 RANK_POLICY = re.compile(r"^(mean|max|rank:.+)$")
 _LABEL_HINT = "--label FILE=LABEL"
@@ -36,18 +36,38 @@ def check_rank_identity(files: list[str], labels: dict[str, str]) -> None:
         raise AnalysisError(
             f"{unnamed[0]}: no rank in the file name (SGLang's ...-TP-<n>[-DP-<n>][-EP-<n>][-STAGE].trace.json.gz), "
             f"while {named[0]} has one; rename it, or give it a rank with {_LABEL_HINT}")
-    claimed: dict[tuple[str, str | None], str] = {}
+    claimed: dict[str, list[tuple[str | None, str]]] = {}  # rank label -> (stage, file) of each file claiming it
     for index, path in enumerate(files):
         rank = rank_id_for(path, labels.get(path), index)
-        key = (rank.label, rank.stage)
-        if key in claimed:
-            how = "their --label" if path in labels and claimed[key] in labels else "their names"
-            stage = f" ({rank.stage})" if rank.stage else ""
-            raise AnalysisError(
-                f"{claimed[key]} and {path} both claim rank {rank.label}{stage} (from {how}): if they are "
-                f"different ranks give each its own {_LABEL_HINT}; if they are the same rank of two runs, "
-                f"analyse each run on its own (or compare them as two columns)")
-        claimed[key] = path
+        for stage, other in claimed.get(rank.label, []):
+            # the same stage twice, or a file without a stage (it holds every stage) beside any other
+            if stage == rank.stage or stage is None or rank.stage is None:
+                how = "their --label" if path in labels and other in labels else "their names"
+                stages = {s for s in (stage, rank.stage) if s}
+                said = f" ({'/'.join(sorted(stages))})" if stages else ""
+                raise AnalysisError(
+                    f"{shown_path(other)} and {shown_path(path)} both claim rank {rank.label}{said} (from {how}): if "
+                    f"they are different ranks give each its own {_LABEL_HINT}; if they are the same rank of two "
+                    f"runs, analyse each run on its own (or compare them as two columns)")
+        claimed.setdefault(rank.label, []).append((rank.stage, path))
+    _refuse_mixed_runs([f for f in files if f not in labels])
+
+
+def _refuse_mixed_runs(files: list[str]) -> None:
+    """SGLang names every rank's file of one profile with one prefix (`<prefix>-TP-...`: the run and
+    the profile's id): files with different prefixes come from different runs, and their ranks would
+    be summed as one deployment's. Files given a --label are the user's word and are not compared."""
+    prefixes: dict[str, str] = {}
+    for path in files:
+        prefix = run_prefix(path)
+        if prefix is not None:
+            prefixes.setdefault(prefix, path)
+    if len(prefixes) > 1:
+        (a, first), (b, second) = list(prefixes.items())[:2]
+        raise AnalysisError(
+            f"{shown_path(first)} and {shown_path(second)} come from different runs (their names begin "
+            f"{a!r} and {b!r} before the rank): analyse each run on its own, or compare them as two columns "
+            f"(if they are one run, give each file its rank with {_LABEL_HINT})")
 
 
 def check_rank_policy(policy: str, ranks: set[str]) -> None:

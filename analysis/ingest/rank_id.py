@@ -31,6 +31,14 @@ def parse_rank_id(path: str) -> RankId | None:
     return RankId(label=label, **parts)
 
 
+def run_prefix(path: str) -> str | None:
+    """What an SGLang-style name holds before its rank (`<prefix>-TP-...`), the same for every rank
+    of one profile; None when the name does not follow SGLang's."""
+    name = os.path.basename(path)
+    match = _SGLANG_NAME.search(name)
+    return name[: match.start()] if match else None
+
+
 def rank_id_for(path: str, explicit_label: str | None = None, index: int = 0) -> RankId:
     """The rank of a file: an explicit label wins, then the SGLang name, then the file's position."""
     parsed = parse_rank_id(path)

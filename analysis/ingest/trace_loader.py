@@ -15,8 +15,8 @@ CPU cache (measured faster on 2 cores than inflating in a second thread).
 """
 from __future__ import annotations
 
+import hashlib
 import operator
-import os
 import re
 import zlib
 from collections.abc import Callable
@@ -33,6 +33,7 @@ INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by
 import msgspec
 
 from analysis.errors import TraceLoadError
+from analysis.input_files import InputFileError, open_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
@@ -43,6 +44,8 @@ CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
 _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
 _GZIP_READ_BYTES = 64 * 1024  # compressed bytes inflated per step
 _HEADER_LIMIT_BYTES = 64 * 1024 * 1024
+# held while no event boundary is found (one event, or the space between two, cannot be larger)
+EVENT_SEARCH_LIMIT_BYTES = 64 * 1024 * 1024
 _BOUNDARY_WINDOW_BYTES = 256 * 1024  # where to look for the last event boundary of a slice
 _NEAR_WINDOW_BYTES = 16 * 1024  # searched first: it holds the last few boundaries of a slice of small events
 _BOUNDARY_TRIES = 8
@@ -83,7 +86,8 @@ _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
-_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)  # msgspec: invalid UTF-8
+# msgspec: invalid UTF-8, and JSON nested deeper than its stack (RecursionError)
+_BAD_SLICE = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
 
 
 _INF = float("inf")
@@ -246,12 +250,19 @@ class _Collector:
 class _PlainSource:
     """Reads an uncompressed file straight into the caller's buffer."""
 
-    def __init__(self, fh, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(self, fh, on_bytes: Callable[[int], None] | None, first: bytes = b"") -> None:
         self._fh = fh
         self._on_bytes = on_bytes
+        self._first = first  # bytes already read to tell gzip from plain JSON
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
         """Append up to `want` bytes to buffer; False at end of file."""
+        if self._first:
+            buffer.append(self._first)
+            if self._on_bytes is not None:
+                self._on_bytes(len(self._first))
+            self._first = b""
+            return True
         buffer.reserve(want)
         with memoryview(buffer.data) as view:
             got = self._fh.readinto(view[buffer.end : buffer.end + want])
@@ -270,17 +281,19 @@ class _GzipSource:
     """Inflates small compressed blocks on demand, so each inflated block is decoded while it is
     still in the CPU cache (measured faster here than inflating in a second thread)."""
 
-    def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(self, path: str, fh, on_bytes: Callable[[int], None] | None, first: bytes = b"") -> None:
         self._path = path
         self._fh = fh
         self._on_bytes = on_bytes
+        self._first = first  # the gzip magic, already read
         self._inflater = _inflate_lib.decompressobj(wbits=47)
 
     def fill(self, buffer: "_Buffer", want: int) -> bool:
         """Append about `want` inflated bytes (at least one block); False at the end."""
         added = 0
         while added < want:
-            raw = self._fh.read(_GZIP_READ_BYTES)
+            raw = self._first + (self._fh.read(_GZIP_READ_BYTES) or b"")
+            self._first = b""
             if not raw:
                 if not self._inflater.eof:
                     raise TraceLoadError(self._path, "truncated gzip file (the compressed stream ends early)")
@@ -405,6 +418,8 @@ def _decoder_message(exc: Exception | None, first_event: int) -> str:
     """msgspec's message with its location in the file's traceEvents (a slice starts at first_event)."""
     if exc is None:
         return "the traceEvents array is malformed or truncated"
+    if isinstance(exc, RecursionError):
+        return f"an event nested too deeply to read (in the events after event {first_event})"
     text = _SLICE_AT.sub(lambda m: f"`$.traceEvents[{first_event + int(m.group(1))}]", str(exc))
     if isinstance(exc, msgspec.ValidationError):
         return text
@@ -412,14 +427,20 @@ def _decoder_message(exc: Exception | None, first_event: int) -> str:
 
 
 def _open_source(path: str, on_bytes: Callable[[int], None] | None):
+    """The file (a pipe is streamed: its first bytes are read once and handed to the source)."""
     try:
-        fh = open(path, "rb", buffering=0)
-    except OSError as exc:
-        raise TraceLoadError(path, f"cannot open: {exc.strerror or exc}") from exc
-    magic = fh.read(2)
-    fh.seek(0)
-    source = _GzipSource(path, fh, on_bytes) if magic == b"\x1f\x8b" else _PlainSource(fh, on_bytes)
-    return fh, source
+        fh = open_input(path, None, "the trace")
+    except InputFileError as exc:
+        raise TraceLoadError(path, exc.problem) from None
+    magic = b""
+    while len(magic) < 2:
+        got = fh.read(2 - len(magic))
+        if not got:
+            break
+        magic += got
+    if magic == b"\x1f\x8b":
+        return fh, _GzipSource(path, fh, on_bytes, magic)
+    return fh, _PlainSource(fh, on_bytes, magic)
 
 
 def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector) -> tuple[bytes, bytes, int]:
@@ -452,8 +473,15 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
                 total += buffer.end - before
             if not more:
                 break
-            # No proven boundary: keep accumulating; the end of the file decodes the remainder whole.
-            target = chunk if _decode_prefix(buffer, collector) else buffer.end + chunk
+            # No proven boundary: keep accumulating (bounded); the end of the file decodes the remainder whole.
+            if _decode_prefix(buffer, collector):
+                target = chunk
+            elif buffer.end > EVENT_SEARCH_LIMIT_BYTES:
+                raise TraceLoadError(path, f"event {collector.events_seen} (or the space after it) does not end "
+                                           f"within {EVENT_SEARCH_LIMIT_BYTES // (1024 * 1024)} MB, the most the loader "
+                                           "holds while looking for it (docs/analysis.md, bounds)")
+            else:
+                target = buffer.end + chunk
         tail = _finish(path, buffer, collector)
     finally:
         source.close()
@@ -463,7 +491,7 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
 
 def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
     if buffer.end == 0:
-        raise TraceLoadError(path, "empty file")
+        raise TraceLoadError(path, "empty file")  # also a FIFO that no program writes to
     if bytes(buffer.data[: min(buffer.end, 4096)]).lstrip()[:1] not in (b"{", b"["):
         raise TraceLoadError(path, "not JSON (does not start with '{' or '[')")
     raise TraceLoadError(path, "not a chrome trace: no 'traceEvents' array")
@@ -484,8 +512,6 @@ def load_trace(
     `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
     are launched into the graph, not run)."""
     path = str(path)
-    if not os.path.exists(path):
-        raise TraceLoadError(path, "no such file")
     collector = _Collector()
     try:
         with gc_paused():  # the decoder allocates millions of short-lived objects; none form cycles
@@ -519,7 +545,10 @@ def load_trace(
     collector.launches.sort(key=_BY_START)
     collector.syncs.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
+    if require_kernels:  # a capture trace's kernels were launched into a graph, not run on their streams
+        _check_streams_run_in_turn(path, kernels)
     return RankTrace(
+        content_key=_content_key(kernels),
         path=path,
         rank=rank or rank_id_for(path),
         device_name=device_name,
@@ -555,6 +584,57 @@ def _check_longest_kernel(path: str, collector: _Collector) -> None:
         raise TraceLoadError(path, f"event {index} ({event.cat} {event.name[:80]!r}): dur {dur!r} us is longer than "
                                    f"the whole trace ({span_us:.1f} us from its first event to its last): a kernel's "
                                    "dur must fit in the trace (docs/analysis.md, durations)")
+
+
+# Two kernels on one stream may overlap (a programmatic dependent launch starts the next kernel while
+# the previous one drains: up to 69% of the shorter one on the real B300 traces), but never one inside
+# the other, nor by more than this share of the shorter one: that is one event given twice.
+MOST_STREAM_OVERLAP = 0.9
+
+
+def _check_streams_run_in_turn(path: str, kernels: list[Kernel]) -> None:
+    """A stream runs its kernels one after another: a kernel wholly inside the previous one on its
+    stream, or overlapping it by more than MOST_STREAM_OVERLAP of the shorter, is the same activity
+    twice (every kernel event doubled passed every check, each row summed twice): an error naming
+    both (docs/analysis.md, durations). Kernels come by start; CPU operators are not a stream's."""
+    if not kernels or kernels[0].kind == "cpu_op":
+        return
+    last_end: dict[int, float] = {}  # per stream: the latest end so far, and the kernel that ends there
+    last: dict[int, Kernel] = {}
+    get = last_end.get
+    for kernel in kernels:
+        stream, start, dur = kernel.stream, kernel.start_us, kernel.dur_us
+        end = start + dur
+        before = get(stream)
+        if before is None:
+            last_end[stream], last[stream] = end, kernel
+        elif end > before:  # the common case: it ends after every earlier kernel of its stream
+            if start < before:
+                prev = last[stream]
+                if before - start > MOST_STREAM_OVERLAP * (prev.dur_us if prev.dur_us < dur else dur):
+                    _two_kernels_at_once(path, prev, kernel, before - start)
+            last_end[stream], last[stream] = end, kernel
+        elif start < end:  # inside the previous one (a kernel of no duration is no time twice)
+            _two_kernels_at_once(path, last[stream], kernel, dur)
+
+
+def _two_kernels_at_once(path: str, prev: Kernel, kernel: Kernel, overlap: float) -> None:
+    raise TraceLoadError(path, f"kernels {prev.name[:60]!r} (start {prev.start_us!r} us, dur {prev.dur_us!r}) and "
+                               f"{kernel.name[:60]!r} (start {kernel.start_us!r} us, dur {kernel.dur_us!r}) overlap by "
+                               f"{overlap:.3f} us on stream {kernel.stream}: a stream runs its kernels in turn, so this "
+                               "is one event given twice (docs/analysis.md, durations)")
+
+
+_KEY_KERNELS = 64  # kernels at each end of a trace that its content key covers
+
+
+def _content_key(kernels: list[Kernel]) -> str:
+    """What tells one trace from another: the kernel count and the first and last kernels' names,
+    streams, starts and durations. Two ranks never start their kernels at the same microseconds, so
+    equal keys are one trace given twice (byte for byte, or re-encoded), whatever the files' names."""
+    sample = kernels if len(kernels) <= 2 * _KEY_KERNELS else kernels[:_KEY_KERNELS] + kernels[-_KEY_KERNELS:]
+    text = repr((len(kernels), [(k.name, k.stream, k.start_us, k.dur_us) for k in sample]))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _capture_windows(calls: list[Range]) -> list[Range]:
@@ -609,7 +689,7 @@ def _device_name(header: bytes, tail: bytes) -> str | None:
     for doc in (header.rstrip().rstrip(b",") + b"}", b"{" + tail.lstrip().lstrip(b",")):
         try:
             parsed = _decode_header(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
+        except _BAD_SLICE:
             continue
         if parsed.deviceProperties:
             return parsed.deviceProperties[0].name

@@ -76,6 +76,7 @@ class RankTrace(msgspec.Struct):
     capture_windows: list[Range] = []  # cudaStreamBeginCapture .. cudaStreamEndCapture, per thread (capture traces)
     module_tree: RangeTree | None = None  # module_ranges as a tree, built once (module_range_tree)
     syncs: list[Range] = []  # runtime calls that may block the host on the GPU (host_syncs.yaml), by start
+    content_key: str = ""  # the same for two files holding the same kernels at the same times (trace_loader)
 
     def launch_by_correlation(self) -> dict[int, Launch]:
         return {launch.correlation: launch for launch in self.launches}

@@ -7,10 +7,10 @@ column per metric), a row of units, then one row per profiled kernel launch. ncu
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import re
 import statistics
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -19,6 +19,7 @@ import yaml
 from analysis.report.demangle import demangle
 from analysis.data_files import load_yaml
 from analysis.errors import AnalysisError
+from analysis.input_files import DOCUMENT_LIMIT_BYTES, MIB, InputFileError, read_input
 from analysis.sol.hardware import Hardware
 
 METRICS_FILE = Path(__file__).parent / "ncu_metrics.yaml"
@@ -85,28 +86,67 @@ def _number(text: str) -> float | None:
 def _scaled(value: float | None, unit: str, quantity: str) -> float | None:
     if value is None:
         return None
-    unit = unit.strip().lower()
+    unit = unit.strip().lower()  # known: _check_units refused any other
     if quantity.endswith("_us"):
-        return value * _TIME_SCALE_US.get(unit, 1.0)
+        return value * _TIME_SCALE_US[unit]
     if quantity.endswith("_bytes"):
-        return value * _BYTE_SCALE.get(unit, 1.0)
+        return value * _BYTE_SCALE[unit]
     if quantity.endswith("_per_s"):
-        return value * _RATE_SCALE.get(unit, 1.0)
+        return value * _RATE_SCALE[unit]
     return value
+
+
+def _export_text(path: Path) -> str:
+    """The export's text (a .gz inflated), both bounded by DOCUMENT_LIMIT_BYTES; names stay readable
+    when a byte is not UTF-8 (shown as U+FFFD)."""
+    try:
+        data = read_input(path, DOCUMENT_LIMIT_BYTES, "an ncu export")
+    except InputFileError as exc:
+        raise NcuCsvError(exc.path, exc.problem) from None
+    if path.name.endswith(".gz"):
+        inflater = zlib.decompressobj(wbits=47)
+        try:
+            data = inflater.decompress(data, DOCUMENT_LIMIT_BYTES + 1)
+        except zlib.error as exc:
+            raise NcuCsvError(str(path), f"corrupt gzip data: {exc}") from None
+        if len(data) > DOCUMENT_LIMIT_BYTES:
+            raise NcuCsvError(str(path), f"inflates to more than {DOCUMENT_LIMIT_BYTES // MIB} MiB, the most this "
+                                         "reads (docs/analysis.md, bounds)")
+        if not inflater.eof:
+            raise NcuCsvError(str(path), "truncated gzip file (the compressed stream ends early)")
+    return data.decode("utf-8", errors="replace")
+
+
+_UNITS_OF = {"_us": _TIME_SCALE_US, "_bytes": _BYTE_SCALE, "_per_s": _RATE_SCALE, "_pct": {"%": 1.0, "": 1.0}}
+_COUNT_UNITS = ("", "inst")  # FLOP counters: SASS instructions or tensor operations, never scaled
+
+
+def _check_units(path: str, header: list[str], units: list[str], col: dict[str, int], config: MetricConfig,
+                 tensor_cols: list[str], line_no: int) -> None:
+    """The row under the header must be the units row (a kernel row there would be read as units and
+    its numbers left unscaled), and every metric read must carry a unit this reader knows how to scale:
+    an unknown one is an error naming the column, never a factor of 1 (ns read as us is x1000)."""
+    if len(units) != len(header):
+        raise NcuCsvError(path, f"line {line_no}: the units row has {len(units)} fields, the header {len(header)}")
+    if "ID" in col and units[col["ID"]].strip():
+        raise NcuCsvError(path, f"line {line_no}: no units row under the header (ID {units[col['ID']]!r} there is a "
+                                "kernel's): export with --csv --page raw, which writes one")
+    read = [(metric, quantity) for quantity, metrics in config.quantities.items() for metric in metrics if metric in col]
+    read += [(metric, "flops") for metric in [*config.flop_metrics, *tensor_cols] if metric in col]
+    for metric, quantity in read:
+        unit = units[col[metric]].strip()
+        known = next((scale for suffix, scale in _UNITS_OF.items() if quantity.endswith(suffix)), None)
+        allowed = _COUNT_UNITS if known is None else known
+        if unit.lower() not in allowed:
+            raise NcuCsvError(path, f"line {line_no}: column {metric}: unknown unit {unit!r} (known: "
+                                    f"{', '.join(repr(u) for u in allowed)})")
 
 
 def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[NcuKernel]:
     """Parse an export (.csv, or .csv.gz); raise NcuCsvError naming the file and what is missing."""
     config = config or load_metric_config()
     path = Path(path)
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rt", errors="replace") as handle:
-                lines = handle.read().splitlines()
-        else:
-            lines = path.read_text(errors="replace").splitlines()
-    except (OSError, EOFError) as exc:
-        raise NcuCsvError(str(path), f"cannot read: {exc}") from exc
+    lines = _export_text(path).splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') or line.startswith("ID,")), None)
     if start is None:
         raise NcuCsvError(str(path), "no header row starting with \"ID\" (export with --csv --page raw)")
@@ -119,6 +159,7 @@ def read_ncu_csv(path: str | Path, config: MetricConfig | None = None) -> list[N
     col = {name: i for i, name in enumerate(header)}
     tensor_re = re.compile(config.tensor_flop_regex)
     tensor_cols = [name for name in header if tensor_re.match(name)]
+    _check_units(str(path), header, units, col, config, tensor_cols, start + 2)
     kernels = []
     for line_no, row in enumerate(rows[2:], start=start + 3):
         if not row or all(not cell.strip() for cell in row):

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from analysis.data_files import load_yaml
+from analysis.data_files import load_yaml, read_yaml_text
 from analysis.errors import ModelSpecError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
@@ -54,7 +54,7 @@ def load_model_shapes(name_or_path: str = "deepseek-v3") -> ModelShapes:
         known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.yaml")))
         raise ModelSpecError(str(name_or_path), f"no such file; built-ins: {known}")
     try:
-        raw = load_yaml(path.read_text())
+        raw = load_yaml(read_yaml_text(path, ModelSpecError))
     except yaml.YAMLError as exc:
         raise ModelSpecError(str(path), f"not valid YAML: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("shapes"), dict):

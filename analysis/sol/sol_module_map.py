@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from analysis.data_files import load_yaml
+from analysis.data_files import load_yaml, read_yaml_text
 from analysis.errors import AnalysisError
 
 DEFAULT_MAP = Path(__file__).parent / "sol_module_map.yaml"
@@ -43,8 +43,8 @@ class MapEntry(msgspec.Struct, frozen=True):
 def load_module_map(path: str | None = None) -> list[MapEntry]:
     source = Path(path) if path else DEFAULT_MAP
     try:
-        raw = load_yaml(source.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml(read_yaml_text(source, ModuleMapError))
+    except yaml.YAMLError as exc:
         raise ModuleMapError(str(source), f"cannot read: {exc}") from exc
     if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
         raise ModuleMapError(str(source), "needs a top-level `entries:` list")

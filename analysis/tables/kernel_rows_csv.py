@@ -4,7 +4,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, shown_path
+from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, open_input_text
 from analysis.attribution.rows import KernelRow
 
 _FIELDS = KernelRow.__struct_fields__
@@ -15,20 +16,23 @@ _OPTIONAL_FIELDS = {"role", "rule"}  # added later: a kernels_long.csv written b
 
 class KernelCsvError(AnalysisError):
     def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
+        super().__init__(f"{shown_path(path)}: {problem}")
 
 
 def read_kernel_rows(path: str | Path) -> list[KernelRow]:
     path = Path(path)
     rows: list[KernelRow] = []
     try:
-        with path.open(newline="") as handle:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a kernels_long.csv") as handle:
             reader = csv.DictReader(handle)
             present = set(reader.fieldnames or [])
             missing = [f for f in _FIELDS if f not in present and f not in _OPTIONAL_FIELDS]
             if missing:
                 raise KernelCsvError(str(path), f"not a kernels_long.csv: missing columns {', '.join(missing)}")
             for line_no, record in enumerate(reader, start=2):
+                if None in record or None in record.values():
+                    raise KernelCsvError(str(path), f"line {line_no}: not the {len(reader.fieldnames)} fields of the "
+                                                    "header (a cut or edited file)")
                 values = {}
                 for field in _FIELDS:
                     if field not in present:
@@ -44,6 +48,10 @@ def read_kernel_rows(path: str | Path) -> list[KernelRow]:
                     except (TypeError, ValueError):
                         raise KernelCsvError(str(path), f"line {line_no}: column {field}: bad value {text!r}") from None
                 rows.append(KernelRow(**values))
-    except OSError as exc:
-        raise KernelCsvError(str(path), f"cannot read: {exc}") from exc
+    except InputFileError as exc:
+        raise KernelCsvError(str(path), exc.problem) from None
+    except UnicodeDecodeError as exc:
+        raise KernelCsvError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start} of a block)") from None
+    except (OSError, csv.Error) as exc:
+        raise KernelCsvError(str(path), f"cannot read: {exc}") from None
     return rows

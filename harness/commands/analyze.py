@@ -132,7 +132,7 @@ def run(args) -> int:
             print(f"moe-harness analyze: --label wants FILE=LABEL, got {item!r}", file=sys.stderr)
             return 2
         labels[path] = label
-    name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]
+    name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]  # shown escaped if not UTF-8
     if args.expert_load:
         from analysis.api import load_expert_load
 

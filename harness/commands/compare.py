@@ -39,6 +39,7 @@ def _column(name: str, paths: list[str], args, notes: list[str]):
     if len(paths) == 1:
         for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
             if (candidate / ANALYSIS_FILE).exists():
+                _check_as_written(candidate / ANALYSIS_FILE)
                 saved = open_saved(paths[0], kernels=False)  # spreads derived for an older analysis
                 notes += saved.notes
                 return _as_saved(name, saved.column, args)
@@ -91,6 +92,17 @@ def _as_saved(name: str, column, args):
 
         column = with_sol(column, settings)
     return column
+
+
+def _check_as_written(path: Path) -> None:
+    """The saved column is the one written (its run's manifest or analyze's marker, where there is one)."""
+    from analysis.api import AnalysisError
+    from harness.recorded_files import RecordError, check_as_written
+
+    try:
+        check_as_written(path)
+    except RecordError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 def layer_count_note(columns) -> str:

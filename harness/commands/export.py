@@ -26,12 +26,15 @@ def register(subparsers) -> None:
     parser.add_argument("--out", help="output directory (default RUN/exports)")
     parser.add_argument("--table", action="append", choices=list(specs),
                         help="table to export; repeat for several (default all)")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing export files")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace this command's own earlier export files (never a file it did not write, "
+                             "nor one edited since)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from analysis.api import AnalysisError
+    from harness.output_dir import OutputError
     from harness.recorded_run import RunDirError, is_run_dir
 
     tables = tuple(args.table) if args.table else None
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             paths = _export_reanalysed(args, tables, missing[0])
         else:
             paths = export_run(args.run, args.format, args.out, tables, args.overwrite)
-    except (RunDataError, FileExistsError, ValueError, AnalysisError, RunDirError) as exc:
+    except (RunDataError, OutputError, OSError, ValueError, AnalysisError, RunDirError) as exc:
         print(f"moe-harness export: {exc}", file=sys.stderr)
         return 1
     for path in paths:

@@ -1,6 +1,7 @@
 """`moe-harness learn-signature`: a signature template learned from a trace with module ranges."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def run(args) -> int:
     from analysis.api import AnalysisError, learn_signature, load_signature, load_trace
 
     out = Path(args.out)
-    if out.exists():
+    if os.path.lexists(out):  # a link too, dangling or not: the file is created, never written through one
         print(f"moe-harness learn-signature: {out} exists; choose another --out", file=sys.stderr)
         return 2
     steps = {int(s) for s in args.steps.split(",")} if args.steps else None
@@ -39,9 +40,14 @@ def run(args) -> int:
     except (AnalysisError, ValueError) as exc:
         print(f"moe-harness learn-signature: {exc}", file=sys.stderr)
         return 1
-    out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# Learned by `moe-harness learn-signature {Path(args.trace).name} --base {args.base}`: each entry\n"
               "# matches the kernels one module launched, weighted by how characteristic each name is of it.\n")
-    out.write_text(header + yaml.safe_dump(learned, sort_keys=False, width=200, allow_unicode=True))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "x", encoding="utf-8") as handle:  # exclusive: never over a file that appeared meanwhile
+            handle.write(header + yaml.safe_dump(learned, sort_keys=False, width=200, allow_unicode=True))
+    except OSError as exc:
+        print(f"moe-harness learn-signature: {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {out} ({len(learned['layer'])} layer entries)", file=sys.stderr)
     return 0

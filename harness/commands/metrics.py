@@ -14,7 +14,8 @@ def register(subparsers) -> None:
         "metrics", help="print or push a run's Prometheus metrics (docs/metrics.md)",
         description="Build the run's metrics from its directory (manifest, analysis CSVs, load records), "
                     "print them in the Prometheus text format, and push them to a Pushgateway if one is given. "
-                    "An unreachable Pushgateway is a warning (exit status 0). A run without a manifest has status "
+                    "A Pushgateway that is unreachable, refuses, or has not answered within 30 s in all is a "
+                    "warning (exit status 0); credentials in its URL are sent, never printed. A run without a manifest has status "
                     "running only while the process named in its .running file lives, else incomplete; a folder "
                     "that is not a run is an error. Only what the run wrote is read: its traces are never "
                     "analysed again.")

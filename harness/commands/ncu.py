@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -152,8 +153,9 @@ def coverage(detail_csv: Path, names: list[str]) -> dict[str, int]:
 def _new_dir(requested: str | None) -> Path:
     if requested:
         out = Path(requested)
-        if out.exists() and any(out.iterdir()):
-            raise SystemExit(f"moe-harness ncu: {out} exists and is not empty; results are never overwritten")
+        if os.path.lexists(out) and not (out.is_dir() and not out.is_symlink() and not any(out.iterdir())):
+            raise SystemExit(f"moe-harness ncu: {out} exists and is not an empty folder; results are never "
+                             "written over anything")
         return out
     base = Path(f"ncu-{time.strftime('%Y%m%d-%H%M%S')}")
     out, n = base, 1
@@ -164,8 +166,6 @@ def _new_dir(requested: str | None) -> Path:
 
 
 def _run(cmd: list[str], timeout_s: int, log_path: Path) -> int:
-    import os
-
     env = dict(os.environ, **{UNDER_NCU_ENV: "1"})
     with log_path.open("w") as log:
         try:

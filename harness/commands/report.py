@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from harness.arg_types import positive_float, positive_int
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+REPORT_NAMES = ("kernel_report.md", "kernel_report.html", "kernel_report_files")  # what write_report writes
 
 
 def register(subparsers) -> None:
@@ -47,16 +47,25 @@ def register(subparsers) -> None:
 
 
 def _read_d4_detail(path: Path) -> list[dict]:
-    from analysis.api import AnalysisError
+    from analysis.api import TABLE_LIMIT_BYTES, AnalysisError, InputFileError, open_input_text, shown_path
 
     rows = []
-    with path.open(newline="") as handle:
-        for line_no, rec in enumerate(csv.DictReader(handle), start=2):
-            try:
-                rows.append({"group": rec["group"], "module": rec["module"], "kernel": rec["kernel"],
-                             "value_us": float(rec["value_us"]), "layers": float(rec.get("layers") or 0)})
-            except (KeyError, ValueError) as exc:
-                raise AnalysisError(f"{path}: line {line_no}: bad D4 row ({exc})") from None
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a d4_detail.csv") as handle:
+            reader = csv.DictReader(handle)
+            for line_no, rec in enumerate(reader, start=2):
+                if None in rec or None in rec.values():
+                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: not the {len(reader.fieldnames)} fields "
+                                        "of the header (a cut or edited file)")
+                try:
+                    rows.append({"group": rec["group"], "module": rec["module"], "kernel": rec["kernel"],
+                                 "value_us": float(rec["value_us"]), "layers": float(rec.get("layers") or 0)})
+                except (KeyError, ValueError) as exc:
+                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: bad D4 row ({exc})") from None
+    except InputFileError as exc:
+        raise AnalysisError(str(exc)) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
     return rows
 
 
@@ -64,17 +73,24 @@ def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
     """(step ms, saved SolSettings or None) from analysis.json, when present."""
     import msgspec
 
-    from analysis.api import AnalysisError, SolSettings
+    from analysis.api import DOCUMENT_LIMIT_BYTES, AnalysisError, InputFileError, SolSettings, read_json, shown_path
 
     path = analysis_dir / "analysis.json"
     if not path.exists():
         return None, None
     try:
-        d4 = json.loads(path.read_text()).get("d4", {})
+        saved = read_json(path, DOCUMENT_LIMIT_BYTES, "an analysis.json")
+        d4 = saved.get("d4", {}) if isinstance(saved, dict) else None
+        if not isinstance(d4, dict):
+            raise AnalysisError(f"{shown_path(path)}: unreadable: no `d4` object")
         sol = msgspec.convert(d4["sol"], SolSettings) if d4.get("sol") else None
-    except (OSError, ValueError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: unreadable: {exc}") from None
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: unreadable: {exc.problem}") from None
+    except (ValueError, TypeError, msgspec.ValidationError) as exc:
+        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
     value = d4.get("step_ms")
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        raise AnalysisError(f"{shown_path(path)}: d4.step_ms is {value!r}, not a number")
     return (float(value) if value else None), sol
 
 
@@ -101,9 +117,24 @@ class _Loaded:
         self.analysis_dir: Path | None = None
 
 
+def _checked(adir: Path) -> None:
+    """The analysis files the report reads are the ones written (harness/recorded_files.py); inside a
+    run directory, the run must have its manifest."""
+    from analysis.api import AnalysisError
+    from harness.recorded_files import RecordError, check_as_written
+
+    for name in ("kernels_long.csv", "d4_detail.csv", "analysis.json"):
+        if (adir / name).exists():
+            try:
+                check_as_written(adir / name, need_record=True)
+            except RecordError as exc:
+                raise AnalysisError(str(exc)) from None
+
+
 def _from_analysis_dir(adir: Path) -> _Loaded:
     from analysis.api import read_kernel_rows, samples_from_rows
 
+    _checked(adir)
     got = _Loaded()
     long_csv = adir / "kernels_long.csv"
     got.kernel_rows = read_kernel_rows(long_csv)
@@ -191,15 +222,16 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
 
 def build(args) -> tuple[list, str]:
     from analysis.api import (AnalysisError, ReportInputs, build_report, classify, layer_sol, load_hardware,
-                              read_ncu_csv, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
+                              read_ncu_csv, shown_path, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
     top = top_kernels(got.samples, top_n=args.top)
     settings = sol_settings_from(args, model=args.model, base=got.saved_sol, hardware_alone_ok=True)
     hardware = load_hardware(args.hardware or (settings.hardware if settings else None)) \
         if (args.hardware or settings) else None
-    inputs = ReportInputs(title="Kernel report", sources=got.sources, top=top, hardware=hardware, step_ms=got.step_ms,
-                          ncu_dtype=args.ncu_dtype, notes=got.notes, speedup=args.speedup)
+    inputs = ReportInputs(title="Kernel report", sources=[shown_path(s) for s in got.sources], top=top,
+                          hardware=hardware, step_ms=got.step_ms, ncu_dtype=args.ncu_dtype,
+                          notes=[shown_path(n) for n in got.notes], speedup=args.speedup)
     rows = got.d4_rows or []
     layers = {(r["group"], r["module"], r["kernel"]): max(1.0, r["layers"]) for r in rows}
     if rows and settings is not None:
@@ -220,7 +252,7 @@ def build(args) -> tuple[list, str]:
         if hardware is None:
             raise AnalysisError("--ncu needs --hardware (the roofline's peaks)")
         inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
-        inputs.sources.append(args.ncu)
+        inputs.sources.append(shown_path(args.ncu))
         if inputs.sol_rows and got.kernel_rows:
             from analysis.api import row_checks
 
@@ -254,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         out = prepare_out(args)
+        out.check_names(REPORT_NAMES)  # beside an analysis: never over a user's report, refused before the work
         blocks, title = build(args)
         files = out.write(lambda folder: write_report(blocks, folder, title))
     except (AnalysisError, OutputError, RunDirError) as exc:

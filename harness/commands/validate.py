@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"invalid: {ScenarioError(str(path), problems)}", file=sys.stderr)
         return 1
     engine = scenario.engine
+    from harness.node.secrets import without_url_credentials
+
     detail = f"preset {engine.preset} on {engine.device}" if engine.kind == "embedded" else engine.model_path
-    print(f"ok: {path} (scenario {scenario.name}, engine {engine.kind}: {detail})")
+    print(without_url_credentials(f"ok: {path} (scenario {scenario.name}, engine {engine.kind}: {detail})"))
     return 0

@@ -74,29 +74,39 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     """Rows of one analysis table, typed per columns.yaml, with schema_version prepended."""
     version, specs = load_schema()
     spec = specs[table]
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+    from harness.recorded_files import RecordError, check_as_written
+
     path = Path(run_dir) / spec.source
     if not path.is_file():
         raise RunDataError(path, f"not found: the run has no {table} table (was the analysis run?)")
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        expected = [c.name for c in spec.columns]
-        missing = [c for c in expected if c not in header]
-        unknown = [c for c in header if c not in expected]
-        if missing or unknown:
-            raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, unknown {unknown}")
-        rows = []
-        for line, raw in enumerate(reader, 2):
-            row = {SCHEMA_VERSION_COLUMN: version}
-            for column in spec.columns:
-                row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
-            rows.append(row)
+    try:
+        check_as_written(path, need_record=True)  # a cut or edited table is an error, never fewer rows
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            expected = [c.name for c in spec.columns]
+            missing = [c for c in expected if c not in header]
+            unknown = [c for c in header if c not in expected]
+            if missing or unknown:
+                raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, "
+                                         f"unknown {unknown}")
+            rows = []
+            for line, raw in enumerate(reader, 2):
+                if None in raw or None in raw.values():
+                    raise RunDataError(f"{path}:{line}", f"not the {len(header)} fields of the header (a cut or "
+                                                         "edited file)")
+                row = {SCHEMA_VERSION_COLUMN: version}
+                for column in spec.columns:
+                    row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
+                rows.append(row)
+    except RecordError as exc:
+        raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
+    except InputFileError as exc:
+        raise RunDataError(path, exc.problem) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDataError(path, f"unreadable: {exc}") from None
     return rows
-
-
-def _atomic_target(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass --overwrite to replace it or --out for another directory")
 
 
 def _temp_path(path: Path) -> Path:
@@ -105,8 +115,7 @@ def _temp_path(path: Path) -> Path:
     return Path(temp)
 
 
-def write_csv(rows: list[dict], columns: list[str], path: Path, overwrite: bool = False) -> Path:
-    _atomic_target(path, overwrite)
+def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
     temp = _temp_path(path)
     try:
         with open(temp, "w", newline="", encoding="utf-8") as handle:
@@ -119,13 +128,12 @@ def write_csv(rows: list[dict], columns: list[str], path: Path, overwrite: bool 
     return path
 
 
-def write_parquet(rows: list[dict], spec: TableSpec, path: Path, overwrite: bool = False) -> Path:
+def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise RunDataError(path, "Parquet needs pyarrow: pip install 'moe-harness[parquet]'") from None
-    _atomic_target(path, overwrite)
     arrow_types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
     version, _ = load_schema()
     fields = [pa.field(SCHEMA_VERSION_COLUMN, pa.int32(), nullable=False)]
@@ -150,28 +158,42 @@ def missing_sources(run_dir: str | Path, tables: tuple[str, ...] | None = None) 
 
 def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
                tables: tuple[str, ...] | None = None, overwrite: bool = False) -> list[Path]:
-    """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports."""
+    """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports.
+
+    The folder may hold other files (left alone); an export file is replaced only with `overwrite`
+    and only while it is the one this command wrote (harness/output_dir.py): a user's file, or an
+    export edited since, is never replaced. Everything is refused before any table is read."""
+    from harness.output_dir import prepare_output
+
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDataError(run_dir, "run directory not found")
     _, specs = load_schema()
-    out = Path(out_dir) if out_dir else run_dir / "exports"
-    out.mkdir(parents=True, exist_ok=True)
     names = tables or tuple(specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
         raise ValueError(f"unknown table(s) {unknown}; expected some of {', '.join(specs)}")
-    for name in names:  # refuse before writing anything, so an export is never half replaced
-        _atomic_target(out / f"{name}.{fmt}", overwrite)
+    from harness.recorded_files import RecordError, run_record
+
+    try:
+        run_record(run_dir)  # the tables are checked against it: a run without a manifest is refused
+    except RecordError as exc:
+        raise RunDataError(run_dir, str(exc).removeprefix(f"{run_dir}: ")) from None
+    out = Path(out_dir) if out_dir else run_dir / "exports"
+    files = [f"{name}.{fmt}" for name in names]
+    prepared = prepare_output(out, "export", overwrite, beside=None, prune=False)
+    prepared.check_names(files)  # refused before writing anything, so an export is never half replaced
     loaded = {name: read_table(run_dir, name) for name in names}
-    written = []
-    for name, rows in loaded.items():
-        spec = specs[name]
-        target = out / f"{name}.{fmt}"
-        if fmt == "csv":
-            written.append(write_csv(rows, [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], target, overwrite))
-        else:
-            written.append(write_parquet(rows, spec, target, overwrite))
-    return written
+
+    def fill(folder: Path) -> None:
+        for name, rows in loaded.items():
+            spec = specs[name]
+            if fmt == "csv":
+                write_csv(rows, [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], folder / f"{name}.{fmt}")
+            else:
+                write_parquet(rows, spec, folder / f"{name}.{fmt}")
+
+    prepared.write(fill)
+    return [out / f for f in files]

@@ -248,9 +248,10 @@ async def wait_for_running_batch(url: str, target: int, timeout_s: float, poll_s
     seen = 0.0
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
-            try:
-                seen = await running_requests(session, url, loads_path)
-            except aiohttp.ClientError:
+            try:  # each poll within what is left of the deadline, however slowly the server answers
+                seen = await asyncio.wait_for(running_requests(session, url, loads_path),
+                                              timeout=max(0.1, deadline - time.monotonic()))
+            except (aiohttp.ClientError, asyncio.TimeoutError):
                 pass
             if seen >= target:
                 return seen

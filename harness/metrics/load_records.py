@@ -10,7 +10,6 @@ summary here is derived from it. Two writers produce it, and both are read:
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,19 +115,26 @@ def _record(raw: dict, where: str) -> RequestRecord:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
+
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RunDataError(where, f"not valid JSON ({exc.msg})") from None
-            if not isinstance(raw, dict):
-                raise RunDataError(where, "each line must be a JSON object")
-            records.append(_record(raw, where))
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "the load records") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{line_no}"
+                try:
+                    raw = parsed_json(line, where)
+                except InputFileError as exc:
+                    raise RunDataError(where, exc.problem) from None
+                if not isinstance(raw, dict):
+                    raise RunDataError(where, "each line must be a JSON object")
+                records.append(_record(raw, where))
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
+    except UnicodeDecodeError as exc:
+        raise RunDataError(path, f"not UTF-8 text: {exc.reason}") from None
     return records
 
 

@@ -8,7 +8,6 @@ invented values; malformed files raise RunDataError naming the file and line.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -60,12 +59,27 @@ class RunData:
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise RunDataError(path, f"missing column(s) {', '.join(missing)}; has {reader.fieldnames}")
-        return list(reader)
+    """Every row of a table the run wrote, bounded (TABLE_LIMIT_BYTES); a row with more or fewer
+    fields than the header (a cut file) is an error naming its line."""
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise RunDataError(path, f"missing column(s) {', '.join(missing)}; has {reader.fieldnames}")
+            rows = []
+            for line, row in enumerate(reader, 2):
+                if None in row or None in row.values():
+                    raise RunDataError(f"{path}:{line}", f"not the {len(reader.fieldnames)} fields of the header "
+                                                         "(a cut or edited file)")
+                rows.append(row)
+            return rows
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise RunDataError(path, f"unreadable: {exc}") from None
 
 
 def _float(row: dict[str, str], key: str, path: Path, line: int) -> float:
@@ -129,10 +143,12 @@ def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, Sta
 
 
 def _read_json(path: Path) -> dict:
+    from analysis.api import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunDataError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        data = read_json(path, DOCUMENT_LIMIT_BYTES, "a JSON file")
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
     if not isinstance(data, dict):
         raise RunDataError(path, "must hold a JSON object")
     return data
@@ -141,8 +157,12 @@ def _read_json(path: Path) -> dict:
 def _read_yaml(path: Path) -> dict:
     import yaml
 
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario"))
+    except InputFileError as exc:
+        raise RunDataError(exc.path, exc.problem) from None
     except yaml.YAMLError as exc:
         raise RunDataError(path, f"not valid YAML ({exc})") from None
     return data if isinstance(data, dict) else {}
@@ -155,8 +175,22 @@ def _find(run_dir: Path, name: str) -> Path | None:
     return None
 
 
+def _as_written(path: Path | None) -> Path | None:
+    """The path, once its content is shown to be what the run (or analyze --out) recorded."""
+    from harness.recorded_files import RecordError, check_as_written
+
+    if path is not None:
+        try:
+            check_as_written(path)
+        except RecordError as exc:
+            raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
+    return path
+
+
 def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
-    """Everything the run metrics need. `status` overrides the manifest (not yet written mid-run)."""
+    """Everything the run metrics need. `status` overrides the manifest (not yet written mid-run).
+    Each file read is first checked against the run's manifest (or its analysis folder's marker)
+    where there is one: a cut or edited table is an error, never metrics from part of it."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunDataError(run_dir, "run directory not found")
@@ -168,9 +202,9 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         from harness.run_owner import live_owner
 
         status = "running" if live_owner(run_dir) else "incomplete"
-    analysis_json_path = _find(run_dir, "analysis.json")
+    analysis_json_path = _as_written(_find(run_dir, "analysis.json"))
     analysis_json = _read_json(analysis_json_path) if analysis_json_path else {}
-    summary = _read_json(run_dir / LOAD_SUMMARY) if (run_dir / LOAD_SUMMARY).is_file() else {}
+    summary = _read_json(_as_written(run_dir / LOAD_SUMMARY)) if (run_dir / LOAD_SUMMARY).is_file() else {}
     problems: list[str] = []
 
     resolved = _read_yaml(run_dir / SCENARIO) if (run_dir / SCENARIO).is_file() else {}
@@ -180,7 +214,11 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     gpus = manifest.get("gpus")
     if gpus is None and isinstance(resolved.get("cluster"), dict):
         cluster = resolved["cluster"]
-        gpus = int(cluster.get("nodes", 1)) * int(cluster.get("gpus_per_node", 0))
+        nodes, per_node = cluster.get("nodes", 1), cluster.get("gpus_per_node", 0)
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (nodes, per_node)):
+            raise RunDataError(run_dir / SCENARIO, f"cluster.nodes {nodes!r} and cluster.gpus_per_node {per_node!r} "
+                                                   "must be whole numbers")
+        gpus = nodes * per_node
     model = manifest.get("model") or (resolved.get("model") or {}).get("name", "")
     signature = manifest.get("signature") or (resolved.get("analysis") or {}).get("signature") \
         or analysis_json.get("signature", "")
@@ -193,12 +231,12 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
         "gpus": "" if gpus is None else str(gpus),
     }
 
-    detail_path = _find(run_dir, "d4_detail.csv")
+    detail_path = _as_written(_find(run_dir, "d4_detail.csv"))
     module_busy, module_exposed, kernel_busy = read_d4_detail(detail_path) if detail_path else ({}, {}, {})
     if not detail_path:
         problems.append("no d4_detail.csv: layer metrics not exported")
     d4 = analysis_json.get("d4") if isinstance(analysis_json.get("d4"), dict) else None
-    stages = stage_times(d4, analysis_json_path, _find(run_dir, "steps.csv")) if d4 else {}
+    stages = stage_times(d4, analysis_json_path, _as_written(_find(run_dir, "steps.csv"))) if d4 else {}
     if not d4:
         problems.append("no analysis.json with a D4 column: step metrics not exported")
     data = RunData(
@@ -213,5 +251,5 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     data.accept_length = float(accept) if isinstance(accept, (int, float)) else None
     records_path = run_dir / LOAD_RECORDS
     if records_path.is_file():
-        data.load = load_stats(read_records(records_path), LATENCY_QUANTILES)
+        data.load = load_stats(read_records(_as_written(records_path)), LATENCY_QUANTILES)
     return data

@@ -15,6 +15,7 @@ from typing import Protocol
 import ray
 
 from harness.node.process import ServerProcess
+from harness.node.secrets import Secrets
 from harness.node.trace_files import TraceWaitError, wait_for_traces
 
 
@@ -27,6 +28,7 @@ class Launch(Protocol):
 
     argv: tuple[str, ...]
     env: dict[str, str]
+    secret_values: tuple[str, ...]  # masked by value in the server's log
 
 
 class NodeActor:
@@ -46,7 +48,8 @@ class NodeActor:
                 "ray_node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
 
     def start(self, launch: Launch, log_path: str) -> int:
-        self.server = ServerProcess(list(launch.argv), launch.env, log_path)
+        self.server = ServerProcess(list(launch.argv), launch.env, log_path,
+                                    secrets=Secrets(getattr(launch, "secret_values", ())))
         return self.server.start()
 
     def read_log(self) -> bytes:

@@ -7,12 +7,11 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from pathlib import Path
 
-from harness.node.secrets import mask_text
+from harness.http_deadline import Deadline, request
+from harness.node.secrets import Secrets
 
 
 # Lines that say why a server died, kept from the whole log: a crash's stack dump (C++ frames, every
@@ -28,8 +27,11 @@ class ServerStartError(RuntimeError):
 
 
 class ServerProcess:
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: str, tail_lines: int = 60):
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: str, tail_lines: int = 60,
+                 secrets: Secrets | None = None):
         self.argv, self.env, self.log_path = argv, env, Path(log_path)
+        # masked by value in every log line: the plan's secrets, and this process's own
+        self.secrets = (secrets or Secrets()) | Secrets.of_launch(env, argv)
         self.proc: subprocess.Popen | None = None
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._causes: list[str] = []  # the first lines that look like a cause (CAUSE_LINE)
@@ -48,7 +50,7 @@ class ServerProcess:
     def _copy_log(self) -> None:
         with open(self.log_path, "a", encoding="utf-8", errors="replace") as log:
             for raw in self.proc.stdout:
-                line = mask_text(raw.decode("utf-8", "replace"), self.env)
+                line = self.secrets.text(raw.decode("utf-8", "replace"))
                 self._tail.append(line.rstrip("\n"))
                 if len(self._causes) < CAUSE_LINES_KEPT and CAUSE_LINE.search(line):
                     self._causes.append(line.rstrip("\n"))
@@ -75,11 +77,11 @@ class ServerProcess:
                 raise ServerStartError(f"server exited with status {code} during startup")
             if health_url is None:
                 return
-            try:
-                with urllib.request.urlopen(health_url, timeout=min(5.0, max(0.5, deadline - time.monotonic()))) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError, TimeoutError):
+            try:  # each poll answered in full within 5 s (harness/http_deadline.py), however slowly it comes
+                status, _ = request(health_url, Deadline(min(5.0, max(0.5, deadline - time.monotonic()))))
+                if status == 200:
+                    return
+            except OSError:
                 pass
             time.sleep(poll_s)
         raise ServerStartError(f"server not ready after {timeout_s:.0f} s ({health_url})")

@@ -6,16 +6,14 @@ stops the expert record from inside that window; both POST through this, so neit
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+
+from harness.http_deadline import Deadline, request
 
 
 def post_json(url: str, body: dict | None, timeout_s: float) -> tuple[int, str]:
-    """(HTTP status, text) of one POST with a JSON body (none when body is None); HTTP errors are answers too."""
+    """(HTTP status, text) of one POST with a JSON body (none when body is None), answered within
+    timeout_s in all (harness/http_deadline.py); HTTP errors are answers too."""
     data = json.dumps(body).encode() if body is not None else b""
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
+    status, answer = request(url, Deadline(timeout_s), method="POST", body=data,
+                             headers={"Content-Type": "application/json"})
+    return status, answer.decode(errors="replace")

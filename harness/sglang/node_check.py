@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from harness.node.secrets import mask_text, secret_values
+from harness.node.secrets import Secrets
 
 SCRIPT_PATH = Path(__file__).with_name("node_check_script.py")
 MARK = "MOE_HARNESS_NODE_CHECK "
@@ -43,9 +43,9 @@ def describe(results: dict[int, dict], plan) -> list[str]:
     lines = []
     for rank, result in sorted(results.items()):
         node = plan.nodes[rank]
-        secrets = secret_values(list(node.argv), node.env)
+        secrets = Secrets(getattr(node, "secret_values", ())) | Secrets.of_launch(node.env, node.argv)
         if result.get("error"):
-            lines.append(f"node {rank}: {mask_text(result['error'], secrets)}")
+            lines.append(f"node {rank}: {secrets.text(str(result['error']))}")
             continue
         installed = result.get("sglang_version")
         if installed != plan.sglang.version:
@@ -59,7 +59,7 @@ def describe(results: dict[int, dict], plan) -> list[str]:
             key = node.flag_keys.get(p.get("flag") or "")
             where = f"{p.get('flag')}" + (f" (from {key})" if key else "")
             lines.append(f"node {rank}: {where}: {p['kind']}: SGLang {installed} says: "
-                         + mask_text(p["message"], secrets))
+                         + secrets.text(str(p["message"])))
     return lines
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import yaml
 
+from harness.env_names import RULE as ENV_RULE, bad_env_names
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
-from harness.node.secrets import mask_argv, mask_env
+from harness.node.secrets import Secrets
 from harness.sglang.version import SGLangVersion, load_version
 
 ENV_DEFAULTS_PATH = Path(__file__).with_name("env_defaults.yaml")
@@ -101,6 +102,11 @@ class NodeLaunch:
     argv: tuple[str, ...]
     env: dict[str, str]
     flag_keys: dict[str, str] = field(default_factory=dict)   # --flag -> the scenario key it came from
+    secret_values: tuple[str, ...] = ()    # masked by value in its log and messages (harness/node/secrets.py)
+
+    @property
+    def secrets(self) -> Secrets:
+        return Secrets(self.secret_values)
 
     def with_node0_ip(self, ip: str) -> "NodeLaunch":
         argv = tuple(a.replace(NODE0_PLACEHOLDER, ip) for a in self.argv)
@@ -131,25 +137,33 @@ class LaunchPlan:
         """Per node, the rank part of each trace name SGLang writes (TP-t[-DP-d][-PP-p][-EP-e])."""
         return expected_rank_labels(self.spec)
 
+    @property
+    def secrets(self) -> Secrets:
+        """Every node's secret values: masked wherever the plan is written or printed."""
+        return Secrets(v for node in self.nodes for v in node.secret_values)
+
     def render(self) -> str:
-        """Shell-ready text with secrets masked: what `moe-harness plan` prints."""
+        """Shell-ready text with secrets masked by value: what `moe-harness plan` prints."""
         lines = [f"# SGLang {self.sglang.version} plan: {self.spec.nodes} node(s) x {self.spec.gpus_per_node} GPU(s), "
                  f"tp={self.spec.tp_size} pp={self.spec.pp} dp={self.spec.dp} ep={self.spec.ep}, "
                  f"profiler {self.profiler}"]
         if self.spec.nodes > 1:
             lines.append(f"# {NODE0_PLACEHOLDER} is node 0's IP, filled in once Ray places the nodes")
+        secrets = self.secrets
         for node in self.nodes:
             lines.append(f"\n# node {node.node_rank}")
-            env = mask_env(node.env)
-            lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-            lines.append(" \\\n    ".join(_command_lines(mask_argv(list(node.argv)))))
+            env = secrets.env(node.env, self.spec.passthrough_env)
+            lines += [f"export {shlex.quote(k)}={shlex.quote(v)}" for k, v in sorted(env.items())]
+            lines.append(" \\\n    ".join(_command_lines(secrets.argv(node.argv))))
         return "\n".join(lines) + "\n"
 
     def to_manifest(self) -> dict:
-        """JSON-able, secrets masked: what goes into the run directory."""
+        """JSON-able, secrets masked by value: what goes into the run directory."""
+        secrets = self.secrets
         return {"sglang_version": self.sglang.version, "profiler": self.profiler,
-                "nodes": [{"node_rank": n.node_rank, "argv": mask_argv(list(n.argv)), "env": mask_env(n.env),
-                           "flag_keys": n.flag_keys} for n in self.nodes]}
+                "nodes": [{"node_rank": n.node_rank, "argv": secrets.argv(n.argv),
+                           "env": secrets.env(n.env, self.spec.passthrough_env),
+                           "flag_keys": secrets.data(n.flag_keys)} for n in self.nodes]}
 
 
 def _command_lines(argv: list[str]) -> list[str]:
@@ -198,6 +212,9 @@ def check_spec(spec: DeploymentSpec) -> None:
         problems.append("speculative.num_draft_tokens must be >= 1")
     if spec.profiler not in ("auto", "v1", "v2"):
         problems.append(f"profiler {spec.profiler!r} must be auto, v1 or v2")
+    for key, names in (("engine.env", spec.env), ("engine.passthrough_env", spec.passthrough_env)):
+        if bad := bad_env_names(names):
+            problems.append(f"{key}: {', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
     if problems:
         raise PlanError("; ".join(problems))
 
@@ -336,7 +353,9 @@ def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
     nodes = []
     for rank in range(spec.nodes):
         argv, keys = render_server_args(spec, rank, row)
-        nodes.append(NodeLaunch(rank, launcher + tuple(argv), _node_env(spec, profile_dir, environ, row, profiler), keys))
+        argv, env = launcher + tuple(argv), _node_env(spec, profile_dir, environ, row, profiler)
+        secrets = Secrets.of_launch(env, argv, spec.passthrough_env)
+        nodes.append(NodeLaunch(rank, argv, env, keys, tuple(sorted(secrets.values))))
     return LaunchPlan(spec, tuple(nodes), row, profiler)
 
 

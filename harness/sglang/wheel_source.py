@@ -88,12 +88,24 @@ def extract_members(wheel: Path, members: tuple[str, ...], dest: Path) -> list[s
     return kept
 
 
+def _complete_members(marker: Path) -> list | None:
+    """The members a complete cache holds, per its marker; None when the marker is missing or unreadable
+    (the cache is then filled again)."""
+    from analysis.api import CONFIG_LIMIT_BYTES, AnalysisError, read_json
+
+    try:
+        data = read_json(marker, CONFIG_LIMIT_BYTES, "a cache marker")
+    except AnalysisError:
+        return None
+    return data.get("members") if isinstance(data, dict) else None
+
+
 def sglang_source_dir(row: SGLangVersion | None = None, cache_root: Path | None = None) -> Path:
     """The folder holding this release's wanted source files (downloaded and extracted on first use)."""
     row = row or load_version()
     target = (cache_root or default_cache_root()) / "sglang-src" / row.version
     marker = target / COMPLETE
-    if marker.exists() and json.loads(marker.read_text()).get("members") == list(wanted_members(row)):
+    if _complete_members(marker) == list(wanted_members(row)):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     wheel = release_wheel(row)

@@ -153,13 +153,18 @@ def detailed_suffix(shape, group, width):
     return text + (f" forward_id={forward_id}" if FORWARD_ID_IN_LABEL else "")
 
 
-def labelled_trace(group, step_batches, step_shapes=None, width=1):
+def labelled_trace(group, step_batches, step_shapes=None, width=1, rank=0):
     """The template trace with this release's step labels: the verify stage's name, and as bs the
     requests this rank's scheduler (DP group) held at each profiled step (the template's step i gets
     profiled step i's batch, the last one repeated when the template has more steps); with
-    step_shapes (detailed annotations asked for), each label also carries the step's aggregates."""
+    step_shapes (detailed annotations asked for), each label also carries the step's aggregates. Each
+    rank's clock is its own: every time is shifted by 7 us per rank (TP, plus 1000 per PP stage), so no
+    two ranks' traces are one."""
     data = json.loads(gzip.decompress(TEMPLATE.read_bytes()))
     events = data["traceEvents"] if isinstance(data, dict) else data
+    for e in events:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] += 7.0 * rank
     for groups in _step_groups(events):
         for i, step in enumerate(groups):
             for e in step:
@@ -184,8 +189,10 @@ def write_trace_files(args, node_rank, event, fail):
         name = f"{prefix}{event['profile_id']}-{label}{event['suffix']}.trace.json.gz"
         tmp = out / (name + ".tmp")
         group = int(label.split("-DP-")[1].split("-")[0]) if "-DP-" in label else 0
+        parts = label.split("-")
+        rank = int(parts[1]) + (1000 * int(parts[parts.index("PP") + 1]) if "PP" in parts else 0)
         tmp.write_bytes(labelled_trace(group, event.get("step_batches"), event.get("step_shapes"),
-                                       event.get("query_width", 1)))
+                                       event.get("query_width", 1), rank))
         tmp.rename(out / name)
         print(f"profile: wrote {out / name}", flush=True)
 
