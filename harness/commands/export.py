@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
 from harness.exports.tables import FORMATS, export_run, load_schema, missing_sources
 from harness.metrics.errors import RunDataError
 
@@ -16,7 +17,7 @@ from harness.metrics.errors import RunDataError
 def register(subparsers) -> None:
     _, specs = load_schema()
     parser = subparsers.add_parser(
-        "export", help="export a run's kernel, step and D4 tables as CSV or Parquet",
+        "export", help=COMMANDS["export"],
         description="Write RUN's analysis tables (kernels_long, steps, d4) with a schema_version column; "
                     "columns are documented in docs/exports.md. Read from RUN/analysis; when a table asked for is "
                     "missing there, all of them come from the run's traces analysed again with the options it "

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from harness.arg_types import positive_float, positive_int
+from harness.commands import COMMANDS
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -23,7 +24,7 @@ REPORT_NAMES = ("kernel_report.md", "kernel_report.html", "kernel_report_files")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="write the kernel-level report (top kernels, speed of light, what-if, Nsight Compute)",
+        "report", help=COMMANDS["report"],
         description="Kernel report from an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run "
                     "directory (its analysis/; without kernels_long.csv there, its traces analysed again with the "
                     "options the run recorded), or trace files (analysed here). SOL columns need --hardware, "

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
 from harness.commands.saved_analysis import SavedAnalysis, open_saved
 from harness.output_dir import OutputError, prepare_output
 
@@ -25,7 +26,7 @@ ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "view", help="write one self-contained HTML page of a run (and annotated traces for Perfetto)",
+        "view", help=COMMANDS["view"],
         description="One HTML page (inline SVG, no script, opens offline): the D4 table (English / Chinese) with its "
                     "self-check verdict, what changed against COMPARE_WITH runs (docs/analysis.md, 'What changed'), "
                     "per-layer bars by group (dense and MoE apart), one step as a timeline (a lane per stream, kernels "
