@@ -57,8 +57,9 @@ def register(subparsers) -> None:
                     "table is printed with the run's notes under it. With a run directory only --out, --overwrite "
                     "and --jobs may be given; to analyse its traces otherwise, give RUN_DIR/traces.")
     p.add_argument("traces", nargs="*", help="trace files or directories, or one run directory")
-    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json "
-                                              "(a new or empty folder; see --overwrite)")
+    p.add_argument("--out", default=None,
+                   help="directory for d4.md, d4.csv, kernels_long.parquet (one row per kernel: docs/exports.md), "
+                        "steps.csv, analysis.json and the other tables (a new or empty folder; see --overwrite)")
     add_overwrite_argument(p)
     p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
     p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")

@@ -1,7 +1,8 @@
 """`moe-harness export RUN --format csv|parquet`: the run's tables with documented columns.
 
-The tables come from RUN/analysis; when a table asked for is not there (the bundled runs leave
-kernels_long.csv out), every table comes from the run's traces analysed again with the options it
+The tables come from RUN/analysis (the kernel table from kernels_long.parquet, or from an older
+analysis's kernels_long.csv); when a table asked for is not there (the bundled runs leave the kernel
+table out), every table comes from the run's traces analysed again with the options it
 recorded (harness/reanalysis.py), so an export never mixes two analyses."""
 from __future__ import annotations
 
