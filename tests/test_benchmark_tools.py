@@ -120,3 +120,22 @@ def test_ingest_bench_refuses_a_before_that_is_not_a_checkout(tmp_path):
     done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--before",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not a checkout of this project" in done.stderr
+
+
+def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_one(tmp_path):
+    """benchmarks/command_bench.py on small generated traces, one round: every case ran, each ratio
+    is against the case it is judged by, and the command wrote every output file."""
+    real_trace(QWEN3_DECODE)
+    done = subprocess.run([sys.executable, "benchmarks/command_bench.py", str(tmp_path / "work"), "--sets",
+                           "repeat,vary,ranks", "--size-mb", "2", "--ranks", "2", "--rank-mb", "1", "--repeat", "1",
+                           "--skip-hta", "--out", str(tmp_path / "bench.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {r["set"]: r for r in json.loads((tmp_path / "bench.json").read_text())["results"]}
+    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader"}
+    assert "x_loader_median_of_ratios" in results["vary"]["summary"]["command"]
+    ranks = results["ranks"]["summary"]
+    assert set(ranks) == {"command", "command-j1"} and "x_command-j1_median_of_ratios" in ranks["command"]
+    assert ranks["command"]["processes"] >= 2  # the ranks' worker processes were seen
+    assert (tmp_path / "work" / "out-repeat" / "command" / "kernels_long.parquet").is_file()
+    assert "load average" in done.stdout
