@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -77,6 +78,11 @@ class Analysis:
     @property
     def failed_checks(self) -> list[CheckRow]:
         return failed(self.checks)
+
+    @functools.cached_property
+    def streams(self) -> list[StreamSummary]:
+        """Busy and exposed time per (rank, stream): streams.csv and the printout, summed once."""
+        return stream_summary(self.kernel_rows)
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -387,7 +393,7 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
              "comm.csv", "checks.csv", ANALYSIS_FILE)
     files = {name: out / name for name in names}
     _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
-    _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
+    _write_structs(files["streams.csv"], analysis.streams, StreamSummary)
     write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)

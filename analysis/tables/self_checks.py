@@ -364,8 +364,7 @@ def _after_layers(used: list[StepRow], by_step: dict, stage: str, limits: dict) 
     if stage == "unknown":
         return CheckRow("after_layers", scope, "not compared", "kernels after the layers", NOT_APPLICABLE,
                         _UNKNOWN_STAGE)
-    empty = [s for s in used if not any(r.section != SECTION_LAYER and r.start_us >= _last_layer_start(by_step, s)
-                                        for r in by_step.get((s.rank, s.step), []))]
+    empty = [s for s in used if not _after_last_layer(by_step.get((s.rank, s.step), []))]
     value = f"after layers empty in {len(empty)} of {len(used)} steps"
     if not used:
         return CheckRow("after_layers", scope, "no steps", "kernels after the layers", NOT_APPLICABLE, "no steps")
@@ -389,9 +388,12 @@ def _after_layers(used: list[StepRow], by_step: dict, stage: str, limits: dict) 
                     "layers' end)")
 
 
-def _last_layer_start(by_step: dict, s: StepRow) -> float:
-    starts = [r.start_us for r in by_step.get((s.rank, s.step), []) if r.section == SECTION_LAYER]
-    return min(starts) if starts else _INF
+def _after_last_layer(rows: list[KernelRow]) -> bool:
+    """A kernel outside the layers starts at or after the earliest start of a layer kernel (the bound
+    is found once per step; it was found again for every such kernel)."""
+    starts = [r.start_us for r in rows if r.section == SECTION_LAYER]
+    first = min(starts) if starts else _INF
+    return any(r.section != SECTION_LAYER and r.start_us >= first for r in rows)
 
 
 def _trimmed(seq: tuple[str, ...]) -> tuple[str, ...]:
