@@ -117,10 +117,50 @@ def apply_changes(run_dir: Path, staging: Path, changes: list[tuple[str, str]]) 
     if TABLE in moving and (run_dir / TABLE).exists() and not (run_dir / NODE_TABLE).exists():
         shutil.copyfile(run_dir / TABLE, staging / NODE_TABLE)
         moving.insert(0, NODE_TABLE)
+    manifest = _manifest_after(run_dir, staging, moving)
     with signals_held():
         for rel in moving:
             (run_dir / rel).parent.mkdir(exist_ok=True)
             os.replace(staging / rel, run_dir / rel)
+        if manifest is not None:
+            os.replace(manifest, run_dir / "manifest.json")
+
+
+def _manifest_after(run_dir: Path, staging: Path, moving: list[str]) -> Path | None:
+    """The run's manifest with the entries (bytes, sha256) of the files this script writes (analysis/'s,
+    table.md) brought up to what they hold after this run, and a `reanalysed` entry naming them,
+    written into staging; None for a run without a manifest, or when every entry is already right."""
+    import datetime
+    import hashlib
+
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    entries = {e.get("path"): e for e in manifest.get("files") or [] if isinstance(e, dict)}
+    ours = ({rel for rel in entries if rel == TABLE or str(rel).startswith("analysis/")} | set(moving)) - {NODE_TABLE}
+    updated = []
+    for rel in sorted(ours):
+        source = staging / rel if rel in moving else run_dir / rel
+        if not source.is_file():
+            continue  # left out of the bundle (kernels_long.csv): its entry stays the run's
+        data = source.read_bytes()
+        entry = {"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if rel not in entries:
+            manifest.setdefault("files", []).append(entry)
+        elif entries[rel].get("sha256") != entry["sha256"]:
+            entries[rel].update(entry)
+        else:
+            continue
+        updated.append(rel)
+    if not updated:
+        return None
+    manifest["reanalysed"] = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                              "by": "benchmarks/reanalyse_run_dir.py",
+                              "files": sorted(set((manifest.get("reanalysed") or {}).get("files", [])) | set(updated))}
+    out = staging / "manifest.json"
+    out.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
 
 
 def reanalyse_run_dir(run_dir: Path, leave_out: set[str], check: bool) -> list[tuple[str, str]]:

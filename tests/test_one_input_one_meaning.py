@@ -93,3 +93,19 @@ def test_an_event_far_outside_its_step_fails_a_self_check_naming_the_file(tmp_pa
     err = capsys.readouterr().err
     assert "--strict: self-check failed: kernel_durations" in err or "kernel_durations (" in err
     assert any(line.startswith(f"warning: {moved} ") and "kernel_durations failed" in line for line in err.splitlines())
+
+
+def test_a_dependent_launch_inside_the_kernel_it_waits_for_is_not_a_duplicate():
+    """Real: on two H100s SGLang's quantisation kernel starts (programmatic dependent launch) and waits
+    inside flashinfer's fused all-reduce on the same stream, 99.9% of it over the all-reduce; two
+    different kernels, one trace, which loads."""
+    from analysis.ingest.trace_loader import load_trace
+
+    ep = DATA / "ep"
+    trace = load_trace(str(ep / "sglang-0.5.17-dsv3-4l-fp8-h100x2-ep-noa2a-eager-TP-0-EP-0-decode.trace.json.gz"))
+    by_stream: dict[int, list] = {}
+    for k in trace.kernels:
+        by_stream.setdefault(k.stream, []).append(k)
+    over = [(a, b) for ks in by_stream.values() for a, b in zip(ks, ks[1:]) if b.name != a.name and
+            min(a.start_us + a.dur_us, b.start_us + b.dur_us) - b.start_us > 0.9 * min(a.dur_us, b.dur_us)]
+    assert over  # the case is in the file: one kernel over more than 90% of the other on its stream

@@ -7,6 +7,7 @@ tables is tests/test_ray_job_real.py's and the run tests' business.)"""
 from __future__ import annotations
 
 import re
+import hashlib
 
 import json
 import shutil
@@ -167,7 +168,17 @@ def test_the_maintenance_script_rewrites_only_what_changed_and_keeps_the_nodes_t
     assert f"{run_dir / 'analysis' / 'kernels_long.parquet'}: left out" in out
     now = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert now.pop(run_dir / NODE_TABLE) == older[table]  # the node's own table, kept for the record
+    manifest = json.loads(now.pop(run_dir / "manifest.json"))
+    before = json.loads(current.pop(run_dir / "manifest.json"))
     assert now == current  # the rest as today's analysis writes it; nothing else touched, nothing left behind
+    # the manifest's entries of the rewritten files follow them (commands check a table against them);
+    # the rest of the manifest is the run's
+    assert {"analysis/d4.csv", "table.md"} <= set(manifest.pop("reanalysed")["files"])
+    listed = {e["path"]: e["sha256"] for e in manifest["files"]}
+    assert listed["analysis/d4.csv"] == hashlib.sha256(d4.read_bytes()).hexdigest()
+    assert listed["table.md"] == hashlib.sha256(table.read_bytes()).hexdigest()
+    before.pop("reanalysed", None)
+    assert {k: v for k, v in manifest.items() if k != "files"} == {k: v for k, v in before.items() if k != "files"}
 
     assert reanalyse_run_dir(args) == 0  # once more: nothing to do, the node's table stays the first one
     assert "rewritten" not in capsys.readouterr().out and (run_dir / NODE_TABLE).read_bytes() == older[table]

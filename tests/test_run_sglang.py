@@ -18,6 +18,7 @@ from harness.run import run
 from harness.scenario import parse_scenario
 from harness.scenario_sol import sol_settings_for
 from conftest import real_trace
+from tests.ports import free_port_run
 from tests.ray_cluster import two_node_cluster
 from tests.run_dir_reanalysis import assert_analyze_reproduces
 from prom_fixture import prom_stack  # noqa: F401  (session fixture: a real Pushgateway)
@@ -44,7 +45,7 @@ def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_time
               cluster: dict | None = None, analysis: dict | None = None, **engine_env: str):
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
-    data["engine"]["port"] = _free_port()
+    data["engine"]["port"] = free_port_run(8)  # node r serves on port + r
     data["engine"]["dist_init_port"] = _free_port()  # node 0 meets the others there: never a fixed port
     data["engine"].update(engine or {})
     data["profile"].update(profile or {})
@@ -462,6 +463,29 @@ def test_a_prefill_heavy_load_still_gives_the_decode_trace(cluster, env, tmp_pat
     names = [p.name for p in (run_dir / "traces").iterdir()]
     assert len(names) == 1 and names[0].endswith("-TP-0-DECODE.trace.json.gz")
     assert not list((tmp_path / "nodes").rglob("*EXTEND*")), "a prefill was captured"
+
+
+def test_when_ages_never_line_up_the_batch_is_admitted_again_whole(cluster, env, tmp_path, monkeypatch):
+    """A prefill-heavy load on a 0.5.23 server whose classic profiler waits for a decode batch of 8
+    (SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS): when the moment of 8 requests with the window's tokens still
+    to come does not come (here the wait for it is cut to nothing, as a slow machine did), settling for one
+    young request left a batch that shrank below 8 and no capture ever started. The window lets the batch
+    finish and admits it whole again instead, and the profiled steps run all 8 requests."""
+    from harness.sglang import profile as sglang_profile
+
+    monkeypatch.setattr(sglang_profile, "AGES_LINE_UP_WAIT_S", 0.0)
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.23", FAKE_SGLANG_PREFILL_CHUNK="1",
+                               profile={"sglang_profiler": "v1"}, cluster={"nodes": 1, "gpus_per_node": 1},
+                               engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
+                                       "deepep_mode": None, "speculative": None})
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["output_len"] = 12
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scenario = parse_scenario(path.read_text(), str(path))
+    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["profile"]["whole_batch_outlasts_window"] is True and manifest["profile"]["running_at_start"] == 8
 
 
 def test_a_server_without_tokenizer_gets_token_id_requests(cluster, env, tmp_path):

@@ -22,6 +22,7 @@ from harness.run_errors import RunFailed
 from harness.sglang.plan import DeploymentSpec, SpeculativeSpec, build_plan
 from harness.sglang.profile import post_json, profile_decode, start_profile_body
 from harness.sglang.server_actor import DeploymentError, launch
+from tests.ports import free_port_run
 from tests.ray_cluster import two_node_cluster
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ def _free_port():
 def _spec(nodes=2, gpus=2, profiler="auto", **env):
     parallel = dict(dp=nodes * gpus, ep=nodes * gpus, dp_attention=True, moe_a2a_backend="deepep",
                     deepep_mode="low_latency") if nodes * gpus > 1 else {}
-    return DeploymentSpec(model_path="fake/ds", nodes=nodes, gpus_per_node=gpus, host="127.0.0.1", port=_free_port(),
+    return DeploymentSpec(model_path="fake/ds", nodes=nodes, gpus_per_node=gpus, host="127.0.0.1", port=free_port_run(8),
                           dist_init_port=_free_port(),
                           speculative=SpeculativeSpec("EAGLE", 2, 1, 3), launcher=(sys.executable, FAKE),
                           profiler=profiler, passthrough_env=(), **parallel,

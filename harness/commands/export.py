@@ -61,4 +61,5 @@ def _export_reanalysed(args: argparse.Namespace, tables: tuple[str, ...] | None,
     with reanalysed(args.run) as (run, _, adir):
         print(f"note: {missing} not found: exporting from the run's {len(run.traces)} trace(s) analysed again "
               f"with the options it recorded", file=sys.stderr)
-        return export_run(adir.parent, args.format, args.out or Path(args.run) / "exports", tables, args.overwrite)
+        return export_run(adir.parent, args.format, args.out or Path(args.run) / "exports", tables, args.overwrite,
+                          fresh=True)

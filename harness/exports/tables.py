@@ -189,12 +189,14 @@ def missing_sources(run_dir: str | Path, tables: tuple[str, ...] | None = None) 
 
 
 def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
-               tables: tuple[str, ...] | None = None, overwrite: bool = False) -> list[Path]:
+               tables: tuple[str, ...] | None = None, overwrite: bool = False, fresh: bool = False) -> list[Path]:
     """Write each table as <out_dir>/<table>.<fmt>; default out_dir is RUN/exports.
 
     The folder may hold other files (left alone); an export file is replaced only with `overwrite`
     and only while it is the one this command wrote (harness/output_dir.py): a user's file, or an
-    export edited since, is never replaced. Everything is refused before any table is read."""
+    export edited since, is never replaced. Everything is refused before any table is read. `fresh`: the
+    tables were written just now by this process (a run analysed again into a temporary folder), so
+    there is no run record to check them against."""
     from harness.output_dir import prepare_output
 
     if fmt not in FORMATS:
@@ -210,7 +212,8 @@ def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,
     from harness.recorded_files import RecordError, run_record
 
     try:
-        run_record(run_dir)  # the tables are checked against it: a run without a manifest is refused
+        if not fresh:
+            run_record(run_dir)  # the tables are checked against it: a run without a manifest is refused
     except RecordError as exc:
         raise RunDataError(run_dir, str(exc).removeprefix(f"{run_dir}: ")) from None
     out = Path(out_dir) if out_dir else run_dir / "exports"

@@ -65,6 +65,9 @@ def _server_says(dep: "Deployment") -> str:
     return lines[-1].strip() if lines else "(no reason in node 0's log tail)"
 
 
+AGES_LINE_UP_WAIT_S = 60.0  # the most the window waits for running requests' ages to line up by themselves
+
+
 def _wait(dep: "Deployment", load, done, timeout_s: float, too_long: str) -> None:
     """Poll `done()` fast; a dead node or a failed request ends the wait at once (checked every 0.25 s)."""
     deadline, polls = time.monotonic() + timeout_s, 0
@@ -86,19 +89,32 @@ def drain_prefills(dep: "Deployment", load, timeout_s: float, tokens_needed: int
     The pause waits first for the whole batch (`batch` requests in flight) to have `window_tokens` still
     to come each, so no request ends inside the profiled window and every step runs the scenario's
     batch; where request ages are spread too widely for such a moment to come soon (up to a third of
-    timeout_s, at most a minute), it settles for a young request (`tokens_needed` still to come), so the
-    batch at least outlives the profiled steps. Returns whether the whole batch outlasts the window."""
+    timeout_s, at most a minute), it lets the batch finish and admits it again all at once (SGLang
+    0.5.20+'s classic profiler starts a decode capture only at a whole batch); only where the output is
+    shorter than the window does it settle for a young request (`tokens_needed` still to come). Returns
+    whether the whole batch outlasts the window."""
     def whole_batch_lasts() -> bool:
         in_flight, fewest = load.fewest_tokens_left()
         return in_flight >= batch > 0 and fewest >= window_tokens
 
     try:
-        _wait(dep, load, whole_batch_lasts, min(timeout_s / 3, 60.0), "")
+        _wait(dep, load, whole_batch_lasts, min(timeout_s / 3, AGES_LINE_UP_WAIT_S), "")
         steady = True
     except RunFailed as exc:
         if str(exc):  # a dead node or a failed request, not the time-out
             raise
         steady = False
+    if not steady and window_tokens and load.output_len >= window_tokens:
+        # Ages never lined up (a prefill-heavy load keeps them spread): let the batch run out, then admit
+        # it whole at once, so every request starts together and outlasts the window.
+        load.pause()
+        _wait(dep, load, lambda: load.fewest_tokens_left()[0] == 0, timeout_s,
+              f"the running requests did not finish within {timeout_s:.0f} s of new ones being paused "
+              "(profile.timeout_s)")
+        load.resume()
+        _wait(dep, load, whole_batch_lasts, timeout_s,
+              f"the load did not bring {batch} requests back in flight within {timeout_s:.0f} s (profile.timeout_s)")
+        steady = True
     if not steady:
         _wait(dep, load, lambda: load.most_tokens_left() >= tokens_needed, timeout_s,
               f"no running request had {tokens_needed} tokens still to come within {timeout_s:.0f} s "
