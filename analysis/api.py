@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import os
 import re
 import tempfile
@@ -18,6 +19,7 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
+from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.tables.load_compare import compare_with_load
 from analysis.tables.step_time import with_step_time
@@ -77,6 +79,11 @@ class Analysis:
     def failed_checks(self) -> list[CheckRow]:
         return failed(self.checks)
 
+    @functools.cached_property
+    def streams(self) -> list[StreamSummary]:
+        """Busy and exposed time per (rank, stream): streams.csv and the printout, summed once."""
+        return stream_summary(self.kernel_rows)
+
 
 def expand_paths(paths: list[str]) -> list[str]:
     """Files as given; a directory stands for the trace files directly inside it."""
@@ -116,7 +123,7 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
     elif capture_refs:
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
     trace = load_trace(path, rank=rank)
-    options = dataclasses.replace(rank_options, notes=[], chains={})
+    options = dataclasses.replace(rank_options, notes=[], chains={}, release_kernels=True)
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
     return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains, trace.content_key
 
@@ -344,12 +351,12 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
-def _atomic_write(path: Path, write) -> None:
+def _atomic_write(path: Path, write, binary: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; the rest of a run follows the umask
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             write(fh)
         os.replace(tmp, path)
     except BaseException:
@@ -369,9 +376,9 @@ def _write_structs(path: Path, rows: list, cls) -> None:
     _atomic_write(path, write)
 
 
-def write_kernel_rows_csv(path: Path, rows: list[KernelRow]) -> None:
-    """kernels_long.csv of these rows (as write_outputs writes it)."""
-    _write_structs(Path(path), rows, KernelRow)
+def write_kernel_table_file(path: Path, rows: list[KernelRow]) -> None:
+    """kernels_long.parquet of these rows (as write_outputs writes it)."""
+    _atomic_write(Path(path), lambda fh: write_kernel_table(fh, rows), binary=True)
 
 
 def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
@@ -379,15 +386,15 @@ def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> No
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
-    """d4.md, d4.csv, d4_detail.csv, kernels_long.csv, steps.csv, streams.csv, problems.csv, comm.csv, checks.csv,
-    analysis.json."""
+    """d4.md, d4.csv, d4_detail.csv, kernels_long.parquet, steps.csv, streams.csv, problems.csv, comm.csv,
+    checks.csv, analysis.json."""
     out = Path(out_dir)
-    names = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "problems.csv",
+    names = ("d4.md", "d4.csv", "d4_detail.csv", KERNEL_TABLE, "steps.csv", "streams.csv", "problems.csv",
              "comm.csv", "checks.csv", ANALYSIS_FILE)
     files = {name: out / name for name in names}
     _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
-    _write_structs(files["streams.csv"], stream_summary(analysis.kernel_rows), StreamSummary)
-    _write_structs(files["kernels_long.csv"], analysis.kernel_rows, KernelRow)
+    _write_structs(files["streams.csv"], analysis.streams, StreamSummary)
+    write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)
     _write_structs(files["checks.csv"], analysis.checks, CheckRow)
@@ -479,7 +486,9 @@ _DOOR: dict[str, tuple[str, str]] = {
     "load_request_chunks": ("analysis.ingest.load_records", "load_request_chunks"),
     **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
-    "read_kernel_rows": ("analysis.tables.kernel_rows_csv", "read_kernel_rows"),
+    **{name: ("analysis.tables.kernel_table", name) for name in (
+        "KERNEL_TABLES", "OLDER_KERNEL_TABLE", "kernel_table_in", "read_kernel_rows")},
+    "read_parquet_table": ("analysis.tables.parquet_reader", "read_parquet_file"),
     "check_profiled_batch": ("analysis.tables.profiled_batch", "check_profiled_batch"),
     **{name: ("analysis.report.kernel_report", name) for name in ("ReportInputs", "build_report", "write_report")},
     **{name: ("analysis.report.ncu", name) for name in ("classify", "load_metric_config", "read_ncu_csv")},

@@ -11,8 +11,14 @@ the profiler span and instant events are written once, at the end, as the profil
 The work is textual (templates with numeric slots), so the output is byte-for-byte the layout of
 the source; the source is only parsed to check that the result is valid JSON in tests.
 
+`--steps vary`: a trace whose steps never repeat a chain, the worst case for the analysis (it names
+a chain's layers once per distinct chain): the batch size changes every step (copy i runs batch
+i + 1: its step labels say so) and, as cuBLAS picks another GEMM kernel for another shape, each
+step's nvjet GEMM kernels carry its batch size in their names (`..._TNN_b17`); their kernel class
+and family stay those of the source's (kernel_classes.yaml, kernel_families.yaml).
+
 Usage:
-    python benchmarks/make_large_trace.py OUT_DIR [--size-mb 400] [--gzip] [--source TRACE]
+    python benchmarks/make_large_trace.py OUT_DIR [--size-mb 400] [--gzip] [--source TRACE] [--steps repeat|vary]
 Prints the paths written. OUT_DIR must be outside the repository (outputs are large).
 """
 from __future__ import annotations
@@ -40,6 +46,12 @@ _SLOT = re.compile(r'"(ts|id|correlation|External id|Python id|Python parent id|
 _EVENTS_OPEN = re.compile(r'"traceEvents": \[\n')
 _EVENTS_CLOSE = "\n  ]"
 _BLOCK_SEP = "\n  },\n  {\n"
+STEPS = ("repeat", "vary")  # every step the source's chain, or each step its own (batch size, GEMM names)
+_GEMM_NAME = re.compile(r'("name": "nvjet_[A-Za-z0-9_]+)"')
+_BATCH_LABEL = re.compile(r"bs=\d+\]")  # step[DECODE bs=16]
+# execute_16_context_0(...)_generation_16(sq16sk8193sqsq16sqsk8193): requests, then per phase the query
+# tokens summed (sq), their squares summed (sqsq); a decode request computes one token
+_EXECUTE_LABEL = re.compile(r"execute_\d+_(context_0\([^)]*\))_generation_\d+\(sq\d+(sk\d+)sqsq\d+(sqsk\d+)\)")
 
 
 @dataclass
@@ -113,6 +125,14 @@ def _shifts(template: _Template, blocks: list[str]) -> tuple[dict[str, int], flo
     return widths, period_us
 
 
+def _varied(text: str, batch: int) -> str:
+    """A copy's text as a step of `batch` requests: its labels' batch and its GEMM kernels' names."""
+    text = _GEMM_NAME.sub(lambda m: f'{m.group(1)}_b{batch}"', text)
+    text = _BATCH_LABEL.sub(f"bs={batch}]", text)
+    return _EXECUTE_LABEL.sub(lambda m: f"execute_{batch}_{m.group(1)}_generation_{batch}(sq{batch}{m.group(2)}"
+                                        f"sqsq{batch}{m.group(3)})", text)
+
+
 def _copy_text(template: _Template, copy: int, widths: dict[str, int], period_us: int, clock_us: int = 0) -> str:
     parts = [template.literals[0]]
     for slot, literal in zip(template.slots, template.literals[1:]):
@@ -141,10 +161,14 @@ def _fix_once_blocks(blocks: list[str], total_span_us: int) -> list[str]:
     return fixed
 
 
-def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: bool, rank: int = 0) -> list[Path]:
+def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: bool, rank: int = 0,
+                      steps: str = "repeat") -> list[Path]:
     """Write the synthetic trace (and optionally its gzip) into out_dir; return the paths. `rank` names
     the file TP-<rank> and shifts its clock by 7 us per rank: each rank's trace is its own (the
-    analysis refuses one trace given twice)."""
+    analysis refuses one trace given twice). `steps`: "repeat" the source's step, or "vary" (module
+    docstring)."""
+    if steps not in STEPS:
+        raise ValueError(f"steps must be one of {', '.join(STEPS)}, not {steps!r}")
     with gzip.open(source, "rt", encoding="utf-8") if source.suffix == ".gz" else open(source, encoding="utf-8") as fh:
         text = fh.read()
     header, blocks, closing = _split_source(text)
@@ -156,14 +180,15 @@ def write_large_trace(source: Path, out_dir: Path, size_mb: float, write_gzip: b
     copies = max(1, math.ceil(size_mb * 1e6 / copy_bytes))
     once_text = _BLOCK_SEP.join(_fix_once_blocks(once_blocks, (copies - 1) * period_us))
 
-    stem = f"synthetic-{copies}steps-TP-{rank}-DECODE.trace"
+    stem = f"synthetic-{copies}steps{'-varied' if steps == 'vary' else ''}-TP-{rank}-DECODE.trace"
     json_path = out_dir / f"{stem}.json"
     tmp_path = out_dir / f".{stem}.json.partial"
     with open(tmp_path, "w", encoding="utf-8", newline="") as out:
         out.write(header)
         out.write("  {\n")
         for copy in range(copies):
-            out.write(_copy_text(template, copy, widths, period_us, 7 * rank))
+            text = _copy_text(template, copy, widths, period_us, 7 * rank)
+            out.write(_varied(text, copy + 1) if steps == "vary" else text)
             out.write(_BLOCK_SEP)
         out.write(once_text)
         out.write("\n  }")
@@ -192,13 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=float, default=400.0, help="target uncompressed size in MB (1e6 bytes)")
     parser.add_argument("--gzip", action="store_true", help="also write a .json.gz of the same trace")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="real decode trace to replicate")
+    parser.add_argument("--steps", choices=STEPS, default="repeat",
+                        help="repeat: every step the source's; vary: the batch size and GEMM kernel names change "
+                             "every step, so no two steps share a chain (default: repeat)")
+    parser.add_argument("--rank", type=int, default=0, help="the rank the file is named for (its own clock)")
     args = parser.parse_args(argv)
     if not _outside_repo(args.out_dir):
         parser.error(f"{args.out_dir}: refusing to write large files inside the repository")
     if not args.source.exists():
         parser.error(f"{args.source}: source trace not found (pass --source)")
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for path in write_large_trace(args.source, args.out_dir, args.size_mb, args.gzip):
+    for path in write_large_trace(args.source, args.out_dir, args.size_mb, args.gzip, args.rank, args.steps):
         print(path)
     return 0
 

@@ -12,8 +12,8 @@ written into a hidden folder inside the run directory and each is renamed into p
 and SIGTERM held during the renames.
 
 Usage:
-    python benchmarks/reanalyse_run_dir.py RUN_DIR [RUN_DIR ...] [--leave-out kernels_long.csv] [--check]
---leave-out: a file of analysis/ not written (the bundled runs leave kernels_long.csv out: size);
+    python benchmarks/reanalyse_run_dir.py RUN_DIR [RUN_DIR ...] [--leave-out kernels_long.parquet] [--check]
+--leave-out: a file of analysis/ not written (the bundled runs leave the kernel table out: size);
 --check: write nothing, list what would change, exit 1 if anything would.
 """
 from __future__ import annotations
@@ -59,10 +59,17 @@ def _same_json(a, b) -> bool:
 
 
 def same_content(old: Path, new: Path) -> bool:
-    """The same bytes, or (CSV, JSON) the same cells with numbers equal to REL_TOL."""
+    """The same bytes, or (CSV, JSON, Parquet) the same cells with numbers equal to REL_TOL."""
     a, b = old.read_bytes(), new.read_bytes()
     if a == b:
         return True
+    if new.suffix == ".parquet":
+        from analysis.tables.parquet_reader import read_parquet
+
+        table_a, table_b = read_parquet(a, len(a) * 1000), read_parquet(b, len(b) * 1000)
+        return table_a.kinds == table_b.kinds and table_a.rows == table_b.rows and all(
+            all(same_cell(repr(x), repr(y)) for x, y in zip(table_a.columns[name], table_b.columns[name]))
+            for name in table_a.kinds)
     if new.suffix == ".csv":
         rows_a, rows_b = (list(csv.reader(io.StringIO(x.decode()))) for x in (a, b))
         return len(rows_a) == len(rows_b) and all(

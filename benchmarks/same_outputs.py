@@ -6,7 +6,9 @@ on the import path) on every bundled trace (tests/data) and every public real tr
 the tests find them, plus the accuracy report (benchmarks/accuracy/report.py; its commit counts,
 which are history, are masked), and compares the outputs file by file: byte for byte, except that
 CSV columns which only the second checkout writes (`--new-columns`) are dropped from its side
-before comparing.
+before comparing, and a table whose format changed (NEW_FORMATS: the kernel table, kernels_long.csv
+before and kernels_long.parquet since) is compared as the CSV text the older writer would have
+written from the newer file's rows.
 
 Usage:
     python benchmarks/same_outputs.py BEFORE_CHECKOUT AFTER_CHECKOUT WORK_DIR [--new-columns role,rule]
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -28,6 +31,9 @@ if __package__ in (None, ""):
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
 
 _TIMEOUT_S = 600
+# A table that changed format: its older name -> its newer name. The newer file is read and written
+# again as the older writer did (the csv module, one column per field), then compared as text.
+NEW_FORMATS = {"kernels_long.csv": "kernels_long.parquet"}
 # The accuracy report counts the commits since each case was added: history, not analysis output.
 _HISTORY = re.compile(r"\d+ commits? changed analysis/ since \(last [^)]*\)")
 
@@ -63,18 +69,61 @@ def _csv_without(text: str, columns: set[str]) -> str:
     return out.getvalue()
 
 
+def _as_older_csv(path: Path) -> bytes:
+    """A Parquet table's rows as the csv module writes them (None as an empty cell), header first."""
+    from analysis.tables.parquet_reader import read_parquet
+
+    data = path.read_bytes()
+    table = read_parquet(data, max(len(data), 1) * 1000)
+    out = io.StringIO(newline="")
+    writer = csv.writer(out)
+    writer.writerow(list(table.columns))
+    writer.writerows(["" if v is None else v for v in row] for row in zip(*table.columns.values()))
+    return out.getvalue().encode()
+
+
+def _newer_format(before: Path, after: Path, names_before: set[Path], names_after: set[Path]) -> dict[Path, Path]:
+    """Older-format file of `before` -> its newer-format file in `after`, where the change is exactly that."""
+    pairs = {}
+    for name in names_before:
+        newer = name.with_name(NEW_FORMATS.get(name.name, name.name))
+        if newer != name and name not in names_after and newer in names_after and newer not in names_before:
+            pairs[name] = newer
+    return pairs
+
+
+def _is_marker(name: Path) -> bool:
+    return name.name.startswith(".moe-harness-") and name.suffix == ".json"
+
+
+def _marker_without_new_formats(data: bytes) -> dict:
+    """An output marker (harness/output_marker.py) less the entries of tables that changed format:
+    their hashes differ by the format; every other file's must match."""
+    marker = json.loads(data)
+    files = marker.get("files", {})
+    marker["files"] = {k: v for k, v in files.items() if Path(k).name not in (*NEW_FORMATS, *NEW_FORMATS.values())}
+    return marker
+
+
 def compare_dirs(before: Path, after: Path, new_columns: set[str]) -> list[str]:
     """One line per file that differs, is missing, or is new."""
     differences = []
     names_before = {p.relative_to(before) for p in before.rglob("*") if p.is_file()}
     names_after = {p.relative_to(after) for p in after.rglob("*") if p.is_file()}
+    for old_name, new_name in _newer_format(before, after, names_before, names_after).items():
+        names_before.discard(old_name)
+        names_after.discard(new_name)
+        old_text = _csv_without((before / old_name).read_bytes().decode(), set())
+        new_text = _csv_without(_as_older_csv(after / new_name).decode(), new_columns)
+        if old_text != new_text:
+            differences.append(f"{after / new_name}: differs from {before / old_name} (as the older format)")
     for name in sorted(names_before - names_after):
         differences.append(f"{before / name}: missing after")
     for name in sorted(names_after - names_before):
         differences.append(f"{after / name}: new after")
     for name in sorted(names_before & names_after):
         old, new = (before / name).read_bytes(), (after / name).read_bytes()
-        if old == new:
+        if old == new or (_is_marker(name) and _marker_without_new_formats(old) == _marker_without_new_formats(new)):
             continue
         if name.suffix == ".csv":
             old_text = _csv_without(old.decode(), set())

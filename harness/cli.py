@@ -1,28 +1,29 @@
-"""`moe-harness` command line: one sub-command per module under harness/commands/."""
+"""`moe-harness` command line: one sub-command per module under harness/commands/.
+
+Why the parser is built lazily: a command module imports what its command needs (the scenario
+schema and pydantic for `run`, the report code for `report`), and building every command's parser
+made `analyze` pay for all of them. Only the module of the command being run is imported to build
+its full parser; the others appear as their one-line summaries (harness/commands/__init__.py).
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
-# Each entry is a module exposing `register(subparsers)`; the parser it adds sets `func`.
-COMMAND_MODULES = [
-    "harness.commands.analyze",
-    "harness.commands.compare",
-    "harness.commands.validate",
-    "harness.commands.run",
-    "harness.commands.plan",
-    "harness.commands.export",
-    "harness.commands.metrics",
-    "harness.commands.report",
-    "harness.commands.view",
-    "harness.commands.ncu",
-    "harness.commands.learn_signature",
-    "harness.commands.calibrate",
-]
+from harness.commands import COMMANDS, module_of
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: list[str]) -> str | None:
+    """The command a command line runs: its first word, when that names one (the top-level parser
+    has no option that takes a value, so nothing before the command can be an option's value)."""
+    first = next((word for word in argv if word != "--"), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for this command line: the chosen command's in full (its module imported), every
+    other command as its summary. argv None: every command in full (for tools that list them all)."""
     from harness.arg_types import OneLineParser
 
     parser = OneLineParser(
@@ -30,8 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark harness for distributed MoE serving: traces in, per-layer D4 tables out.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    chosen = chosen_command(argv) if argv is not None else None
+    for name, summary in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module_of(name)).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
@@ -39,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a traceback
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

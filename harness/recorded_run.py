@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.run_dir import MANIFEST
-from harness.scenario import REPO_ROOT, Scenario, ScenarioError, parse_scenario
+
+if TYPE_CHECKING:  # the schema (pydantic) loads only when a run directory is read: `analyze` asks is_run_dir
+    from harness.scenario import Scenario
 
 SCENARIO = "scenario.yaml"  # the resolved scenario, written first by harness/run.py
 TRACES = "traces"
@@ -76,6 +79,8 @@ def _scenario(run_dir: Path) -> Scenario:
     folder when it is there, else from this checkout's root: a Ray job runs in a copy of the repository."""
     import yaml
 
+    from harness.scenario import ScenarioError, parse_scenario
+
     path = run_dir / SCENARIO
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no {SCENARIO} (the scenario the run resolved; harness/run.py writes it first)")
@@ -96,6 +101,8 @@ def _scenario(run_dir: Path) -> Scenario:
 
 def _from_checkout(value) -> str | None:
     """A relative YAML path that is not under the current folder but is in this checkout, made absolute."""
+    from harness.scenario import REPO_ROOT
+
     if not isinstance(value, str) or not value.endswith((".yaml", ".yml")) or Path(value).is_absolute():
         return None
     if Path(value).exists() or not (REPO_ROOT / value).is_file():

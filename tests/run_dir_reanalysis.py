@@ -14,7 +14,7 @@ REPORT_FILES = {"kernel_report.md", "kernel_report.html"}  # `report` writes bes
 def assert_analyze_reproduces(run_dir: Path, out: Path, capsys, left_out: frozenset[str] = frozenset()) -> str:
     """Runs `analyze RUN_DIR --out out`; asserts the same files and table; returns what it printed.
 
-    left_out: files the run directory does not keep (the bundled real runs leave kernels_long.csv out)."""
+    left_out: files the run directory does not keep (the bundled real runs leave the kernel table out)."""
     capsys.readouterr()
     assert main(["analyze", str(run_dir), "--out", str(out)]) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out

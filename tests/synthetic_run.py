@@ -78,7 +78,9 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO) -> Path:
+def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO, kernel_table: str = "parquet") -> Path:
+    """kernel_table: "parquet" (kernels_long.parquet, as analyses write it now) or "csv" (the
+    kernels_long.csv of a run analysed before the Parquet table)."""
     run_dir = Path(root) / run_id
     (run_dir / "analysis").mkdir(parents=True)
     (run_dir / "load").mkdir()
@@ -100,8 +102,13 @@ def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO) -> Path:
                 group="other", module="lm_head", kernel="gemm", kernel_name="lm_head_gemm", stream=7,
                 start_us=t, busy_us=50.0, exposed_us=50.0, source="signature"))
     long_fields = list(KernelRow.__struct_fields__)
-    _write_csv(run_dir / "analysis" / "kernels_long.csv", long_fields,
-               [{f: getattr(r, f) for f in long_fields} for r in long_rows])
+    if kernel_table == "csv":
+        _write_csv(run_dir / "analysis" / "kernels_long.csv", long_fields,
+                   [{f: getattr(r, f) for f in long_fields} for r in long_rows])
+    else:
+        from analysis.api import KERNEL_TABLE, write_kernel_table_file
+
+        write_kernel_table_file(run_dir / "analysis" / KERNEL_TABLE, long_rows)
 
     step_rows = []
     for rank in RANKS:

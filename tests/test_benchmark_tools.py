@@ -42,6 +42,54 @@ def test_compare_dirs_reports_a_changed_value_a_missing_and_a_new_file(tmp_path)
     assert any("new.csv: new after" in line for line in found)
 
 
+def _kernel_tables(before: Path, after: Path, rows, changed=None) -> None:
+    """before: the kernels_long.csv the older analysis wrote; after: kernels_long.parquet of `changed`
+    rows (default the same), and both folders' output markers."""
+    from analysis.api import write_kernel_table_file
+    from kernel_tables import write_older_csv
+    from harness.output_marker import files_in, marker_path, marker_text
+
+    before.mkdir(parents=True, exist_ok=True)
+    after.mkdir(parents=True, exist_ok=True)
+    write_older_csv(before / "kernels_long.csv", rows)
+    write_kernel_table_file(after / "kernels_long.parquet", changed or rows)
+    for folder in (before, after):
+        _write(folder, "d4.md", "same\n")
+        marker_path(folder, "analyze").write_text(marker_text(files_in(folder)))
+
+
+def _kernel_rows():
+    from analysis.attribution.rows import KernelRow
+
+    return [KernelRow("run", "TP0", i, "decode", "layer", i, 0, "moe", "experts", "gemm", f"void k<{i % 2}>(a, b)", 7,
+                      1.5e12 + i / 3, 2.5, 0.1 * i, "structure", "experts", "kernel_classes.yaml:gemm")
+            for i in range(20)]
+
+
+def test_compare_dirs_reads_the_new_kernel_table_as_the_older_csv(tmp_path):
+    """The kernel table's new format is the one expected difference: the same rows are no difference,
+    the markers' other entries still count."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    _kernel_tables(before, after, _kernel_rows())
+    assert compare_dirs(before, after, set()) == []
+    from harness.output_marker import files_in, marker_path, marker_text
+
+    (after / "d4.md").write_text("other\n")
+    marker_path(after, "analyze").write_text(marker_text(files_in(after)))
+    found = compare_dirs(before, after, set())
+    assert len(found) == 2 and any("d4.md: differs" in line for line in found)  # the file, and its marker entry
+
+
+def test_compare_dirs_finds_a_changed_value_in_the_new_kernel_table(tmp_path):
+    import msgspec
+
+    rows = _kernel_rows()
+    changed = [*rows[:-1], msgspec.structs.replace(rows[-1], exposed_us=rows[-1].exposed_us + 1e-9)]
+    _kernel_tables(tmp_path / "before", tmp_path / "after", rows, changed)
+    found = compare_dirs(tmp_path / "before", tmp_path / "after", set())
+    assert len(found) == 1 and "kernels_long.parquet: differs" in found[0] and "as the older format" in found[0]
+
+
 def _bench_against_itself(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     """ingest_bench --before this checkout, on a 2 MB generated trace, one run each."""
     real_trace(QWEN3_DECODE)  # the generated trace repeats a real step (skipped when absent)
@@ -72,3 +120,22 @@ def test_ingest_bench_refuses_a_before_that_is_not_a_checkout(tmp_path):
     done = subprocess.run([sys.executable, "benchmarks/ingest_bench.py", str(tmp_path / "work"), "--before",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "not a checkout of this project" in done.stderr
+
+
+def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_one(tmp_path):
+    """benchmarks/command_bench.py on small generated traces, one round: every case ran, each ratio
+    is against the case it is judged by, and the command wrote every output file."""
+    real_trace(QWEN3_DECODE)
+    done = subprocess.run([sys.executable, "benchmarks/command_bench.py", str(tmp_path / "work"), "--sets",
+                           "repeat,vary,ranks", "--size-mb", "2", "--ranks", "2", "--rank-mb", "1", "--repeat", "1",
+                           "--skip-hta", "--out", str(tmp_path / "bench.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {r["set"]: r for r in json.loads((tmp_path / "bench.json").read_text())["results"]}
+    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader"}
+    assert "x_loader_median_of_ratios" in results["vary"]["summary"]["command"]
+    ranks = results["ranks"]["summary"]
+    assert set(ranks) == {"command", "command-j1"} and "x_command-j1_median_of_ratios" in ranks["command"]
+    assert ranks["command"]["processes"] >= 2  # the ranks' worker processes were seen
+    assert (tmp_path / "work" / "out-repeat" / "command" / "kernels_long.parquet").is_file()
+    assert "load average" in done.stdout

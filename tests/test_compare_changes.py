@@ -177,9 +177,15 @@ def _strip_spreads(analysis_dir: Path) -> None:
     path.write_text(json.dumps(doc))
 
 
-def test_an_older_analysis_gets_its_spreads_from_kernels_long_csv(tmp_path, capsys):
+@pytest.mark.parametrize("table", ["kernels_long.parquet", "kernels_long.csv"])
+def test_an_older_analysis_gets_its_spreads_from_its_kernel_table(tmp_path, capsys, table):
+    """From the Parquet kernel table, and from the kernels_long.csv of an analysis written before it."""
+    from kernel_tables import as_older_analysis
+
     result = analyze([str(FUSED)], options=AnalysisOptions(run="fused"))
     write_outputs(result, tmp_path / "fused")
+    if table == "kernels_long.csv":
+        as_older_analysis(tmp_path / "fused")
     _strip_spreads(tmp_path / "fused")
     assert load_column(tmp_path / "fused").step_sd_ms is None
     assert main(["compare", f"old={tmp_path / 'fused'}", f"new={FUSED}", "--out", str(tmp_path / "cmp")]) == 0
@@ -195,10 +201,11 @@ def test_without_kernels_an_older_analysis_is_compared_without_verdicts(tmp_path
     result = analyze([str(FUSED)], options=AnalysisOptions(run="fused"))
     write_outputs(result, tmp_path / "fused")
     _strip_spreads(tmp_path / "fused")
-    (tmp_path / "fused" / "kernels_long.csv").unlink()
+    (tmp_path / "fused" / "kernels_long.parquet").unlink()
     assert main(["compare", f"old={tmp_path / 'fused'}", f"new={FUSED}"]) == 0
     captured = capsys.readouterr()
-    assert "no kernels_long.csv and no traces/: no per-kernel timing or per-step spread" in captured.err
+    assert "no kernel table (kernels_long.parquet) and no traces/: no per-kernel timing or per-step spread" in \
+        captured.err
     assert f"0 of {len(result.d4.rows)} rows changed, 0 within noise, {len(result.d4.rows)} without a spread" in captured.out
 
 

@@ -26,10 +26,18 @@ def _error(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("table", ["kernels_long.csv", "steps.csv", "d4_detail.csv"])
+def _cut(path: Path) -> None:
+    """A table cut short: its last row (CSV), or its last 100 bytes (the Parquet kernel table)."""
+    if path.suffix == ".parquet":
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        _cut_last_row(path)
+
+
+@pytest.mark.parametrize("table", ["kernels_long.parquet", "kernels_long.csv", "steps.csv", "d4_detail.csv"])
 def test_export_of_a_run_whose_table_was_cut_is_an_error(tmp_path, capsys, table):
-    run_dir = synthetic_run.build(tmp_path)
-    _cut_last_row(run_dir / "analysis" / table)
+    run_dir = synthetic_run.build(tmp_path, kernel_table="csv" if table == "kernels_long.csv" else "parquet")
+    _cut(run_dir / "analysis" / table)
     assert main(["export", str(run_dir)]) == 1
     assert f"{table}: not the file that was written" in _error(capsys)
     assert not (run_dir / "exports").exists() or not any((run_dir / "exports").iterdir())
@@ -56,9 +64,9 @@ def test_report_of_an_analysis_folder_whose_table_was_cut_is_an_error(tmp_path, 
     saved = tmp_path / "saved"
     assert main(["analyze", CPU_DEMO, "--out", str(saved)]) == 0
     capsys.readouterr()
-    _cut_last_row(saved / "kernels_long.csv")
+    _cut(saved / "kernels_long.parquet")
     assert main(["report", str(saved), "--out", str(tmp_path / "rep")]) == 2
-    assert "kernels_long.csv: not the file that was written" in _error(capsys)
+    assert "kernels_long.parquet: not the file that was written" in _error(capsys)
 
 
 def test_metrics_of_a_run_whose_table_was_cut_is_an_error(tmp_path, capsys):

@@ -85,7 +85,7 @@ def test_cli_analyze_and_compare_both_languages(tmp_path, capsys):
     trace = real_trace(QWEN)
     out = tmp_path / "a"
     assert main(["analyze", trace, "--model", "qwen3-30b-a3b", "--out", str(out), "--name", "b300"]) == 0
-    for name in ("d4.md", "d4.csv", "kernels_long.csv", "steps.csv", "streams.csv", "analysis.json"):
+    for name in ("d4.md", "d4.csv", "kernels_long.parquet", "steps.csv", "streams.csv", "analysis.json"):
         assert (out / name).stat().st_size > 0
     capsys.readouterr()
     assert main(["compare", f"h800 ds prof={out}", f"b200 mtp on={trace}", "--lang", "zh", "--out", str(tmp_path / "c")]) == 0

@@ -18,19 +18,28 @@ from harness.metrics.errors import RunDataError
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _cell(value) -> str:
+    return "" if value is None else repr(value) if isinstance(value, float) else str(value)
+
+
 def _source_rows(path: Path) -> list[dict]:
+    """A table's rows as text, as the csv module writes them (a Parquet table read with pyarrow)."""
+    if path.suffix == ".parquet":
+        return [{k: _cell(v) for k, v in row.items()} for row in pq.read_table(path).to_pylist()]
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
 
 
-def test_csv_export_keeps_every_value_and_adds_schema_version(tmp_path):
-    run_dir = synthetic_run.build(tmp_path)
+@pytest.mark.parametrize("kernel_table", ["parquet", "csv"])
+def test_csv_export_keeps_every_value_and_adds_schema_version(tmp_path, kernel_table):
+    """From the Parquet kernel table, and from an older run's kernels_long.csv."""
+    run_dir = synthetic_run.build(tmp_path, kernel_table=kernel_table)
     version, specs = load_schema()
     paths = export_run(run_dir, "csv")
     assert sorted(p.name for p in paths) == sorted(f"{name}.csv" for name in specs)
     for name, spec in specs.items():
         exported = _source_rows(run_dir / "exports" / f"{name}.csv")
-        source = _source_rows(run_dir / spec.source)
+        source = _source_rows(spec.source_in(run_dir))
         assert len(exported) == len(source) > 0
         assert list(exported[0]) == [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns]
         for out_row, in_row in zip(exported, source):
@@ -50,7 +59,7 @@ def test_parquet_export_has_typed_columns_and_version_metadata(tmp_path):
     assert table.schema.metadata[b"moe_harness_schema_version"] == str(version).encode()
     assert str(table.schema.field("busy_us").type) == "double"
     assert str(table.schema.field("layer").type) == "int64"
-    source = _source_rows(run_dir / "analysis" / "kernels_long.csv")
+    source = _source_rows(run_dir / "analysis" / "kernels_long.parquet")
     assert table.num_rows == len(source)
     assert set(table.column(SCHEMA_VERSION_COLUMN).to_pylist()) == {version}
     assert sum(table.column("busy_us").to_pylist()) == pytest.approx(sum(float(r["busy_us"]) for r in source))

@@ -46,3 +46,27 @@ def test_copies_are_shifted_and_loadable(tmp_path: Path) -> None:
         {name: copies * n for name, n in collections.Counter(k.launcher for k in step.kernels).items()}
     )
     assert big.device_name == step.device_name
+
+
+def test_varied_steps_never_repeat_a_chain_and_keep_the_analysis_whole(tmp_path: Path) -> None:
+    """--steps vary: each step its own batch size (labels) and GEMM names, so no two steps share a
+    chain, while every kernel keeps its class: the analysis finds the same layers and roles."""
+    from analysis.api import AnalysisOptions, analyze
+
+    source = Path(real_trace(QWEN3_DECODE))
+    (tmp_path / "repeat").mkdir()
+    (tmp_path / "vary").mkdir()
+    plain = write_large_trace(source, tmp_path / "repeat", size_mb=4.0, write_gzip=False)[0]
+    varied = write_large_trace(source, tmp_path / "vary", size_mb=4.0, write_gzip=False, steps="vary")[0]
+    assert "-varied-TP-0-" in varied.name
+    trace = load_trace(str(varied))
+    assert len(trace.kernels) == len(load_trace(str(plain)).kernels)
+    same, other = (analyze([str(p)], options=AnalysisOptions(jobs=1)) for p in (plain, varied))
+    chains = {}
+    for row in other.kernel_rows:
+        chains.setdefault(row.step, []).append(row.kernel_name)
+    assert len({tuple(names) for names in chains.values()}) == len(chains) > 2
+    assert [s.batch_size for s in other.step_rows] == list(range(1, len(other.step_rows) + 1))
+    assert [(r.step, r.layer, r.group, r.module, r.role) for r in other.kernel_rows] == \
+        [(r.step, r.layer, r.group, r.module, r.role) for r in same.kernel_rows]
+    assert any(r.kernel_name.endswith("_b3") and r.kernel_name.startswith("nvjet_") for r in other.kernel_rows)

@@ -108,7 +108,7 @@ def test_missing_d4_column_is_a_clear_error(tmp_path):
 
 def test_run_without_analysis_exports_only_what_it_has(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
-    for name in ("d4_detail.csv", "analysis.json", "kernels_long.csv", "steps.csv"):
+    for name in ("d4_detail.csv", "analysis.json", "kernels_long.parquet", "steps.csv"):
         (run_dir / "analysis" / name).unlink()
     data = read_run(run_dir, status="failed")
     samples = _samples(run_dir)

@@ -1,7 +1,7 @@
 """The README's main command, run for real: `ray job submit --working-dir . -- python3 harness/run.py`
 against SGLang 0.5.17 serving a DeepSeek-V3-architecture model (4 layers: 1 dense + 3 MoE, dummy FP8
 weights) on one H100 (docs/gpu-runs.md, benchmarks/gpu/sglang_ray/). The run directory the job wrote
-is bundled under tests/data/sglang-real/ray-run (less kernels_long.csv, which is regenerated here),
+is bundled under tests/data/sglang-real/ray-run (less its kernel table, which is regenerated here),
 beside a second one-GPU job and the two-node DeepEP job (2 Ray nodes x 2 H100s, TP4 EP4).
 
 Two kinds of check. Reproduction: `moe-harness analyze RUN_DIR` on each bundled run directory writes
@@ -32,7 +32,7 @@ SCENARIO = ROOT / "benchmarks/gpu/sglang_ray/scenario_dsv3_4l.yaml"
 
 def _reanalyse(bundled: Path, run_id: str, tmp: Path) -> Path:
     """A copy of a bundled run whose analysis/ this checkout writes again from the run's trace
-    (kernels_long.csv included, which the bundled copy leaves out)."""
+    (the kernel table included, which the bundled copy leaves out)."""
     run = tmp / run_id
     shutil.copytree(bundled, run)
     shutil.rmtree(run / "analysis")
@@ -94,7 +94,7 @@ def test_analyze_on_the_run_directory_reproduces_its_stored_tables(run_id, tmp_p
     Python 3.12 sums floats otherwise than 3.11) and table.md, from the run directory alone."""
     bundled = ROOT / "tests/data/sglang-real/ray-run" / run_id
     assert {"d4.csv", "d4.md", "checks.csv", "comm.csv"} <= {p.name for p in (bundled / "analysis").iterdir()}
-    assert_analyze_reproduces(bundled, tmp_path / "out", capsys, left_out=frozenset({"kernels_long.csv"}))
+    assert_analyze_reproduces(bundled, tmp_path / "out", capsys, left_out=frozenset({"kernels_long.parquet"}))
 
 
 def test_report_metrics_and_export_on_the_real_run(rerun, tmp_path, capsys):

@@ -102,7 +102,7 @@ def test_options_that_would_change_the_runs_analysis_are_refused(run_dir, capsys
 
 
 def test_report_of_a_run_directory_without_kernels_long_analyses_its_traces_again(run_dir, tmp_path, capsys):
-    """The bundled runs leave kernels_long.csv out: the report used to find manifest.json and the
+    """The bundled runs leave the kernel table out: the report used to find manifest.json and the
     analysis files among the 'traces' and write a report without D4 rows."""
     assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
     report = (tmp_path / "report" / "kernel_report.md").read_text()
@@ -121,7 +121,7 @@ def test_compare_and_export_analyse_a_run_again_where_its_tables_are_missing(run
 
     capsys.readouterr()
     assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 0
-    assert "analysis/kernels_long.csv not found: exporting from the run's 1 trace(s) analysed again" in \
+    assert "analysis/kernels_long.parquet not found: exporting from the run's 1 trace(s) analysed again" in \
         capsys.readouterr().err
     kernels = (tmp_path / "export" / "kernels_long.csv").read_text().splitlines()
     assert len(kernels) > 1000 and kernels[1].startswith(f"1,{run_dir.name},TP0,")
@@ -138,7 +138,7 @@ def test_a_run_that_kept_no_traces_is_read_from_its_stored_tables_where_they_suf
     assert "| moe | up_gate_gemm |" in capsys.readouterr().out
     assert main(["metrics", str(run_dir)]) == 0
     assert 'moe_harness_layer_module_busy_seconds{' in capsys.readouterr().out
-    # report and export need kernels_long.csv, which this run left out: one line each, naming why
+    # report and export need the kernel table, which this run left out: one line each, naming why
     assert main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 2
     _one_line_error(capsys, str(run_dir), "kept no traces")
     assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 1
@@ -156,7 +156,7 @@ def test_the_maintenance_script_rewrites_only_what_changed_and_keeps_the_nodes_t
     d4.write_text(d4.read_text().replace("fused_moe", "older_name"))
     table.write_text(table.read_text() + "\nA note an older node wrote.\n")
     older = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
-    args = [str(run_dir), "--leave-out", "kernels_long.csv"]
+    args = [str(run_dir), "--leave-out", "kernels_long.parquet"]
 
     assert reanalyse_run_dir([*args, "--check"]) == 1  # says what would change, writes nothing
     assert f"{d4}: rewritten (would be)" in capsys.readouterr().out
@@ -165,7 +165,7 @@ def test_the_maintenance_script_rewrites_only_what_changed_and_keeps_the_nodes_t
     assert reanalyse_run_dir(args) == 0
     out = capsys.readouterr().out
     assert f"{d4}: rewritten" in out and f"{run_dir / 'analysis' / 'steps.csv'}: unchanged" in out
-    assert f"{run_dir / 'analysis' / 'kernels_long.csv'}: left out" in out
+    assert f"{run_dir / 'analysis' / 'kernels_long.parquet'}: left out" in out
     now = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert now.pop(run_dir / NODE_TABLE) == older[table]  # the node's own table, kept for the record
     manifest = json.loads(now.pop(run_dir / "manifest.json"))

@@ -184,7 +184,7 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path, capsys) 
     assert manifest["status"] == "ok" and manifest["in_ray_job"] is True
     listed = {f["path"]: f for f in manifest["files"]}
     for expected in ("scenario.yaml", "engine.log", "load/requests.jsonl", "load/steps.jsonl",
-                     f"traces/{run_dir.name}-TP-0-DECODE.trace.json.gz", "analysis/d4.md", "analysis/kernels_long.csv"):
+                     f"traces/{run_dir.name}-TP-0-DECODE.trace.json.gz", "analysis/d4.md", "analysis/kernels_long.parquet"):
         assert expected in listed, (expected, sorted(listed))
         assert listed[expected]["bytes"] == (run_dir / expected).stat().st_size
     from harness.run_dir import sha256_of
@@ -202,14 +202,13 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path, capsys) 
     for group in ("attention", "gate", "moe"):
         assert group in text, group
     # Every layer (4 in the tiny preset) appears in the long table, each with positive time.
-    import csv
+    import pyarrow.parquet as pq
 
-    with open(run_dir / "analysis" / "kernels_long.csv", newline="") as fh:
-        long_rows = list(csv.DictReader(fh))
+    long_rows = pq.read_table(run_dir / "analysis" / "kernels_long.parquet").to_pylist()
     per_layer: dict[int, float] = {}
     for row in long_rows:
         if row["section"] == "layer":
-            per_layer[int(row["layer"])] = per_layer.get(int(row["layer"]), 0.0) + float(row["busy_us"])
+            per_layer[row["layer"]] = per_layer.get(row["layer"], 0.0) + row["busy_us"]
     assert sorted(per_layer) == [0, 1, 2, 3]
     assert all(v > 0 for v in per_layer.values())
     groups_by_layer = {}
@@ -251,7 +250,7 @@ def test_demo_through_ray_job_submit(ray_head: RayHead, tmp_path: Path, capsys) 
     args = parser.parse_args(["report", str(run_dir), "--top", "5"])
     assert args.func(args) == 0
     kr = (run_dir / "analysis" / "kernel_report.md").read_text()
-    assert f"Sources: `{run_dir / 'analysis' / 'kernels_long.csv'}`" in kr
+    assert f"Sources: `{run_dir / 'analysis' / 'kernels_long.parquet'}`" in kr
     assert "### Stage: decode (3 step windows" in kr  # the 3 profiled steps, not the whole trace
     assert "### Each row 2x faster" in kr and f"| {step_ms:.2f} |" in kr
     assert "No SOL columns: model 'deepseek-v3-tiny' has no SOL shapes" in output

@@ -12,7 +12,7 @@ import psutil
 import pytest
 import yaml
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.api import AnalysisOptions, analyze, read_kernel_rows
 from analysis.tables.d4 import render_markdown
 from harness.run import run
 from harness.scenario import parse_scenario
@@ -143,8 +143,8 @@ def test_two_node_run_launches_loads_profiles_every_rank_and_writes_d4(cluster, 
                                              load_records=str(run_dir / "load" / "requests.jsonl"),
                                              window_start_s=start_s))
     assert render_markdown([direct.d4]) == d4
-    kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
-    assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
+    kernels = read_kernel_rows(run_dir / "analysis" / "kernels_long.parquet")
+    assert {row.rank for row in kernels} == {f"TP{r}-DP{r}-EP{r}" for r in range(4)}
     _no_secret_in(run_dir)
     assert not _fake_servers(), "a server outlived the run"
     # the run directory analysed again (SOL, MTP accept length, two nodes' ranks) gives the run's files and table
@@ -372,8 +372,8 @@ def test_pipeline_stages_are_profiled_under_their_pp_labels(cluster, env, tmp_pa
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
     labels = sorted(n[len(run_dir.name) + 1:].split("-", 1)[1] for n in (p.name for p in (run_dir / "traces").iterdir()))
     assert labels == sorted(f"TP-{t}-PP-{p}-DECODE.trace.json.gz" for p in (0, 1) for t in (0, 1))
-    kernels = (run_dir / "analysis" / "kernels_long.csv").read_text().splitlines()
-    assert {line.split(",")[1] for line in kernels[1:]} == {f"TP{t}-PP{p}" for p in (0, 1) for t in (0, 1)}
+    kernels = read_kernel_rows(run_dir / "analysis" / "kernels_long.parquet")
+    assert {row.rank for row in kernels} == {f"TP{t}-PP{p}" for p in (0, 1) for t in (0, 1)}
 
 
 def test_capture_traces_are_collected_from_every_node(cluster, env, tmp_path, capsys):

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column, load_trace
+from analysis.api import AnalysisOptions, analyze, load_column, load_trace, read_kernel_rows
 from analysis.report.page.layer_bars import layer_bars
 from analysis.report.page.step_timeline import pick_step
 from analysis.tables.comm_table import used_steps
@@ -77,7 +77,7 @@ def test_the_page_is_one_self_contained_file(full_view, ep_view):
     assert "<script" not in text and not re.search(r"""(src|href)=["']?(https?:)?//""", text)
     assert re.findall(r"url\(", text) == []  # no stylesheet fetches either
     links = _links(full_view)
-    assert {Path(link).name for link in links} >= {"d4.csv", "steps.csv", "checks.csv", "kernels_long.csv"}
+    assert {Path(link).name for link in links} >= {"d4.csv", "steps.csv", "checks.csv", "kernels_long.parquet"}
     for view in (full_view, ep_view[1]):  # a new folder, and an empty one that existed
         for link in _links(view):  # every link resolves from where the page is
             assert (view / unquote(link)).is_file(), link
@@ -89,8 +89,8 @@ def test_view_writes_the_annotated_trace_beside_the_page(full_view):
     original = load_trace(str(next((FULL / "traces").glob("*.trace.json.gz"))))
     again = load_trace(str(annotated[0]))
     assert again.kernels == original.kernels and len(again.gpu_annotations) > len(original.gpu_annotations)
-    with open(full_view / "kernels_long.csv", newline="") as fh:  # derived from the trace: the page links it
-        assert sum(1 for _ in csv.DictReader(fh)) == 1074
+    # derived from the trace: the page links it
+    assert len(read_kernel_rows(full_view / "kernels_long.parquet")) == 1074
 
 
 def test_the_bundled_run_in_a_real_browser(full_view, browser):
@@ -214,7 +214,7 @@ def test_a_run_whose_capture_folders_were_left_empty_is_analysed_without_them(tm
         (run / "capture_traces" / node).mkdir(parents=True)
     assert main(["view", str(run), "--out", str(tmp_path / "v"), "--no-annotated-trace"]) == 0
     assert "note" not in capsys.readouterr().err
-    assert (tmp_path / "v" / "kernels_long.csv").is_file() and not list((tmp_path / "v").glob("annotated-*"))
+    assert (tmp_path / "v" / "kernels_long.parquet").is_file() and not list((tmp_path / "v").glob("annotated-*"))
 
 
 def test_a_broken_saved_csv_is_one_line_naming_file_line_and_column(ep_view, tmp_path, capsys):

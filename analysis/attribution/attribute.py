@@ -31,6 +31,9 @@ class RankOptions:
     layers: int | None = None  # expected decoder layers per step (--layers); overrides the model's
     # per step index: its chain across streams as the structural cut read it (the self-checks reuse it)
     chains: dict[int, list[int]] = field(default_factory=dict)
+    # the trace is not read again: each step's kernels are let go once its rows are built, so a large
+    # trace's kernels and its rows are never all held at once (peak memory: docs/performance.md)
+    release_kernels: bool = False
 
 
 def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
@@ -74,6 +77,8 @@ def attribute_rank(
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
     clock = LaunchClock(trace.launches, trace.syncs)
+    if options.release_kernels:
+        trace.kernels = []  # the steps hold them now
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     previous_end: float | None = None
@@ -165,6 +170,8 @@ def attribute_rank(
             )
         )
         previous_end = last
+        if options.release_kernels:
+            step.kernels = []
     for namer in namers:
         options.notes.extend(namer.rank_notes())
     return kernel_rows, step_rows

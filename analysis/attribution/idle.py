@@ -73,15 +73,20 @@ class LaunchClock:
 def step_idle(kernels: Sequence[Kernel], layer_of: Sequence[int], clock: LaunchClock) -> StepIdle:
     """`kernels` by start (a step's); `layer_of[i]`: the layer unit of kernels[i], -1 outside layers."""
     spans: dict[int, list[float]] = {}
-    for kernel, unit in zip(kernels, layer_of):
+    get = spans.get
+    for kernel, unit in zip(kernels, layer_of):  # min / max written out: this loop runs for every kernel
         if unit < 0:
             continue
-        span = spans.get(unit)
+        start = kernel.start_us
+        end = start + kernel.dur_us
+        span = get(unit)
         if span is None:
-            spans[unit] = [kernel.start_us, kernel.end_us]
+            spans[unit] = [start, end]
         else:
-            span[0] = min(span[0], kernel.start_us)
-            span[1] = max(span[1], kernel.end_us)
+            if start < span[0]:
+                span[0] = start
+            if end > span[1]:
+                span[1] = end
     places = _Places(sorted(spans.values()))
     idle = dict.fromkeys(PLACES, 0.0)
     causes = dict.fromkeys(CAUSES, 0.0)
@@ -97,7 +102,9 @@ def step_idle(kernels: Sequence[Kernel], layer_of: Sequence[int], clock: LaunchC
             idle[places.of(frontier, start)] += gap
             causes[clock.cause(kernel, frontier)] += gap
             piece_start = start
-        frontier = max(frontier, kernel.end_us)
+        end = start + kernel.dur_us
+        if end > frontier:
+            frontier = end
     busy += frontier - piece_start
     return StepIdle(busy, idle, causes)
 

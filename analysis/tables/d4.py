@@ -98,6 +98,29 @@ def main_stage(steps: Iterable[StepRow]) -> str:
     return max(set(ok), key=ok.count) if ok else "unknown"
 
 
+class _LayerSet:
+    """The distinct layers that hold a D4 row in one step, as the bits of an int: a set per (step, row)
+    cell held about 18 MB for the 406 MB generated trace's 15,000 cells (docs/performance.md); a
+    layer outside 0..4095 (only a hostile saved table has one) is kept in a set beside the bits."""
+
+    __slots__ = ("bits", "others")
+
+    def __init__(self):
+        self.bits = 0
+        self.others: set[int] | None = None
+
+    def add(self, layer: int) -> None:
+        if 0 <= layer < 4096:
+            self.bits |= 1 << layer
+        else:
+            if self.others is None:
+                self.others = set()
+            self.others.add(layer)
+
+    def __len__(self) -> int:
+        return self.bits.bit_count() + (len(self.others) if self.others else 0)
+
+
 def build_column(
     kernel_rows: list[KernelRow],
     step_rows: list[StepRow],
@@ -116,7 +139,7 @@ def build_column(
     used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
     skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)
     mismatched = [s for s in step_rows if s.stage == stage and s.status == "layer_count_mismatch"]
-    # (rank, step) -> key -> [busy, exposed, layers set]
+    # (rank, step) -> key -> [busy, exposed, the layers holding it (_LayerSet)]
     per_step: dict[tuple[str, int], dict[tuple[str, str, str], list]] = defaultdict(dict)
     outside: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     mtp_kernels: dict[tuple[str, int], float] = defaultdict(float)
@@ -139,7 +162,7 @@ def build_column(
                 cells_of_step = per_step[key_step]
             cell = cells_of_step.get(key)
             if cell is None:  # a key's first row anywhere is the first of its step: the order is kept
-                cell = cells_of_step[key] = [0.0, 0.0, set()]
+                cell = cells_of_step[key] = [0.0, 0.0, _LayerSet()]
                 order.setdefault(key, None)
             cell[0] += row.busy_us
             cell[1] += row.exposed_us

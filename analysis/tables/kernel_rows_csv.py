@@ -1,4 +1,7 @@
-"""Read kernels_long.csv (one KernelRow per line, columns in KernelRow field order) back into rows."""
+"""Read an older analysis's kernels_long.csv (one KernelRow per line, columns in field order) back into rows.
+
+Why kept: analyses written before the Parquet kernel table (analysis/tables/kernel_table.py) hold
+this CSV, and `report`, `view`, `compare` and `export` still read them."""
 from __future__ import annotations
 
 import csv
@@ -19,7 +22,7 @@ class KernelCsvError(AnalysisError):
         super().__init__(f"{shown_path(path)}: {problem}")
 
 
-def read_kernel_rows(path: str | Path) -> list[KernelRow]:
+def read_kernel_rows_csv(path: str | Path) -> list[KernelRow]:
     path = Path(path)
     rows: list[KernelRow] = []
     try:

@@ -277,22 +277,30 @@ def _layer_sequence(steps: list[StepRow], by_step: dict, stage: str, limits: dic
     return CheckRow("layer_kernel_sequence", scope, value, expected, FAIL, why)
 
 
+def _step_layer_mixes(s: StepRow, by_step: dict) -> dict[str, list[tuple[int, dict]]]:
+    """kind -> [(layer, {(group, module, kernel): busy us})] of one step, by layer: what each layer
+    computes, communication left out (a collective's time is mostly waiting for other ranks, which
+    differs from layer to layer for reasons outside the layer)."""
+    layers: dict[int, list[KernelRow]] = defaultdict(list)
+    for r in by_step.get((s.rank, s.step), []):
+        if r.section == SECTION_LAYER:
+            layers[r.layer].append(r)
+    out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for layer, rows in sorted(layers.items()):
+        mix: dict[tuple[str, str, str], float] = defaultdict(float)
+        for r in rows:
+            if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
+                mix[(r.group, r.module, r.kernel)] += r.busy_us
+        out[_layer_kind(rows)].append((layer, mix))
+    return out
+
+
 def _layer_mixes(used: list[StepRow], by_step: dict) -> dict[tuple[str, str], list[tuple[int, int, dict]]]:
-    """(rank, kind) -> [(step, layer, {(group, module, kernel): busy us})]: what each layer computes,
-    communication left out (a collective's time is mostly waiting for other ranks, which differs
-    from layer to layer for reasons outside the layer)."""
+    """(rank, kind) -> [(step, layer, mix)] of the steps (_step_layer_mixes), in their order."""
     out: dict[tuple[str, str], list[tuple[int, int, dict]]] = defaultdict(list)
     for s in used:
-        layers: dict[int, list[KernelRow]] = defaultdict(list)
-        for r in by_step.get((s.rank, s.step), []):
-            if r.section == SECTION_LAYER:
-                layers[r.layer].append(r)
-        for layer, rows in sorted(layers.items()):
-            mix: dict[tuple[str, str, str], float] = defaultdict(float)
-            for r in rows:
-                if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
-                    mix[(r.group, r.module, r.kernel)] += r.busy_us
-            out[(s.rank, _layer_kind(rows))].append((s.step, layer, mix))
+        for kind, members in _step_layer_mixes(s, by_step).items():
+            out[(s.rank, kind)] += [(s.step, layer, mix) for layer, mix in members]
     return out
 
 
@@ -315,13 +323,10 @@ def _layer_time(used: list[StepRow], by_step: dict, stage: str, limits: dict) ->
     scope = f"stage {stage}"
     if stage == "unknown":
         return CheckRow("layer_time", scope, "not compared", "layers alike", NOT_APPLICABLE, _UNKNOWN_STAGE)
-    outliers = []
+    found = []  # ((rank, kind), the step's place in `used`, the outlier): sorted as (rank, kind) then step
     total = 0
-    for (rank, kind), layers in sorted(_layer_mixes(used, by_step).items()):
-        by_step_no: dict[int, list[tuple[int, dict]]] = defaultdict(list)
-        for step, layer, mix in layers:
-            by_step_no[step].append((layer, mix))
-        for step, members in by_step_no.items():
+    for place, s in enumerate(used):  # one step's layers at a time: never every layer's mix at once
+        for kind, members in _step_layer_mixes(s, by_step).items():
             if len(members) < 3:  # too few layers of the kind in a step to say what is usual
                 continue
             times = [sum(mix.values()) for _layer, mix in members]
@@ -331,8 +336,10 @@ def _layer_time(used: list[StepRow], by_step: dict, stage: str, limits: dict) ->
             for (layer, mix), t in zip(members, times):
                 if t > factor * median + slack:
                     others = [m for other_layer, m in members if other_layer != layer]
-                    outliers.append((rank, kind, step, layer, t, median, _foreign_kernels(mix, others),
-                                     layer == last_layer))
+                    found.append(((s.rank, kind), place, (s.rank, kind, s.step, layer, t, median,
+                                                          _foreign_kernels(mix, others), layer == last_layer)))
+    found.sort(key=lambda f: (f[0], f[1]))  # stable: a step's layers stay in layer order
+    outliers = [outlier for _kind, _place, outlier in found]
     if not total:
         return CheckRow("layer_time", scope, "no kind with 3 layers in a step", "layers alike", NOT_APPLICABLE,
                         "too few layers of one kind to compare")
@@ -357,8 +364,7 @@ def _after_layers(used: list[StepRow], by_step: dict, stage: str, limits: dict) 
     if stage == "unknown":
         return CheckRow("after_layers", scope, "not compared", "kernels after the layers", NOT_APPLICABLE,
                         _UNKNOWN_STAGE)
-    empty = [s for s in used if not any(r.section != SECTION_LAYER and r.start_us >= _last_layer_start(by_step, s)
-                                        for r in by_step.get((s.rank, s.step), []))]
+    empty = [s for s in used if not _after_last_layer(by_step.get((s.rank, s.step), []))]
     value = f"after layers empty in {len(empty)} of {len(used)} steps"
     if not used:
         return CheckRow("after_layers", scope, "no steps", "kernels after the layers", NOT_APPLICABLE, "no steps")
@@ -382,9 +388,12 @@ def _after_layers(used: list[StepRow], by_step: dict, stage: str, limits: dict) 
                     "layers' end)")
 
 
-def _last_layer_start(by_step: dict, s: StepRow) -> float:
-    starts = [r.start_us for r in by_step.get((s.rank, s.step), []) if r.section == SECTION_LAYER]
-    return min(starts) if starts else _INF
+def _after_last_layer(rows: list[KernelRow]) -> bool:
+    """A kernel outside the layers starts at or after the earliest start of a layer kernel (the bound
+    is found once per step; it was found again for every such kernel)."""
+    starts = [r.start_us for r in rows if r.section == SECTION_LAYER]
+    first = min(starts) if starts else _INF
+    return any(r.section != SECTION_LAYER and r.start_us >= first for r in rows)
 
 
 def _trimmed(seq: tuple[str, ...]) -> tuple[str, ...]:

@@ -26,6 +26,8 @@ def share_overlap_rows(kernel_rows: list[KernelRow], used: set[tuple[str, int]],
     """Per MoE layer (mean over the layers that run a shared expert): the shared expert's busy,
     exposed, under-dispatch and under-combine microseconds, as D4 rows of the group; none without a
     shared expert or without a dispatch or combine kernel in the layers."""
+    if not any(row.module == SHARED_MODULE and row.group == SHARE_GROUP for row in kernel_rows):
+        return []  # no shared expert: nothing below would be kept (a layer's spans cost memory on a large trace)
     # (rank, step, layer) -> [busy, exposed, shared spans, dispatch spans, combine spans]: (stream, start, end)
     cells: dict[tuple[str, int, int], list] = {}
     for row in kernel_rows:

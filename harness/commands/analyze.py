@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.arg_types import positive_float, positive_int, rank_policy
+from harness.commands import COMMANDS
 from harness.commands.sol_options import DEPLOYMENT_FIELDS, add_sol_options, sol_settings_from
 from harness.commands.result_printout import print_result
 from harness.output_dir import OutputError, prepare_output
@@ -46,7 +47,7 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "analyze", help="analyse kernel traces (one file per rank), or a run directory, into a D4 table",
+        "analyze", help=COMMANDS["analyze"],
         description="Analyse PyTorch-profiler traces (.json/.json.gz, one per rank; a directory means its trace "
                     "files) into a per-layer D4 table. A run directory (a folder with the manifest.json that "
                     "harness/run.py writes), given alone, is analysed again from the traces it kept (traces/) with "
@@ -56,8 +57,9 @@ def register(subparsers) -> None:
                     "table is printed with the run's notes under it. With a run directory only --out, --overwrite "
                     "and --jobs may be given; to analyse its traces otherwise, give RUN_DIR/traces.")
     p.add_argument("traces", nargs="*", help="trace files or directories, or one run directory")
-    p.add_argument("--out", default=None, help="directory for d4.md, d4.csv, kernels_long.csv, steps.csv, analysis.json "
-                                              "(a new or empty folder; see --overwrite)")
+    p.add_argument("--out", default=None,
+                   help="directory for d4.md, d4.csv, kernels_long.parquet (one row per kernel: docs/exports.md), "
+                        "steps.csv, analysis.json and the other tables (a new or empty folder; see --overwrite)")
     add_overwrite_argument(p)
     p.add_argument("--name", default=None, help="column name in the D4 table (default: the first file's name)")
     p.add_argument("--label", action="append", default=[], metavar="FILE=LABEL", help="explicit rank label for a file")

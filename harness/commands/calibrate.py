@@ -5,11 +5,13 @@ import json
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "calibrate",
-        help="check a signature against a trace with module information; say which attribution to use",
+        help=COMMANDS["calibrate"],
         description="Compare SIGNATURE and the structural attribution with a calibration truth: an eager trace "
                     "with nn.Module ranges (--truth), or a decode trace named through its CUDA-graph capture "
                     "traces (--decode with --capture-trace). Prints per-group agreement and the attribution "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
 from harness.commands.analyze import add_analysis_options, add_overwrite_argument, options_from
 from harness.output_dir import OutputError, prepare_output
 from harness.commands.saved_analysis import open_saved
@@ -16,7 +17,7 @@ from harness.commands.sol_options import sol_settings_from
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "compare", help="put several runs side by side as columns of one D4 table, and say what changed",
+        "compare", help=COMMANDS["compare"],
         description="Each COLUMN is NAME=PATH[,PATH...]: an analysis directory written by `analyze --out`, a run "
                     "directory (its analysis/analysis.json, else its traces analysed again with the options the run "
                     "recorded), or trace files/directories analysed here with the options below. "

@@ -1,7 +1,8 @@
 """`moe-harness export RUN --format csv|parquet`: the run's tables with documented columns.
 
-The tables come from RUN/analysis; when a table asked for is not there (the bundled runs leave
-kernels_long.csv out), every table comes from the run's traces analysed again with the options it
+The tables come from RUN/analysis (the kernel table from kernels_long.parquet, or from an older
+analysis's kernels_long.csv); when a table asked for is not there (the bundled runs leave the kernel
+table out), every table comes from the run's traces analysed again with the options it
 recorded (harness/reanalysis.py), so an export never mixes two analyses."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
 from harness.exports.tables import FORMATS, export_run, load_schema, missing_sources
 from harness.metrics.errors import RunDataError
 
@@ -16,7 +18,7 @@ from harness.metrics.errors import RunDataError
 def register(subparsers) -> None:
     _, specs = load_schema()
     parser = subparsers.add_parser(
-        "export", help="export a run's kernel, step and D4 tables as CSV or Parquet",
+        "export", help=COMMANDS["export"],
         description="Write RUN's analysis tables (kernels_long, steps, d4) with a schema_version column; "
                     "columns are documented in docs/exports.md. Read from RUN/analysis; when a table asked for is "
                     "missing there, all of them come from the run's traces analysed again with the options it "

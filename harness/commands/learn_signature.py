@@ -5,11 +5,13 @@ import os
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "learn-signature",
-        help="learn a kernel template from a trace that has nn.Module ranges",
+        help=COMMANDS["learn-signature"],
         description="Attribute TRACE by its nn.Module ranges (under BASE's module_ranges map, or the standard one) and write a "
                     "signature whose template names the same kernels without ranges (CUDA-graph traces).")
     p.add_argument("trace", help="a trace with nn.Module ranges (eager or CPU)")

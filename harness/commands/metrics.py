@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.commands import COMMANDS
 from harness.metrics.errors import RunDataError
 
 
@@ -11,7 +12,7 @@ def register(subparsers) -> None:
     from harness.metrics.cli_options import add_push_arguments
 
     parser = subparsers.add_parser(
-        "metrics", help="print or push a run's Prometheus metrics (docs/metrics.md)",
+        "metrics", help=COMMANDS["metrics"],
         description="Build the run's metrics from its directory (manifest, analysis CSVs, load records), "
                     "print them in the Prometheus text format, and push them to a Pushgateway if one is given. "
                     "A Pushgateway that is unreachable, refuses, or has not answered within 30 s in all is a "

@@ -28,6 +28,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from harness.commands import COMMANDS
+
 SECTIONS = ["SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "SpeedOfLight_RooflineChart",
             "SpeedOfLight_HierarchicalTensorRooflineChart"]
 EXTRA_METRICS = ["dram__bytes_read.sum", "dram__bytes_write.sum", "dram__bytes.sum.per_second"]
@@ -37,7 +39,7 @@ DEFAULT_NVTX_RANGE = "decode/"  # push/pop range named "decode" (harness/engines
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "ncu", help="run a workload under Nsight Compute for its top kernels (needs a GPU and ncu)",
+        "ncu", help=COMMANDS["ncu"],
         description="Profile the top kernels of a workload with Nsight Compute (--clock-control none, --csv "
                     "--page raw). Default workload: the embedded engine's standalone decode for --scenario; "
                     "or give any command after `--`.")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from harness.commands import COMMANDS
+
 
 def load_deployment_spec(name_or_path: str):
     """The DeploymentSpec of an sglang scenario file (path or name under scenarios/)."""
@@ -76,7 +78,7 @@ def run(args) -> int:
 
 def register(subparsers) -> None:
     from harness.sglang.version import add_version_argument
-    p = subparsers.add_parser("plan", help="print the per-node SGLang launch commands of a scenario",
+    p = subparsers.add_parser("plan", help=COMMANDS["plan"],
                               description="Print each node's SGLang launch command and environment "
                                           "(secrets masked), spelled for one SGLang release. Node 0's IP is "
                                           "filled in at launch.")

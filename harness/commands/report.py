@@ -1,7 +1,8 @@
 """`moe-harness report`: the kernel-level report (top kernels, SOL, what-if, Nsight Compute).
 
-Input is an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run directory
-(its analysis/ subdirectory; when that lacks kernels_long.csv, the run's traces analysed again with
+Input is an analysis directory (kernels_long.parquet, or an older analysis's kernels_long.csv;
+d4_detail.csv, analysis.json), a run directory (its analysis/ subdirectory; when that lacks a kernel
+table, the run's traces analysed again with
 the options it recorded, harness/reanalysis.py), or trace files, which are analysed here
 (--signature) for steps and D4 rows. Writes kernel_report.md, its PNGs, and a self-contained
 kernel_report.html.
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from harness.arg_types import positive_float, positive_int
+from harness.commands import COMMANDS
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -23,9 +25,10 @@ REPORT_NAMES = ("kernel_report.md", "kernel_report.html", "kernel_report_files")
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="write the kernel-level report (top kernels, speed of light, what-if, Nsight Compute)",
-        description="Kernel report from an analysis directory (kernels_long.csv, d4_detail.csv, analysis.json), a run "
-                    "directory (its analysis/; without kernels_long.csv there, its traces analysed again with the "
+        "report", help=COMMANDS["report"],
+        description="Kernel report from an analysis directory (kernels_long.parquet or an older kernels_long.csv, "
+                    "d4_detail.csv, analysis.json), a run "
+                    "directory (its analysis/; without a kernel table there, its traces analysed again with the "
                     "options the run recorded), or trace files (analysed here). SOL columns need --hardware, "
                     "--batch-per-rank and --kv-len, unless the analysis saved them (a DeepSeek-V3 scenario run).")
     p.add_argument("inputs", nargs="+", help="an analysis or run directory, or trace files (.json / .json.gz)")
@@ -120,10 +123,10 @@ class _Loaded:
 def _checked(adir: Path) -> None:
     """The analysis files the report reads are the ones written (harness/recorded_files.py); inside a
     run directory, the run must have its manifest."""
-    from analysis.api import AnalysisError
+    from analysis.api import KERNEL_TABLES, AnalysisError
     from harness.recorded_files import RecordError, check_as_written
 
-    for name in ("kernels_long.csv", "d4_detail.csv", "analysis.json"):
+    for name in (*KERNEL_TABLES, "d4_detail.csv", "analysis.json"):
         if (adir / name).exists():
             try:
                 check_as_written(adir / name, need_record=True)
@@ -132,14 +135,14 @@ def _checked(adir: Path) -> None:
 
 
 def _from_analysis_dir(adir: Path) -> _Loaded:
-    from analysis.api import read_kernel_rows, samples_from_rows
+    from analysis.api import kernel_table_in, read_kernel_rows, samples_from_rows
 
     _checked(adir)
     got = _Loaded()
-    long_csv = adir / "kernels_long.csv"
-    got.kernel_rows = read_kernel_rows(long_csv)
+    table = kernel_table_in(adir)
+    got.kernel_rows = read_kernel_rows(table)
     got.samples = samples_from_rows(got.kernel_rows)
-    got.sources = [str(long_csv)]
+    got.sources = [str(table)]
     if (adir / "d4_detail.csv").exists():
         got.d4_rows = _read_d4_detail(adir / "d4_detail.csv")
     got.step_ms, got.saved_sol = _saved_d4(adir)
@@ -148,7 +151,7 @@ def _from_analysis_dir(adir: Path) -> _Loaded:
 
 
 def _from_run_dir(run_dir: Path) -> _Loaded:
-    """A run directory whose analysis/ lacks kernels_long.csv (left out, or never written): its traces
+    """A run directory whose analysis/ lacks a kernel table (left out, or never written): its traces
     analysed again as the run analysed them (harness/reanalysis.py), read as an analysis folder."""
     from harness.reanalysis import reanalysed
 
@@ -156,7 +159,7 @@ def _from_run_dir(run_dir: Path) -> _Loaded:
         got = _from_analysis_dir(adir)
     got.analysis_dir, got.sources = None, list(run.traces)
     got.notes.append(f"Analysed again from the run's {len(run.traces)} trace(s) with the options it recorded "
-                     f"({run_dir / 'analysis'} has no kernels_long.csv).")
+                     f"({run_dir / 'analysis'} has no kernel table).")
     got.notes += [f"Left out {note}" for note in run.notes]
     return got
 
@@ -197,14 +200,14 @@ def _from_traces(paths: list[Path], signature: str) -> _Loaded:
 
 
 def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
-    from analysis.api import AnalysisError
+    from analysis.api import KERNEL_TABLE, AnalysisError, kernel_table_in
 
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise AnalysisError(f"no such file or directory: {', '.join(missing)}")
     if len(paths) == 1 and paths[0].is_dir():
         for adir in (paths[0], paths[0] / "analysis"):  # an analysis directory, or a run directory
-            if (adir / "kernels_long.csv").exists():
+            if kernel_table_in(adir) is not None:
                 return _from_analysis_dir(adir)
         from harness.recorded_run import is_run_dir
 
@@ -212,7 +215,8 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
             return _from_run_dir(paths[0])
         traces = sorted(p for p in paths[0].rglob("*") if p.name.endswith(TRACE_SUFFIXES) and p.is_file())
         if not traces:
-            raise AnalysisError(f"{paths[0]}: neither kernels_long.csv (or analysis/kernels_long.csv) nor trace files inside")
+            raise AnalysisError(f"{paths[0]}: neither {KERNEL_TABLE} (or analysis/{KERNEL_TABLE}, or an older "
+                                "analysis's kernels_long.csv) nor trace files inside")
         paths = traces
     bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
     if bad:
@@ -262,9 +266,11 @@ def build(args) -> tuple[list, str]:
 
 def _analysis_dir_of(inputs: list[str]) -> Path | None:
     """The analysis folder a single input stands for (itself or a run's analysis/), else None."""
+    from analysis.api import kernel_table_in
+
     if len(inputs) == 1 and Path(inputs[0]).is_dir():
         for adir in (Path(inputs[0]), Path(inputs[0]) / "analysis"):
-            if (adir / "kernels_long.csv").exists():
+            if kernel_table_in(adir) is not None:
                 return adir
     return None
 

@@ -6,10 +6,8 @@ import sys
 
 def print_result(result, table: str) -> None:
     """The table on stdout, each stream's busy and exposed time when there are several, problems on stderr."""
-    from analysis.api import stream_summary
-
     print(table)
-    streams = stream_summary(result.kernel_rows)
+    streams = result.streams
     if len({s.stream for s in streams}) > 1:
         print("streams (busy / exposed ms, exposed = no other stream running):")
         for s in streams:

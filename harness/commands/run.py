@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import argparse
 
+from harness.commands import COMMANDS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from harness.run import add_arguments
 
     parser = subparsers.add_parser(
         "run",
-        help="run a scenario: launch the engine through Ray, profile, analyse, print the D4 table",
+        help=COMMANDS["run"],
         description="Run a scenario end to end through Ray (a local instance unless RAY_ADDRESS is set or "
         "this is a Ray job) and write a new run directory.",
     )

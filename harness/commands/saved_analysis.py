@@ -5,11 +5,12 @@ both may need what analysis.json does not hold: per-kernel timing (the page's ti
 and heat map, the annotated trace) and, for an analysis saved before they were recorded, the rows'
 per-step spreads. The kernels come from, in this order:
 
-1. the folder's kernels_long.csv with its steps.csv (what `analyze --out` writes);
+1. the folder's kernel table with its steps.csv (what `analyze --out` writes: kernels_long.parquet,
+   or kernels_long.csv in an analysis written before it);
 2. the run directory's traces (traces/*.trace.json[.gz]), analysed again with the saved column's
    signature, statistic and rank policy (and the run's capture traces where it kept them:
    capture_traces/ or its per-node folders). Bundled and
-   older runs leave kernels_long.csv out. Rows this does not reproduce keep no spread, and the
+   older runs leave the kernel table out. Rows this does not reproduce keep no spread, and the
    disagreement is said (notes), never hidden.
 
 Without either, the column is used as saved: no spreads, and no per-kernel pictures.
@@ -82,13 +83,13 @@ def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
 
 def _load_kernels(saved: SavedAnalysis) -> None:
     from analysis.api import (AnalysisError, AnalysisOptions, StepRow, analyze, column_from_rows, has_spreads,
-                              read_kernel_rows, read_struct_csv, with_spreads)
+                              kernel_table_in, read_kernel_rows, read_struct_csv, with_spreads)
 
-    long_csv, steps_csv = saved.analysis_dir / "kernels_long.csv", saved.analysis_dir / "steps.csv"
+    table, steps_csv = kernel_table_in(saved.analysis_dir), saved.analysis_dir / "steps.csv"
     column = saved.column
-    if long_csv.is_file() and steps_csv.is_file():
-        saved.kernel_rows, saved.step_rows = read_kernel_rows(long_csv), read_struct_csv(steps_csv, StepRow)
-        saved.kernels_from = str(long_csv)
+    if table is not None and steps_csv.is_file():
+        saved.kernel_rows, saved.step_rows = read_kernel_rows(table), read_struct_csv(steps_csv, StepRow)
+        saved.kernels_from = str(table)
         rebuilt = column_from_rows(saved.kernel_rows, saved.step_rows, like=column)
     elif saved.traces:
         options = AnalysisOptions(run=column.name, stat=column.stat, rank_policy=column.rank_policy,
@@ -103,7 +104,8 @@ def _load_kernels(saved: SavedAnalysis) -> None:
         saved.kernels_from = f"{len(saved.traces)} trace(s) in {saved.run_dir / 'traces'}, analysed again"
         rebuilt = result.d4
     else:
-        saved.notes.append(f"{saved.given}: no kernels_long.csv and no traces/: no per-kernel timing or per-step spread")
+        saved.notes.append(f"{saved.given}: no kernel table (kernels_long.parquet) and no traces/: no per-kernel "
+                           "timing or per-step spread")
         return
     merged, disagree = with_spreads(column, rebuilt)
     if not has_spreads(column):

@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.commands import COMMANDS
 from harness.scenario import ScenarioError, load_scenario
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="check a scenario file (unknown keys, impossible combinations, the SGLang plan) without running it",
+        help=COMMANDS["validate"],
         description="Check a scenario: every unknown key and impossible combination is reported with "
         "its file, key and line; for an SGLang scenario the launch plan is built too (what the run's plan "
         "phase would refuse). SCENARIO is a name under scenarios/ (demo) or a path.",

@@ -2,11 +2,12 @@
 
 Input is a run directory (analysis/ inside) or an analysis folder, and optionally runs to compare
 it with. The page (analysis/report/page/) needs per-kernel timing for its layer bars, timeline and
-heat map: kernels_long.csv where the folder has it, else the run's traces analysed again
-(harness/commands/saved_analysis.py says how, and the page says which). Writes into --out (default
-RUN_OR_ANALYSIS_DIR/view, a folder of its own): view.html; with a run directory's traces, each
-trace with its attribution added (annotated-<trace name>); and kernels_long.csv when the kernels
-were derived from the traces, so the page's links hold.
+heat map: the folder's kernel table (kernels_long.parquet, or an older analysis's kernels_long.csv)
+where it has one, else the run's traces analysed again (harness/commands/saved_analysis.py says how,
+and the page says which). Writes into --out (default RUN_OR_ANALYSIS_DIR/view, a folder of its
+own): view.html; with a run directory's traces, each trace with its attribution added
+(annotated-<trace name>); and kernels_long.parquet when the kernels were derived from the traces, so
+the page's links hold.
 """
 from __future__ import annotations
 
@@ -15,25 +16,26 @@ import os
 import sys
 from pathlib import Path
 
+from harness.commands import COMMANDS
 from harness.commands.saved_analysis import SavedAnalysis, open_saved
 from harness.output_dir import OutputError, prepare_output
 
 PAGE = "view.html"
-ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.csv", "steps.csv", "streams.csv", "comm.csv",
-                  "checks.csv", "problems.csv", "analysis.json")
+ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.parquet", "kernels_long.csv", "steps.csv",
+                  "streams.csv", "comm.csv", "checks.csv", "problems.csv", "analysis.json")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "view", help="write one self-contained HTML page of a run (and annotated traces for Perfetto)",
+        "view", help=COMMANDS["view"],
         description="One HTML page (inline SVG, no script, opens offline): the D4 table (English / Chinese) with its "
                     "self-check verdict, what changed against COMPARE_WITH runs (docs/analysis.md, 'What changed'), "
                     "per-layer bars by group (dense and MoE apart), one step as a timeline (a lane per stream, kernels "
                     "coloured by module, layer borders), dispatch / combine wait against transfer per MoE layer and "
                     "rank with the straggler marked, the expert load, links to the CSVs. With a run directory's traces "
                     "it also writes each trace with its attribution as slices beside each stream (Perfetto, "
-                    "chrome://tracing). Per-kernel timing comes from kernels_long.csv, else from the run's traces "
-                    "analysed again.")
+                    "chrome://tracing). Per-kernel timing comes from the kernel table (kernels_long.parquet, or an older "
+                    "analysis's kernels_long.csv), else from the run's traces analysed again.")
     p.add_argument("run", metavar="RUN_OR_ANALYSIS_DIR", help="a run directory (analysis/ inside) or an analysis folder")
     p.add_argument("compare_with", nargs="*", metavar="COMPARE_WITH",
                    help="run directories or analysis folders to compare with: per D4 row, changed or within noise")
@@ -67,16 +69,17 @@ def _rows_of_trace(saved: SavedAnalysis, trace: Path, index: int) -> list:
 
 def _fill(folder: Path, final: Path, args, runs: list[SavedAnalysis], changes: list) -> list[str]:
     """Write the page and its companions into folder (moved to `final` afterwards); the names written."""
-    from analysis.api import PageInputs, annotate_trace, annotated_name, render_page, write_kernel_rows_csv
+    from analysis.api import (KERNEL_TABLE, PageInputs, annotate_trace, annotated_name, kernel_table_in, render_page,
+                              write_kernel_table_file)
 
     run = runs[0]
     written: list[str] = []
     notes = [n for saved in runs for n in saved.notes]
     own_links: list[tuple[str, str]] = []
-    if run.kernel_rows and not (run.analysis_dir / "kernels_long.csv").is_file():
-        write_kernel_rows_csv(folder / "kernels_long.csv", run.kernel_rows)
-        written.append("kernels_long.csv")
-        own_links.append(("kernels_long.csv (derived from the traces)", "kernels_long.csv"))
+    if run.kernel_rows and kernel_table_in(run.analysis_dir) is None:
+        write_kernel_table_file(folder / KERNEL_TABLE, run.kernel_rows)
+        written.append(KERNEL_TABLE)
+        own_links.append((f"{KERNEL_TABLE} (derived from the traces)", KERNEL_TABLE))
     if run.kernel_rows and not args.no_annotated_trace:
         for index, trace in enumerate(run.traces):
             rows = _rows_of_trace(run, trace, index)

@@ -1,8 +1,8 @@
 """Export a run's analysis tables as CSV or Parquet with a schema_version column.
 
 The column list, types, units and meanings live in columns.yaml (documented in docs/exports.md).
-Reading checks the analysis CSV against it, so an export never silently drops or invents a
-column. Files are written to a temporary name and renamed; existing exports are not overwritten
+Reading checks the analysis table (a CSV, or the Parquet kernel table) against it, so an export
+never silently drops or invents a column. Files are written to a temporary name and renamed; existing exports are not overwritten
 unless asked.
 """
 from __future__ import annotations
@@ -46,6 +46,14 @@ class TableSpec:
     source: str
     description: str
     columns: tuple[Column, ...]
+    older_source: str | None = None  # where an analysis written before `source` keeps the table
+
+    def source_in(self, run_dir: Path) -> Path:
+        """The table's file in a run: `source`, else the older analysis's file where only that exists."""
+        path = Path(run_dir) / self.source
+        if not path.is_file() and self.older_source and (Path(run_dir) / self.older_source).is_file():
+            return Path(run_dir) / self.older_source
+        return path
 
 
 @lru_cache(maxsize=1)
@@ -57,7 +65,7 @@ def load_schema() -> tuple[int, dict[str, TableSpec]]:
         for column in columns:
             if column.base_type not in _CONVERT:
                 raise RunDataError(COLUMNS_FILE, f"table {name} column {column.name}: unknown type {column.type!r}")
-        tables[name] = TableSpec(name, table["source"], table["description"], columns)
+        tables[name] = TableSpec(name, table["source"], table["description"], columns, table.get("older_source"))
     return int(raw["schema_version"]), tables
 
 
@@ -77,11 +85,13 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
     from harness.recorded_files import RecordError, check_as_written
 
-    path = Path(run_dir) / spec.source
+    path = spec.source_in(run_dir)
     if not path.is_file():
         raise RunDataError(path, f"not found: the run has no {table} table (was the analysis run?)")
     try:
         check_as_written(path, need_record=True)  # a cut or edited table is an error, never fewer rows
+        if path.suffix == ".parquet":
+            return _parquet_rows(path, spec, version)
         with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
             reader = csv.DictReader(handle)
             header = reader.fieldnames or []
@@ -107,6 +117,28 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     except (UnicodeDecodeError, csv.Error) as exc:
         raise RunDataError(path, f"unreadable: {exc}") from None
     return rows
+
+
+def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
+    """Rows of a Parquet analysis table (the kernel table), its columns checked against the schema."""
+    from analysis.api import TABLE_LIMIT_BYTES, AnalysisError, read_parquet_table
+
+    try:
+        table = read_parquet_table(path, TABLE_LIMIT_BYTES)
+    except AnalysisError as exc:
+        raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
+    expected = [c.name for c in spec.columns]
+    missing = [c for c in expected if c not in table.columns]
+    unknown = [c for c in table.columns if c not in expected]
+    wrong = [c.name for c in spec.columns if c.name in table.kinds and table.kinds[c.name] != c.base_type]
+    if missing or unknown or wrong:
+        raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, unknown {unknown}, "
+                                 f"of another type {wrong}")
+    for column in spec.columns:
+        if not column.nullable and table.rows and None in table.columns[column.name]:
+            raise RunDataError(path, f"column {column.name!r} has empty cells")
+    return [{SCHEMA_VERSION_COLUMN: version, **dict(zip(expected, values))}
+            for values in zip(*(table.columns[name] for name in expected))]
 
 
 def _temp_path(path: Path) -> Path:
@@ -153,7 +185,7 @@ def missing_sources(run_dir: str | Path, tables: tuple[str, ...] | None = None) 
     """The analysis files the tables are read from (all tables when None) that the run lacks."""
     _, specs = load_schema()
     return [Path(run_dir) / specs[n].source for n in (tables or tuple(specs))
-            if n in specs and not (Path(run_dir) / specs[n].source).is_file()]
+            if n in specs and not specs[n].source_in(run_dir).is_file()]
 
 
 def export_run(run_dir: str | Path, fmt: str, out_dir: str | Path | None = None,

@@ -1,0 +1,151 @@
+"""Write a table of rows (objects with one attribute per column) as a Parquet file, standard library only.
+
+Why not pyarrow: the per-kernel table of a 400 MB trace has about 226,000 rows, which the csv module
+wrote in about 1.8 s (94 MB, each row repeating a demangled kernel name of up to several hundred
+characters). Parquet stores each repeated string once per row group (dictionary encoding), but
+importing pyarrow to write it costs about 0.13 s and, in this process, about 75 MB of resident
+memory for its libraries: more than the analysis of that trace holds. The subset written here is the
+one every Parquet reader (pyarrow, pandas, polars, DuckDB, Spark) reads: required flat columns,
+format 1 data pages, dictionary pages for strings and integers (RLE_DICTIONARY indices, bit-packed
+at 8, 16 or 32 bits), PLAIN doubles, each page GZIP-compressed (zlib). benchmarks/kernel_table_bench.py
+measures it against the csv module and pyarrow.
+
+Columns are built one at a time from the rows, per row group, so memory grows by one column's values,
+never by the table.
+"""
+from __future__ import annotations
+
+import operator
+import sys
+import zlib
+from array import array
+from typing import BinaryIO
+
+from analysis.tables import thrift_compact as tc
+
+MAGIC = b"PAR1"
+STRING, INT64, FLOAT64 = "string", "int64", "float64"
+ROW_GROUP_ROWS = 1 << 18  # rows per row group: bounds the memory of one column's values
+GZIP_LEVEL = 1  # measured: level 1 is most of level 6's size at a third of its time
+CREATED_BY = "moe-harness (analysis/tables/parquet_writer.py)"
+
+# Parquet's enums (parquet.thrift)
+_T_INT64, _T_DOUBLE, _T_BYTE_ARRAY = 2, 5, 6
+_REQUIRED = 0
+_CONVERTED_UTF8 = 0
+_PLAIN, _RLE, _RLE_DICTIONARY = 0, 3, 8
+_GZIP = 2
+_DATA_PAGE, _DICTIONARY_PAGE = 0, 2
+_PHYSICAL = {STRING: _T_BYTE_ARRAY, INT64: _T_INT64, FLOAT64: _T_DOUBLE}
+_INDEX_ARRAYS = ((8, "B"), (16, "H"), (32, "I"))  # bit width of the indices and the array type holding them
+
+
+def _compress(data: bytes) -> bytes:
+    packer = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # 31: the gzip container Parquet's GZIP means
+    return packer.compress(data) + packer.flush()
+
+
+def _little_endian(values: array) -> bytes:
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def _plain_strings(values: list[str]) -> bytes:
+    """PLAIN byte arrays: each value's UTF-8 length (4 bytes, little-endian), then its bytes."""
+    out = bytearray()
+    for value in values:
+        data = value.encode("utf-8", "surrogatepass")
+        out += len(data).to_bytes(4, "little")
+        out += data
+    return bytes(out)
+
+
+def _indices(ids: list[int], distinct: int) -> bytes:
+    """Dictionary indices as one bit-packed run of the RLE / bit-packing hybrid, after the byte that
+    gives the bit width; the last group of eight is padded with zeros (the page says how many count)."""
+    width, code = next((w, c) for w, c in _INDEX_ARRAYS if distinct <= 1 << w)
+    groups = (len(ids) + 7) // 8
+    packed = array(code, ids)
+    packed.extend(bytes(groups * 8 - len(ids)))
+    header = bytearray([width])
+    tc._varint((groups << 1) | 1, header)
+    return bytes(header) + _little_endian(packed)
+
+
+class _Chunk:
+    """One column of one row group: its pages, and what the footer says of them."""
+
+    def __init__(self, name: str, kind: str, values: list):
+        self.name, self.kind, self.rows = name, kind, len(values)
+        self.uncompressed = 0  # page headers and bodies before compression, as the footer counts them
+        self.pages: list[tuple[int, bytes, bytes]] = []  # (page type, header, compressed body)
+        if kind == FLOAT64:
+            self._page(_DATA_PAGE, _little_endian(array("d", values)), _PLAIN)
+            return
+        position = {value: i for i, value in enumerate(dict.fromkeys(values))}
+        distinct = list(position)
+        plain = _plain_strings(distinct) if kind == STRING else _little_endian(array("q", distinct))
+        self._page(_DICTIONARY_PAGE, plain, _PLAIN, len(distinct))
+        self._page(_DATA_PAGE, _indices(list(map(position.__getitem__, values)), len(distinct)), _RLE_DICTIONARY)
+
+    def _page(self, page_type: int, body: bytes, encoding: int, dictionary_values: int = 0) -> None:
+        packed = _compress(body)
+        if page_type == _DATA_PAGE:  # num_values, encoding, definition and repetition level encodings
+            detail = (5, tc.STRUCT, [(1, tc.I32, self.rows), (2, tc.I32, encoding), (3, tc.I32, _RLE), (4, tc.I32, _RLE)])
+        else:
+            detail = (7, tc.STRUCT, [(1, tc.I32, dictionary_values), (2, tc.I32, encoding)])
+        header = tc.struct_bytes([(1, tc.I32, page_type), (2, tc.I32, len(body)), (3, tc.I32, len(packed)), detail])
+        self.pages.append((page_type, header, packed))
+        self.uncompressed += len(header) + len(body)
+
+    def write(self, out: BinaryIO, offset: int) -> tuple[int, list]:
+        """Write the pages at `offset`; (bytes written, the ColumnChunk struct for the footer)."""
+        written = 0
+        dictionary_offset = data_offset = None
+        for page_type, header, body in self.pages:
+            if page_type == _DICTIONARY_PAGE:
+                dictionary_offset = offset + written
+            else:
+                data_offset = offset + written
+            out.write(header)
+            out.write(body)
+            written += len(header) + len(body)
+        encodings = [_PLAIN, _RLE] + ([_RLE_DICTIONARY] if dictionary_offset is not None else [])
+        meta = [(1, tc.I32, _PHYSICAL[self.kind]), (2, tc.LIST, (tc.I32, encodings)),
+                (3, tc.LIST, (tc.BINARY, [self.name])), (4, tc.I32, _GZIP), (5, tc.I64, self.rows),
+                (6, tc.I64, self.uncompressed), (7, tc.I64, written), (9, tc.I64, data_offset),
+                (11, tc.I64, dictionary_offset)]
+        return written, [(2, tc.I64, offset), (3, tc.STRUCT, meta)]
+
+
+def write_parquet(out: BinaryIO, rows: list, columns: list[tuple[str, str]], metadata: dict[str, str]) -> int:
+    """Write `rows` (objects with an attribute per column) as Parquet into `out` (a file opened for
+    binary writing, at its start); columns: (name, STRING | INT64 | FLOAT64), none may be None.
+    metadata: the footer's key / value pairs. Returns the bytes written."""
+    out.write(MAGIC)
+    offset = len(MAGIC)
+    groups = []
+    for first in range(0, len(rows), ROW_GROUP_ROWS):  # no rows: no row group
+        part = rows[first:first + ROW_GROUP_ROWS]
+        chunks, group_bytes = [], 0
+        for name, kind in columns:
+            chunk = _Chunk(name, kind, list(map(operator.attrgetter(name), part)))
+            written, column = chunk.write(out, offset)
+            offset += written
+            group_bytes += chunk.uncompressed
+            chunks.append(column)
+        groups.append([(1, tc.LIST, (tc.STRUCT, chunks)), (2, tc.I64, group_bytes), (3, tc.I64, len(part))])
+    schema = [[(4, tc.BINARY, "schema"), (5, tc.I32, len(columns))]]
+    for name, kind in columns:
+        schema.append([(1, tc.I32, _PHYSICAL[kind]), (3, tc.I32, _REQUIRED), (4, tc.BINARY, name),
+                       (6, tc.I32, _CONVERTED_UTF8 if kind == STRING else None),
+                       (10, tc.STRUCT, [(1, tc.STRUCT, [])] if kind == STRING else None)])
+    footer = tc.struct_bytes([
+        (1, tc.I32, 1), (2, tc.LIST, (tc.STRUCT, schema)), (3, tc.I64, len(rows)), (4, tc.LIST, (tc.STRUCT, groups)),
+        (5, tc.LIST, (tc.STRUCT, [[(1, tc.BINARY, k), (2, tc.BINARY, v)] for k, v in metadata.items()])),
+        (6, tc.BINARY, CREATED_BY)])
+    out.write(footer)
+    out.write(len(footer).to_bytes(4, "little"))
+    out.write(MAGIC)
+    return offset + len(footer) + 8
