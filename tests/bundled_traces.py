@@ -19,11 +19,15 @@ def bundled_traces(root: Path) -> list[Path]:
 
 def bundled_inputs(root: Path) -> dict[str, list[Path]]:
     """The bundled traces grouped as `moe-harness analyze` is given them: every rank file of one run
-    (same folder, same name before `-TP-`) together. Keyed by a stable name, the folder under
-    tests/data and the run's name prefix (a file not named by rank stands alone, by its name)."""
+    (same folder, same name before `-TP-`) together. Keyed by a stable name under tests/data: the
+    folder and the run's name prefix (a file not named by rank stands alone, by its name), or the run
+    directory for the traces/ of one (its file names only repeat it, with a timestamp)."""
     data = root / "tests" / "data"
     inputs: dict[str, list[Path]] = {}
     for trace in bundled_traces(root):
-        prefix = run_prefix(str(trace)) or trace.name.split(".trace")[0]
-        inputs.setdefault((trace.parent.relative_to(data) / prefix).as_posix(), []).append(trace)
+        if trace.parent.name == "traces":
+            name = trace.parent.parent.relative_to(data)
+        else:
+            name = trace.parent.relative_to(data) / (run_prefix(str(trace)) or trace.name.split(".trace")[0])
+        inputs.setdefault(name.as_posix(), []).append(trace)
     return dict(sorted(inputs.items()))
