@@ -29,6 +29,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
+from tests.bundled_traces import bundled_traces  # noqa: E402
 
 _TIMEOUT_S = 600
 # A table that changed format: its older name -> its newer name. The newer file is read and written
@@ -36,12 +37,6 @@ _TIMEOUT_S = 600
 NEW_FORMATS = {"kernels_long.csv": "kernels_long.parquet"}
 # The accuracy report counts the commits since each case was added: history, not analysis output.
 _HISTORY = re.compile(r"\d+ commits? changed analysis/ since \(last [^)]*\)")
-
-
-def bundled_traces(root: Path) -> list[Path]:
-    """Rank traces the repository carries (capture traces are inputs of other traces, left out)."""
-    return sorted(p for p in (root / "tests" / "data").rglob("*.trace.json*")
-                  if "capture" not in p.name and "sglang_releases" not in p.parts)
 
 
 def _run(checkout: Path, args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
