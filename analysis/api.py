@@ -106,6 +106,15 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
         return _load_and_attribute(path, label, index, sig_ref, model_ref, rank_options, capture_refs)
 
 
+def _analyze_one_in_worker(*args):
+    """_analyze_one with the kernel rows as columns (analysis/attribution/row_columns.py): cheaper to
+    pickle back to the parent."""
+    from analysis.attribution.row_columns import RowColumns
+
+    value = _analyze_one(*args)
+    return (RowColumns(value[0]), *value[1:])
+
+
 def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
                         rank_options: RankOptions, capture_refs: list[str]):
     sig = load_signature(sig_ref)
@@ -194,9 +203,10 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one, a): i for i, a in enumerate(args)}
+                futures = {pool.submit(_guarded, _analyze_one_in_worker, a): i for i, a in enumerate(args)}
                 for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
+                    ok, value = fut.result()
+                    results[futures[fut]] = (ok, (value[0].rows(), *value[1:]) if ok else value)
                     advance()
     _refuse_the_same_trace_twice(files, results)
     for i in sorted(results):

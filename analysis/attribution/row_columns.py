@@ -1,0 +1,33 @@
+"""A rank's KernelRows sent from a worker process to the parent as columns.
+
+Why: the parent of several rank workers gets every rank's rows pickled. Pickled row by row, each
+KernelRow is a class reference and a tuple of 18 fields (about 0.08 s per 57,000 rows to pickle in
+the worker); as one list per field the same values pickle in about half that, and read back into
+equal rows at the same cost. Repeated strings stay shared: pickle writes an object it has seen
+once, by reference, either way.
+"""
+from __future__ import annotations
+
+import operator
+
+from analysis.attribution.rows import KernelRow
+
+_FIELDS = KernelRow.__struct_fields__
+
+
+class RowColumns:
+    """KernelRows as one list per field (picklable); rows() builds them again."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, rows: list[KernelRow]):
+        self.columns = [list(map(operator.attrgetter(name), rows)) for name in _FIELDS]
+
+    def __getstate__(self):
+        return self.columns
+
+    def __setstate__(self, columns):
+        self.columns = columns
+
+    def rows(self) -> list[KernelRow]:
+        return list(map(KernelRow, *self.columns))
