@@ -206,7 +206,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
                 futures = {pool.submit(_guarded, _analyze_one_in_worker, a): i for i, a in enumerate(args)}
                 for fut in as_completed(futures):
                     ok, value = fut.result()
-                    results[futures[fut]] = (ok, (value[0].rows(), *value[1:]) if ok else value)
+                    results[futures[fut]] = (ok, (value[0].take_rows(), *value[1:]) if ok else value)
                     advance()
     _refuse_the_same_trace_twice(files, results)
     for i in sorted(results):

@@ -16,7 +16,7 @@ _FIELDS = KernelRow.__struct_fields__
 
 
 class RowColumns:
-    """KernelRows as one list per field (picklable); rows() builds them again."""
+    """KernelRows as one list per field (picklable); take_rows() builds them again."""
 
     __slots__ = ("columns",)
 
@@ -29,5 +29,8 @@ class RowColumns:
     def __setstate__(self, columns):
         self.columns = columns
 
-    def rows(self) -> list[KernelRow]:
-        return list(map(KernelRow, *self.columns))
+    def take_rows(self) -> list[KernelRow]:
+        """The rows, built again; the columns are let go (the pool's future still holds this object
+        until every rank is back: keeping them would hold every rank's columns beside its rows)."""
+        columns, self.columns = self.columns, []
+        return list(map(KernelRow, *columns))
