@@ -227,17 +227,33 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
+    rank_files = {rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)}
+    failed_files = [shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok]
+    return combine_rows(kernel_rows, step_rows, problems, options, sig, spec, total_bytes=total_bytes,
+                        failed_files=failed_files, requests=requests, expert_load=load, chains=chains,
+                        rank_files=rank_files)
+
+
+def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problems: list[RankProblem],
+                 options: AnalysisOptions, sig: Signature, spec: ModelSpec | None, total_bytes: int = 0,
+                 failed_files: list[str] | None = None, requests=None, expert_load: ExpertLoad | None = None,
+                 chains: dict[tuple[str, int], list[int]] | None = None,
+                 rank_files: dict[str, str] | None = None) -> Analysis:
+    """Attributed rows (one process's ranks, or every node's) into the analysis: the D4 column, the
+    load comparison, the self-checks, SOL, the collectives' wait / transfer and the step time. The one
+    tail of `analyze` and of a run's nodes combined, so both tables are built alike.
+    `problems` gains the failed self-checks; `chains` (per rank and step, from the attribution)
+    spares the checks reading them again."""
     check_rank_policy(options.rank_policy, {s.rank for s in step_rows})
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict)
-    d4.failed_files = [shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok]
+    d4.failed_files = list(failed_files or [])
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
     if requests is not None:
         d4.load = compare_with_load(d4, step_rows, requests, options.window_start_s, options.strict)
-    rank_files = {rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)}
     d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains,
                                    rank_files)
     if options.sol is not None:
@@ -245,7 +261,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
 
         d4 = with_sol(d4, options.sol)
     comm_rows = split_collectives(kernel_rows, step_rows)
-    d4 = with_comm(d4, comm_rows, step_rows, options.strict, load)
+    d4 = with_comm(d4, comm_rows, step_rows, options.strict, expert_load)
     d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
                     comm_rows=comm_rows, checks=checks)

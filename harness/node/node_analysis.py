@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
-                          analyze, apply_self_checks, build_column, compare_with_load, load_model_spec,
-                          load_request_chunks, load_signature, split_collectives, with_comm, with_sol, with_step_time)
+                          analyze, combine_rows, load_model_spec, load_request_chunks, load_signature)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
@@ -61,8 +60,10 @@ def analyze_node(paths: list[str], options: dict) -> dict:
     traces (files, or folders) naming replayed kernels; a folder without files is left out (a release
     may write none). Raises AnalysisError when no rank of the node could be analysed."""
     captures = captures_with_files(options.get("capture_traces") or [])
+    # the node's own column is not kept (combine applies the run's rank policy over every node): a
+    # policy naming another node's rank must not fail this node
     result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
-                     options=AnalysisOptions(run=options.get("run", "run"), rank_policy=options.get("rank_policy", "mean"),
+                     options=AnalysisOptions(run=options.get("run", "run"), rank_policy="mean",
                                              tbo=bool(options.get("tbo", False)), jobs=options.get("jobs"),
                                              capture_traces=captures))
     kept = _as_kept(paths, captures, options.get("node"))
@@ -148,25 +149,18 @@ def calibration_report(calibrations: list[dict], used: str) -> tuple[str, list[d
 def combine(node_results: list[dict], options: dict, accept_length: float | None = None,
             sol: SolSettings | None = None, expert_load: ExpertLoad | None = None,
             load_records: str | None = None, window_start_s: float | None = None) -> Analysis:
-    """The D4 column over every node's rows; with `sol`, its SOL columns as analysis.api adds them;
-    the collectives split into wait and transfer over every node's ranks, with the expert load; with
-    `load_records` (the run's load/requests.jsonl), the profiled steps against the load."""
+    """Every node's rows into one analysis, through the same tail as `analyze` (analysis.api.combine_rows):
+    the D4 column, with `sol` its SOL columns, the collectives split into wait and transfer over every
+    node's ranks with the expert load, and with `load_records` (the run's load/requests.jsonl) the
+    profiled steps against the load."""
     sig = load_signature(options["signature"])
     model = load_model_spec(options["model"]) if options.get("model") else None
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
     # each node checked its own ranks; the checks run again over every node's rows together
     problems = [p for part in node_results for p in part["problems"] if not p.message.startswith(SELF_CHECK_PROBLEM)]
-    d4 = build_column(kernel_rows, step_rows, name=options["run"], rank_policy=options["rank_policy"],
-                      accept_length=accept_length, row_order=sig.template_order(), signature=sig.name,
-                      signature_evidence=sig.evidence, model=model.name if model else None)
-    if load_records is not None:
-        d4.load = compare_with_load(d4, step_rows, load_request_chunks(load_records), window_start_s)
-    d4, checks = apply_self_checks(kernel_rows, step_rows, d4, model, None, False, problems)
-    if sol is not None:
-        d4 = with_sol(d4, sol)
-    comm_rows = split_collectives(kernel_rows, step_rows)
-    d4 = with_comm(d4, comm_rows, step_rows, expert_load=expert_load)
-    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows)
-    return Analysis(options["run"], sig.name, model.name if model else None, kernel_rows, step_rows, problems, d4,
-                    comm_rows=comm_rows, checks=checks)
+    run_options = AnalysisOptions(run=options["run"], rank_policy=options["rank_policy"], accept_length=accept_length,
+                                  sol=sol, window_start_s=window_start_s)
+    requests = load_request_chunks(load_records) if load_records is not None else None
+    return combine_rows(kernel_rows, step_rows, problems, run_options, sig, model, requests=requests,
+                        expert_load=expert_load)

@@ -1,0 +1,43 @@
+"""A run's nodes analysed apart and combined give the table `analyze` gives on all their ranks at once.
+
+The real two-node DeepEP job (tests/data/sglang-real/ray-run/...2x2_deepep...): node 0 holds TP-0 and
+TP-1, node 1 TP-2 and TP-3, as on the lent machine. Before the node path and the command shared one
+tail, the node's own analysis applied the run's rank policy to its own ranks (a policy naming node 1's
+rank failed node 0), and the combined table skipped the rank-policy check and the "no usable step" error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis.api import AnalysisError, AnalysisOptions, analyze
+from analysis.tables.d4 import render_markdown
+from harness.node.node_analysis import analyze_node, combine
+
+RUN = Path(__file__).parent / "data" / "sglang-real" / "ray-run" / "sglang_dsv3_4l_2x2_deepep-20261126-124934"
+TRACES = sorted(str(p) for p in (RUN / "traces").glob("*.trace.json.gz"))
+
+
+def _options(policy: str) -> dict:
+    return {"run": "run", "signature": "generic", "model": None, "rank_policy": policy, "tbo": False, "jobs": 1,
+            "capture_traces": []}
+
+
+def _nodes(policy: str):
+    parts = [analyze_node(TRACES[:2], _options(policy) | {"node": 0}),
+             analyze_node(TRACES[2:], _options(policy) | {"node": 1})]
+    return combine(parts, _options(policy))
+
+
+@pytest.mark.parametrize("policy", ["mean", "max", "rank:TP3-EP3"])
+def test_nodes_combined_equal_one_analysis_of_every_rank(policy):
+    assert len(TRACES) == 4
+    combined = _nodes(policy)
+    direct = analyze(TRACES, options=AnalysisOptions(run="run", rank_policy=policy, jobs=1))
+    assert render_markdown([combined.d4]) == render_markdown([direct.d4])
+    assert [c.verdict for c in combined.checks] == [c.verdict for c in direct.checks]
+
+
+def test_a_rank_policy_naming_no_rank_of_any_node_is_refused():
+    with pytest.raises(AnalysisError, match="names a rank that is not among the analysed ones"):
+        _nodes("rank:TP7-EP7")
