@@ -161,13 +161,7 @@ def analyze(
 
 def _analyze(paths: list[str], signature: str, model: str | None, options: AnalysisOptions | None,
              progress: bool) -> Analysis:
-    options = options or AnalysisOptions()
-    # names that came from file names or the command line reach every table: bytes that are not
-    # UTF-8 there (a file name from another system) are shown as escapes, never a failed write
-    options = dataclasses.replace(options, run=shown_path(options.run),
-                                  labels={k: shown_path(v) for k, v in (options.labels or {}).items()} or None)
-    if options.attribution not in ATTRIBUTION_MODES:
-        raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
+    options = _shown_options(options or AnalysisOptions())
     if options.stat not in STATS:
         raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
     sig: Signature = load_signature(signature)  # fail fast on a bad signature or model
@@ -176,6 +170,48 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
         _check_sol(options.sol)
     load = load_expert_load(options.expert_load) if options.expert_load else None
     requests = load_request_chunks(options.load_records) if options.load_records else None
+    rows = _attribute(paths, signature, model, options, progress, checked=True)
+    return combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
+                        total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
+                        expert_load=load, chains=rows.chains, rank_files=rows.rank_files)
+
+
+@dataclass
+class AttributedRows:
+    """Every rank's attributed rows, before any table: what a node hands on to be combined."""
+    kernel_rows: list[KernelRow]
+    step_rows: list[StepRow]
+    problems: list[RankProblem]  # per rank and per step; the self-checks add theirs when the rows are combined
+    total_bytes: int = 0
+    failed_files: list[str] = field(default_factory=list)  # "path: why" of each rank that could not be analysed
+    chains: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (rank, step) -> its chain
+    rank_files: dict[str, str] = field(default_factory=dict)  # rank label -> its trace file
+
+
+def attribute(paths: list[str], signature: str = "generic", model: str | None = None,
+              options: AnalysisOptions | None = None, progress: bool = False) -> AttributedRows:
+    """Load and attribute one trace set (one file per rank) without building the tables: a run's node
+    does this for its own ranks, and `combine_rows` builds the table over every node's rows."""
+    with gc_paused():
+        return _attribute(paths, signature, model, _shown_options(options or AnalysisOptions()), progress)
+
+
+def _shown_options(options: AnalysisOptions) -> AnalysisOptions:
+    """Names that came from file names or the command line reach every table: bytes that are not
+    UTF-8 there (a file name from another system) are shown as escapes, never a failed write."""
+    return dataclasses.replace(options, run=shown_path(options.run),
+                               labels={k: shown_path(v) for k, v in (options.labels or {}).items()} or None)
+
+
+def _attribute(paths: list[str], signature: str, model: str | None, options: AnalysisOptions,
+               progress: bool, checked: bool = False) -> AttributedRows:
+    """`checked`: the caller has read the signature and model already."""
+    if options.attribution not in ATTRIBUTION_MODES:
+        raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
+    if not checked:  # fail fast on a bad signature or model, before any trace is read
+        load_signature(signature)
+        if model:
+            load_model_spec(model)
     files = expand_paths(paths)
     if not files:
         raise AnalysisError("no trace files given")
@@ -227,11 +263,10 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
-    rank_files = {rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)}
-    failed_files = [shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok]
-    return combine_rows(kernel_rows, step_rows, problems, options, sig, spec, total_bytes=total_bytes,
-                        failed_files=failed_files, requests=requests, expert_load=load, chains=chains,
-                        rank_files=rank_files)
+    return AttributedRows(
+        kernel_rows, step_rows, problems, total_bytes,
+        failed_files=[shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok],
+        chains=chains, rank_files={rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)})
 
 
 def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problems: list[RankProblem],

@@ -41,3 +41,20 @@ def test_nodes_combined_equal_one_analysis_of_every_rank(policy):
 def test_a_rank_policy_naming_no_rank_of_any_node_is_refused():
     with pytest.raises(AnalysisError, match="names a rank that is not among the analysed ones"):
         _nodes("rank:TP7-EP7")
+
+
+def test_a_rank_that_failed_on_a_node_is_named_under_the_combined_table(tmp_path):
+    """A node with one rank file that cannot be read: the combined table names it (as the run
+    directory keeps it, traces/NAME), as `analyze` names a failed file under its own table."""
+    import shutil
+
+    good = tmp_path / Path(TRACES[1]).name
+    shutil.copy(TRACES[1], good)
+    broken = tmp_path / Path(TRACES[0]).name
+    broken.write_bytes(b"not gzip at all")
+    parts = [analyze_node([str(broken), str(good)], _options("mean") | {"node": 0}),
+             analyze_node(TRACES[2:], _options("mean") | {"node": 1})]
+    combined = combine(parts, _options("mean"))
+    assert len(combined.d4.failed_files) == 1
+    assert combined.d4.failed_files[0].startswith(f"traces/{broken.name}: "), combined.d4.failed_files
+    assert str(tmp_path) not in render_markdown([combined.d4])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
-                          analyze, combine_rows, load_model_spec, load_request_chunks, load_signature)
+                          attribute, combine_rows, load_model_spec, load_request_chunks, load_signature)
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
@@ -52,23 +52,22 @@ def analyse_nodes(node_traces: dict[int, list[str]], options: dict, node_capture
 
 
 def analyze_node(paths: list[str], options: dict) -> dict:
-    """One node's ranks attributed (analysis.api.analyze): the row tables `combine` joins.
+    """One node's ranks attributed (analysis.api.attribute): the row tables `combine` joins.
 
     Called by each node's actor on its own traces and by `moe-harness analyze RUN_DIR` on the run
     directory's copies, so both get the same rows; the problems name each trace as the run directory
     keeps it (traces/NAME), not by the node-local path. options["capture_traces"]: CUDA-graph capture
     traces (files, or folders) naming replayed kernels; a folder without files is left out (a release
-    may write none). Raises AnalysisError when no rank of the node could be analysed."""
+    may write none). No table is built here: `combine` builds one over every node's rows, with the
+    run's rank policy. Raises AnalysisError when no rank of the node could be analysed."""
     captures = captures_with_files(options.get("capture_traces") or [])
-    # the node's own column is not kept (combine applies the run's rank policy over every node): a
-    # policy naming another node's rank must not fail this node
-    result = analyze(paths, signature=options.get("signature", "generic"), model=options.get("model"),
-                     options=AnalysisOptions(run=options.get("run", "run"), rank_policy="mean",
-                                             tbo=bool(options.get("tbo", False)), jobs=options.get("jobs"),
-                                             capture_traces=captures))
+    rows = attribute(paths, signature=options.get("signature", "generic"), model=options.get("model"),
+                     options=AnalysisOptions(run=options.get("run", "run"), tbo=bool(options.get("tbo", False)),
+                                             jobs=options.get("jobs"), capture_traces=captures))
     kept = _as_kept(paths, captures, options.get("node"))
-    problems = [RankProblem(path=kept(p.path), rank=p.rank, message=kept(p.message)) for p in result.problems]
-    return {"kernel_rows": result.kernel_rows, "step_rows": result.step_rows, "problems": problems}
+    problems = [RankProblem(path=kept(p.path), rank=p.rank, message=kept(p.message)) for p in rows.problems]
+    return {"kernel_rows": rows.kernel_rows, "step_rows": rows.step_rows, "problems": problems,
+            "failed_files": [kept(f) for f in rows.failed_files]}
 
 
 def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
@@ -162,5 +161,6 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     run_options = AnalysisOptions(run=options["run"], rank_policy=options["rank_policy"], accept_length=accept_length,
                                   sol=sol, window_start_s=window_start_s)
     requests = load_request_chunks(load_records) if load_records is not None else None
-    return combine_rows(kernel_rows, step_rows, problems, run_options, sig, model, requests=requests,
-                        expert_load=expert_load)
+    failed_files = [f for part in node_results for f in part.get("failed_files", [])]
+    return combine_rows(kernel_rows, step_rows, problems, run_options, sig, model, failed_files=failed_files,
+                        requests=requests, expert_load=expert_load)
