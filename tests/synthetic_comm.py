@@ -10,15 +10,13 @@ collective's end on each rank vary by up to that much (seeded), as on real hardw
 """
 from __future__ import annotations
 
-import gzip
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.attribution.signature import load_signature
 
-from synthetic_deepseek import MAIN_STREAM, entry_dur_us
+from synthetic_deepseek import MAIN_STREAM, entry_dur_us, write_trace_file
 
 SIGNATURE = "sglang-sm90-deepep-ll"
 GAP_US = 1.0
@@ -90,11 +88,6 @@ def write_ep_ranks(out_dir: Path, *, ranks: int = 2, num_layers: int = 4, dense_
                               "args": {}})
         step_us = max(clock) - start
         clock = [max(clock) + 50.0] * ranks
-    paths = []
-    for r in range(ranks):
-        path = out_dir / f"synthetic-ep-TP-{r}-EP-{r}-DECODE.trace.json.gz"
-        doc = {"schemaVersion": 1, "deviceProperties": [{"id": r, "name": "SYNTHETIC H200"}], "traceEvents": events[r]}
-        with gzip.open(path, "wt") as fh:
-            json.dump(doc, fh)
-        paths.append(path)
+    paths = [write_trace_file(out_dir / f"synthetic-ep-TP-{r}-EP-{r}-DECODE.trace.json.gz", events[r], device_id=r)
+             for r in range(ranks)]
     return Injected(delay_us, delay_rank, delay_layer, delay_module, transfer_us, step_us, paths)

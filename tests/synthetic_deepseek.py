@@ -162,7 +162,13 @@ def write_rank_trace(path: Path, sig: Signature, *, num_layers: int = 61, dense_
             expected.draft_extend_us.append(e - s)
         else:
             _emit_step(w, sig, f"step[{names['decode']} bs=16]", kinds, units, step_scale, False, expected)
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "SYNTHETIC H200"}], "traceEvents": w.events}
+    write_trace_file(path, w.events)
+    return expected
+
+
+def write_trace_file(path: Path, events: list[dict], device_id: int = 0) -> Path:
+    """One rank's SYNTHETIC events as a gzip'd chrome trace on a named SYNTHETIC device."""
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": device_id, "name": "SYNTHETIC H200"}], "traceEvents": events}
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
-    return expected
+    return path

@@ -24,14 +24,12 @@ gaps (tests/test_step_time.py) test them on real timelines.
 """
 from __future__ import annotations
 
-import gzip
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.attribution.signature import load_signature
 
-from synthetic_deepseek import MAIN_STREAM, entry_dur_us
+from synthetic_deepseek import MAIN_STREAM, entry_dur_us, write_trace_file
 
 SIGNATURE = "sglang-sm90-deepep-ll"
 COPY_STREAM = 9
@@ -143,12 +141,7 @@ def write_idle_ranks(out_dir: Path, *, ranks: int = 2, num_layers: int = 4, dens
                               "args": {}})
         clock = [max(clock) + between_us] * ranks
         # every rank ends the step at the same true time (the step's last collective syncs them)
-    paths = []
-    for r in range(ranks):
-        path = out_dir / f"synthetic-idle-TP-{r}-EP-{r}-DECODE.trace.json.gz"
-        doc = {"schemaVersion": 1, "deviceProperties": [{"id": r, "name": "SYNTHETIC H200"}], "traceEvents": events[r]}
-        with gzip.open(path, "wt") as fh:
-            json.dump(doc, fh)
-        paths.append(path)
+    paths = [write_trace_file(out_dir / f"synthetic-idle-TP-{r}-EP-{r}-DECODE.trace.json.gz", events[r], device_id=r)
+             for r in range(ranks)]
     return Injected(ranks, steps, late_rank, late_us, host_rank, host_delay_us, delay_layer, queued_us, sync_gap_us,
                     between_us, transfer_us, paths)

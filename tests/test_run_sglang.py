@@ -443,21 +443,26 @@ def test_an_error_chunk_fails_the_run_with_the_servers_message(cluster, env, tmp
     assert any("KV cache pool is full" in (r["error"] or "") for r in records)
 
 
+def _run_prefill_heavy(tmp_path: Path, profiler: str, **engine_env: str):
+    """One GPU, chunked prefill of 8-token prompts at 1 token per batch, 12-token outputs: prefill
+    batches outnumber decode ones. Returns run()'s (status, run directory)."""
+    _, path = _scenario(tmp_path, FAKE_SGLANG_PREFILL_CHUNK="1", profile={"sglang_profiler": profiler},
+                        cluster={"nodes": 1, "gpus_per_node": 1},
+                        engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
+                                "deepep_mode": None, "speculative": None}, **engine_env)
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["output_len"] = 12
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return run(parse_scenario(path.read_text(), str(path)), path, tmp_path / "runs", quiet=True)
+
+
 @pytest.mark.parametrize("profiler", ["v2", "v1"])
 def test_a_prefill_heavy_load_still_gives_the_decode_trace(cluster, env, tmp_path, profiler):
     """Chunked prefill of 8-token prompts at 1 token per batch, 12-token outputs: prefill batches outnumber
     decode ones. Started mid-decode under that load, SGLang's classic by-stage profiler restarts its capture
     at the next prefill and writes it as -EXTEND, never -DECODE (what the harness did before: no trace,
     run failed). The decode-only window gets the DECODE trace with either profiler."""
-    scenario, path = _scenario(tmp_path, FAKE_SGLANG_PREFILL_CHUNK="1", profile={"sglang_profiler": profiler},
-                               cluster={"nodes": 1, "gpus_per_node": 1},
-                               engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
-                                       "deepep_mode": None, "speculative": None})
-    data = yaml.safe_load(path.read_text())
-    data["workload"]["output_len"] = 12
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    scenario = parse_scenario(path.read_text(), str(path))
-    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    status, run_dir = _run_prefill_heavy(tmp_path, profiler)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
     names = [p.name for p in (run_dir / "traces").iterdir()]
@@ -474,15 +479,7 @@ def test_when_ages_never_line_up_the_batch_is_admitted_again_whole(cluster, env,
     from harness.sglang import profile as sglang_profile
 
     monkeypatch.setattr(sglang_profile, "AGES_LINE_UP_WAIT_S", 0.0)
-    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="0.5.23", FAKE_SGLANG_PREFILL_CHUNK="1",
-                               profile={"sglang_profiler": "v1"}, cluster={"nodes": 1, "gpus_per_node": 1},
-                               engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
-                                       "deepep_mode": None, "speculative": None})
-    data = yaml.safe_load(path.read_text())
-    data["workload"]["output_len"] = 12
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    scenario = parse_scenario(path.read_text(), str(path))
-    status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
+    status, run_dir = _run_prefill_heavy(tmp_path, "v1", FAKE_SGLANG_VERSION="0.5.23")
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
     assert manifest["profile"]["whole_batch_outlasts_window"] is True and manifest["profile"]["running_at_start"] == 8
