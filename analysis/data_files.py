@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
+from analysis.errors import AnalysisError
 from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
 
 
@@ -45,6 +46,15 @@ def load_yaml(text: str, loader: type = _SAFE_LOADER):
         raise yaml.YAMLError(f"a number with more than 4300 digits{where}" if long else str(exc)) from None
     except RecursionError:
         raise yaml.YAMLError("nested too deeply to read") from None
+
+
+def read_packaged_struct(path: Path, schema: type):
+    """A data file shipped with the package (a page style, a noise rule) as the schema's typed
+    objects; a missing, unreadable or malformed file is an AnalysisError naming it."""
+    try:
+        return msgspec.convert(load_yaml(path.read_text(encoding="utf-8")), schema)
+    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+        raise AnalysisError(f"{path}: {exc}") from None
 
 
 def read_yaml_text(path: Path, error: Callable[[str, str], Exception], limit_bytes: int = CONFIG_LIMIT_BYTES) -> str:

@@ -14,9 +14,8 @@ from functools import cache
 from pathlib import Path
 
 import msgspec
-import yaml
 
-from analysis.data_files import load_yaml
+from analysis.data_files import read_packaged_struct
 from analysis.errors import AnalysisError
 from analysis.tables.d4 import D4Column, group_label
 from analysis.tables.d4_cells import D4Row
@@ -64,10 +63,7 @@ class _ChangesFile(msgspec.Struct, forbid_unknown_fields=True):
 @cache
 def changes_config(path: Path = RULE_FILE) -> _ChangesFile:
     """The noise rule and the table's words, read once."""
-    try:
-        return msgspec.convert(load_yaml(path.read_text(encoding="utf-8")), _ChangesFile)
-    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: {exc}") from None
+    return read_packaged_struct(path, _ChangesFile)
 
 
 class RowChange(msgspec.Struct):

@@ -135,25 +135,19 @@ def run(args) -> int:
             return 2
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]  # shown escaped if not UTF-8
-    if args.expert_load:
-        from analysis.api import load_expert_load
+    from analysis.api import load_expert_load, load_request_chunks
 
-        try:
-            load_expert_load(args.expert_load)  # a bad file is the user's input: exit 2 before any trace is read
-        except AnalysisError as exc:
-            print(f"moe-harness analyze: --expert-load: {exc}", file=sys.stderr)
-            return 2
+    for flag, value, read in (("--expert-load", args.expert_load, load_expert_load),
+                              ("--load-records", args.load_records, load_request_chunks)):
+        if value:
+            try:
+                read(value)  # a bad file is the user's input: exit 2 before any trace is read
+            except AnalysisError as exc:
+                print(f"moe-harness analyze: {flag}: {exc}", file=sys.stderr)
+                return 2
     if args.window_start_s is not None and not args.load_records:
         print("moe-harness analyze: --window-start-s needs --load-records", file=sys.stderr)
         return 2
-    if args.load_records:
-        from analysis.api import AnalysisError, load_request_chunks
-
-        try:
-            load_request_chunks(args.load_records)  # a bad file is the user's input: exit 2 before any trace is read
-        except AnalysisError as exc:
-            print(f"moe-harness analyze: --load-records: {exc}", file=sys.stderr)
-            return 2
     try:
         out = prepare_output(args.out, "analyze", args.overwrite) if args.out else None
     except OutputError as exc:

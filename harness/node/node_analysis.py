@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.api import (SELF_CHECK_PROBLEM, Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
+from analysis.api import (Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
                           attribute, combine_rows, load_model_spec, load_request_chunks, load_signature)
 
 
@@ -156,8 +156,7 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     model = load_model_spec(options["model"]) if options.get("model") else None
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
-    # each node checked its own ranks; the checks run again over every node's rows together
-    problems = [p for part in node_results for p in part["problems"] if not p.message.startswith(SELF_CHECK_PROBLEM)]
+    problems = [p for part in node_results for p in part["problems"]]  # the self-checks add theirs over every node
     run_options = AnalysisOptions(run=options["run"], rank_policy=options["rank_policy"], accept_length=accept_length,
                                   sol=sol, window_start_s=window_start_s)
     requests = load_request_chunks(load_records) if load_records is not None else None

@@ -6,10 +6,8 @@ from functools import cache
 from pathlib import Path
 
 import msgspec
-import yaml
 
-from analysis.data_files import load_yaml
-from analysis.errors import AnalysisError
+from analysis.data_files import read_packaged_struct
 
 STYLE_FILE = Path(__file__).with_name("style.yaml")
 LANGS = ("en", "zh")
@@ -50,10 +48,7 @@ class Style(msgspec.Struct, forbid_unknown_fields=True):
 
 @cache
 def load_style(path: Path = STYLE_FILE) -> Style:
-    try:
-        return msgspec.convert(load_yaml(path.read_text(encoding="utf-8")), Style)
-    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: {exc}") from None
+    return read_packaged_struct(path, Style)
 
 
 def heat_colour(style: Style, share: float) -> str:
