@@ -9,6 +9,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
@@ -20,6 +21,9 @@ from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
+from analysis.tables.parquet_writer import RowGroup
+from analysis.tables.rank_digest import Digest, RankDigest
+from analysis.tables.self_check_parts import RankChecks
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.tables.load_compare import compare_with_load
 from analysis.tables.step_time import with_step_time
@@ -74,6 +78,7 @@ class Analysis:
     json_bytes: int = 0
     comm_rows: list[CommRow] = field(default_factory=list)  # comm.csv: collectives split into wait / transfer
     checks: list[CheckRow] = field(default_factory=list)  # the self-checks (checks.csv)
+    digest: Digest | None = None  # what the rank workers made of kernel_rows (analysis/tables/rank_digest.py)
 
     @property
     def failed_checks(self) -> list[CheckRow]:
@@ -82,6 +87,8 @@ class Analysis:
     @functools.cached_property
     def streams(self) -> list[StreamSummary]:
         """Busy and exposed time per (rank, stream): streams.csv and the printout, summed once."""
+        if self.digest is not None and self.digest.holds(self.kernel_rows):
+            return self.digest.streams
         return stream_summary(self.kernel_rows)
 
 
@@ -99,20 +106,37 @@ def expand_paths(paths: list[str]) -> list[str]:
     return files
 
 
+class _RankResult(NamedTuple):
+    """One rank, loaded and attributed (what a worker process sends back)."""
+    kernel_rows: list[KernelRow]  # RowColumns on the way back from a worker
+    step_rows: list[StepRow]
+    json_bytes: int
+    label: str
+    notes: list[str]
+    chains: dict[int, list[int]]
+    content_key: str
+    digest: RankDigest | None = None  # what a worker made of the rows for the tables (workers only)
+
+
 def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
-                 rank_options: RankOptions, capture_refs: list[str]):
+                 rank_options: RankOptions, capture_refs: list[str]) -> _RankResult:
     """Load and attribute one rank (runs in a worker process when several ranks are given)."""
     with gc_paused():
         return _load_and_attribute(path, label, index, sig_ref, model_ref, rank_options, capture_refs)
 
 
-def _analyze_one_in_worker(*args):
-    """_analyze_one with the kernel rows as columns (analysis/attribution/row_columns.py): cheaper to
-    pickle back to the parent."""
+def _analyze_one_in_worker(*args) -> _RankResult:
+    """_analyze_one in a worker process, which also makes the rank's digest there, beside the other
+    ranks' workers (analysis/tables/rank_digest.py); the rows go back as columns
+    (analysis/attribution/row_columns.py), cheaper to pickle. args: _analyze_one's, then --strict."""
     from analysis.attribution.row_columns import RowColumns
+    from analysis.tables.rank_digest import digest_rank
 
-    value = _analyze_one(*args)
-    return (RowColumns(value[0]), *value[1:])
+    *rank_args, strict = args
+    with gc_paused():
+        value = _load_and_attribute(*rank_args)
+        digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict)
+        return value._replace(kernel_rows=RowColumns(value.kernel_rows), digest=digest)
 
 
 def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
@@ -134,7 +158,8 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
     trace = load_trace(path, rank=rank)
     options = dataclasses.replace(rank_options, notes=[], chains={}, release_kernels=True)
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
-    return kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains, trace.content_key
+    return _RankResult(kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains,
+                       trace.content_key)
 
 
 def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
@@ -173,7 +198,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     rows = _attribute(paths, signature, model, options, progress, checked=True)
     return combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
                         total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
-                        expert_load=load, chains=rows.chains, rank_files=rows.rank_files)
+                        expert_load=load, chains=rows.chains, rank_files=rows.rank_files, digest=rows.digest)
 
 
 @dataclass
@@ -186,6 +211,7 @@ class AttributedRows:
     failed_files: list[str] = field(default_factory=list)  # "path: why" of each rank that could not be analysed
     chains: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (rank, step) -> its chain
     rank_files: dict[str, str] = field(default_factory=dict)  # rank label -> its trace file
+    digest: Digest | None = None  # what the rank workers made of the rows, when every rank had one
 
 
 def attribute(paths: list[str], signature: str = "generic", model: str | None = None,
@@ -239,16 +265,22 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one_in_worker, a): i for i, a in enumerate(args)}
+                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict)): i
+                           for i, a in enumerate(args)}
                 for fut in as_completed(futures):
                     ok, value = fut.result()
-                    results[futures[fut]] = (ok, (value[0].take_rows(), *value[1:]) if ok else value)
+                    results[futures[fut]] = (ok, value._replace(kernel_rows=value.kernel_rows.take_rows()) if ok else value)
                     advance()
     _refuse_the_same_trace_twice(files, results)
+    digest: Digest | None = Digest()
     for i in sorted(results):
         ok, value = results[i]
         if ok:
-            k_rows, s_rows, nbytes, label, notes, rank_chains, _ = value
+            k_rows, s_rows, nbytes, label, notes, rank_chains, _, rank_digest = value
+            if rank_digest is None:
+                digest = None
+            elif digest is not None:
+                digest.add(label, rank_digest)
             chains.update({(label, step): chain for step, chain in rank_chains.items()})
             kernel_rows.extend(k_rows)
             step_rows.extend(s_rows)
@@ -266,31 +298,36 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     return AttributedRows(
         kernel_rows, step_rows, problems, total_bytes,
         failed_files=[shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok],
-        chains=chains, rank_files={rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)})
+        chains=chains, rank_files={rank_id_for(f, labels.get(f), i).label: f for i, f in enumerate(files)},
+        digest=digest)
 
 
 def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problems: list[RankProblem],
                  options: AnalysisOptions, sig: Signature, spec: ModelSpec | None, total_bytes: int = 0,
                  failed_files: list[str] | None = None, requests=None, expert_load: ExpertLoad | None = None,
                  chains: dict[tuple[str, int], list[int]] | None = None,
-                 rank_files: dict[str, str] | None = None) -> Analysis:
+                 rank_files: dict[str, str] | None = None, digest: Digest | None = None) -> Analysis:
     """Attributed rows (one process's ranks, or every node's) into the analysis: the D4 column, the
     load comparison, the self-checks, SOL, the collectives' wait / transfer and the step time. The one
     tail of `analyze` and of a run's nodes combined, so both tables are built alike.
     `problems` gains the failed self-checks; `chains` (per rank and step, from the attribution)
-    spares the checks reading them again."""
+    spares the checks reading them again; `digest`: what rank workers already made of the rows
+    (analysis/tables/rank_digest.py), used where it holds as many rows."""
+    if digest is not None and not digest.holds(kernel_rows):
+        digest = None
     check_rank_policy(options.rank_policy, {s.rank for s in step_rows})
     d4 = build_column(kernel_rows, step_rows, name=options.run, stat=options.stat, rank_policy=options.rank_policy,
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence,
-                      model=spec.name if spec else None, strict=options.strict)
+                      model=spec.name if spec else None, strict=options.strict,
+                      cells=digest.cells if digest is not None else None)
     d4.failed_files = list(failed_files or [])
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
     if requests is not None:
         d4.load = compare_with_load(d4, step_rows, requests, options.window_start_s, options.strict)
     d4, checks = apply_self_checks(kernel_rows, step_rows, d4, spec, options.layers, options.strict, problems, chains,
-                                   rank_files)
+                                   rank_files, digest.checks if digest is not None else None)
     if options.sol is not None:
         from analysis.tables.d4_sol import with_sol
 
@@ -299,7 +336,7 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, expert_load)
     d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
-                    comm_rows=comm_rows, checks=checks)
+                    comm_rows=comm_rows, checks=checks, digest=digest)
 
 
 def _refuse_the_same_trace_twice(files: list[str], results: dict[int, tuple]) -> None:
@@ -310,7 +347,7 @@ def _refuse_the_same_trace_twice(files: list[str], results: dict[int, tuple]) ->
         ok, value = results[i]
         if not ok:
             continue
-        first = seen.setdefault(value[-1], i)
+        first = seen.setdefault(value.content_key, i)
         if first != i:
             raise AnalysisError(f"{shown_path(files[first])} and {shown_path(files[i])} hold the same trace (the same "
                                 "kernels at the same times) under two rank names: one rank's trace given twice; give "
@@ -323,10 +360,11 @@ SELF_CHECK_PROBLEM = "self-check "  # how a failed check's line in problems.csv 
 def apply_self_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], d4: D4Column, spec: ModelSpec | None,
                       layers: int | None, strict: bool, problems: list[RankProblem],
                       chains: dict[tuple[str, int], list[int]] | None = None,
-                      rank_files: dict[str, str] | None = None) -> tuple[D4Column, list[CheckRow]]:
+                      rank_files: dict[str, str] | None = None,
+                      check_parts: dict[str, RankChecks] | None = None) -> tuple[D4Column, list[CheckRow]]:
     """Run the self-checks on a built column: its verdict line set, each failed check added to problems,
     naming the files of the ranks it mentions (rank_files: rank label -> trace file)."""
-    checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict, chains)
+    checks = run_checks(kernel_rows, step_rows, d4, spec, layers, strict, chains, check_parts)
     d4 = msgspec.structs.replace(d4, checks=verdict_line(checks), failed_checks=[c.check for c in failed(checks)])
     for c in failed(checks):
         said = f"{c.scope} {c.value} {c.why}"
@@ -437,9 +475,12 @@ def _write_structs(path: Path, rows: list, cls) -> None:
     _atomic_write(path, write)
 
 
-def write_kernel_table_file(path: Path, rows: list[KernelRow]) -> None:
-    """kernels_long.parquet of these rows (as write_outputs writes it)."""
-    _atomic_write(Path(path), lambda fh: write_kernel_table(fh, rows), binary=True)
+def write_kernel_table_file(path: Path, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> None:
+    """kernels_long.parquet of these rows (as write_outputs writes it); `encoded`: the same rows
+    already encoded, used when they hold as many rows."""
+    if encoded is not None and sum(g.rows for g in encoded) != len(rows):
+        encoded = None
+    _atomic_write(Path(path), lambda fh: write_kernel_table(fh, rows, encoded), binary=True)
 
 
 def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
@@ -455,7 +496,8 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
     files = {name: out / name for name in names}
     _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
     _write_structs(files["streams.csv"], analysis.streams, StreamSummary)
-    write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows)
+    write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows,
+                            analysis.digest.kernel_table if analysis.digest is not None else None)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)
     _write_structs(files["checks.csv"], analysis.checks, CheckRow)

@@ -110,7 +110,7 @@ def test_a_layer_whose_kernel_classes_differ_from_its_kind_is_named(synthetic):
 
 
 def test_kernel_class_sequence_ignores_loop_repeats():
-    from analysis.tables.self_checks import _without_repeats
+    from analysis.tables.self_check_parts import without_repeats as _without_repeats
 
     loop = ("gemm", "act", "gemm", "moe_finalize")
     assert _without_repeats(("norm", *loop * 5, "norm")) == _without_repeats(("norm", *loop * 2, "norm"))

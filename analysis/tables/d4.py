@@ -121,6 +121,52 @@ class _LayerSet:
         return self.bits.bit_count() + (len(self.others) if self.others else 0)
 
 
+class StepCells:
+    """What one step's kernel rows add to the D4 column: per (group, module, kernel) its busy and
+    exposed us and the layers holding it (in the order the keys first appear), the busy us before
+    and after the layers, the MTP rows' busy us outside the layers (None: no such row), and each
+    row's busy us by what named it, in row order. Picklable: a rank's worker makes its steps' cells
+    beside the other ranks' workers, and the parent only picks the used steps' cells."""
+
+    __slots__ = ("cells", "outside", "mtp_us", "source_us")
+
+    def __init__(self):
+        self.cells: dict[tuple[str, str, str], list] = {}
+        self.outside = [0.0, 0.0]
+        self.mtp_us: float | None = None
+        self.source_us: dict[str, list[float]] = {}
+
+
+def step_cells(kernel_rows: list[KernelRow]) -> dict[tuple[str, int], StepCells]:
+    """(rank, step) -> its StepCells, every step, in the order of their rows."""
+    out: dict[tuple[str, int], StepCells] = {}
+    row_rank = row_step = step = None  # rows come step by step: a step's cells are looked up once
+    for row in kernel_rows:
+        if row.step != row_step or row.rank != row_rank:
+            row_rank, row_step = row.rank, row.step
+            step = out.get((row_rank, row_step))
+            if step is None:
+                step = out[(row_rank, row_step)] = StepCells()
+            cells, by_source = step.cells, step.source_us
+        values = by_source.get(row.source)
+        if values is None:
+            values = by_source[row.source] = []
+        values.append(row.busy_us)
+        if row.section == SECTION_LAYER:
+            key = (row.group, row.module, row.kernel)
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = [0.0, 0.0, _LayerSet()]
+            cell[0] += row.busy_us
+            cell[1] += row.exposed_us
+            cell[2].add(row.layer)
+        else:
+            step.outside[0 if row.section == SECTION_PRE else 1] += row.busy_us
+            if row.group == MTP_GROUP:
+                step.mtp_us = (step.mtp_us or 0.0) + row.busy_us
+    return out
+
+
 def build_column(
     kernel_rows: list[KernelRow],
     step_rows: list[StepRow],
@@ -133,44 +179,38 @@ def build_column(
     model: str | None = None,
     strict: bool = False,
     signature_evidence: str = "",
+    cells: dict[tuple[str, int], StepCells] | None = None,
 ) -> D4Column:
+    """The column of these rows; `cells`: step_cells of the same rows where rank workers made them."""
     stage = main_stage(step_rows)
     usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
     used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
     skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)
     mismatched = [s for s in step_rows if s.stage == stage and s.status == "layer_count_mismatch"]
-    # (rank, step) -> key -> [busy, exposed, the layers holding it (_LayerSet)]
-    per_step: dict[tuple[str, int], dict[tuple[str, str, str], list]] = defaultdict(dict)
+    every_step = step_cells(kernel_rows) if cells is None else cells
+    # (rank, step) -> key -> [busy, exposed, the layers holding it (_LayerSet)], of the used steps
+    per_step: dict[tuple[str, int], dict[tuple[str, str, str], list]] = {}
     outside: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    mtp_kernels: dict[tuple[str, int], float] = defaultdict(float)
+    mtp_kernels: dict[tuple[str, int], float] = {}
     order: dict[tuple[str, str, str], None] = dict.fromkeys(row_order or [])
-    by_source: dict[str, float] = defaultdict(float)
-    row_rank = row_step = cells_of_step = None  # rows come step by step: a step's cells are looked up once
-    in_use = False
-    for row in kernel_rows:
-        if row.step != row_step or row.rank != row_rank:
-            row_rank, row_step = row.rank, row.step
-            key_step = (row_rank, row_step)
-            in_use = key_step in used
-            cells_of_step = None
-        if not in_use:
+    source_us: dict[str, list[list[float]]] = defaultdict(list)
+    for key_step, step in every_step.items():  # steps in the order of their rows
+        if key_step not in used:
             continue
-        by_source[row.source] += row.busy_us
-        if row.section == SECTION_LAYER:
-            key = (row.group, row.module, row.kernel)
-            if cells_of_step is None:
-                cells_of_step = per_step[key_step]
-            cell = cells_of_step.get(key)
-            if cell is None:  # a key's first row anywhere is the first of its step: the order is kept
-                cell = cells_of_step[key] = [0.0, 0.0, _LayerSet()]
-                order.setdefault(key, None)
-            cell[0] += row.busy_us
-            cell[1] += row.exposed_us
-            cell[2].add(row.layer)
-        else:
-            outside[key_step][0 if row.section == SECTION_PRE else 1] += row.busy_us
-            if row.group == MTP_GROUP:
-                mtp_kernels[key_step] += row.busy_us
+        per_step[key_step] = step.cells
+        order.update((key, None) for key in step.cells if key not in order)
+        outside[key_step] = step.outside
+        if step.mtp_us is not None:
+            mtp_kernels[key_step] = step.mtp_us
+        for source, values in step.source_us.items():
+            source_us[source].append(values)
+    by_source: dict[str, float] = {}
+    for source, runs in source_us.items():  # added row after row, as the rows come
+        total = 0.0
+        for values in runs:
+            for us in values:
+                total += us
+        by_source[source] = total
     rows: list[D4Row] = []
     for key in order:
         samples: dict[str, list[float]] = defaultdict(list)

@@ -21,7 +21,7 @@ from analysis.errors import AnalysisError, shown_path
 from analysis.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_rows_csv import read_kernel_rows_csv
 from analysis.tables.parquet_reader import read_parquet_file
-from analysis.tables.parquet_writer import FLOAT64, INT64, STRING, write_parquet
+from analysis.tables.parquet_writer import FLOAT64, INT64, STRING, RowGroup, encode_row_groups, write_row_groups
 
 KERNEL_TABLE = "kernels_long.parquet"
 OLDER_KERNEL_TABLE = "kernels_long.csv"  # what analyses wrote before the Parquet table
@@ -31,9 +31,21 @@ COLUMNS = [(field.name, _KINDS[field.type]) for field in msgspec.structs.fields(
 _DEFAULTS = {field.name: field.default for field in msgspec.structs.fields(KernelRow) if not field.required}
 
 
-def write_kernel_table(out: BinaryIO, rows: list[KernelRow]) -> int:
-    """The rows as kernels_long.parquet into a file opened for binary writing; the bytes written."""
-    return write_parquet(out, rows, COLUMNS, {"table": "kernels_long", "row_type": "KernelRow"})
+_METADATA = {"table": "kernels_long", "row_type": "KernelRow"}
+
+
+def write_kernel_table(out: BinaryIO, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> int:
+    """The rows as kernels_long.parquet into a file opened for binary writing; the bytes written.
+    `encoded`: the same rows already encoded (encode_kernel_table, in the ranks' worker processes),
+    written as they are."""
+    groups = encode_row_groups(rows, COLUMNS) if encoded is None else encoded
+    return write_row_groups(out, groups, COLUMNS, _METADATA)
+
+
+def encode_kernel_table(rows: list[KernelRow]) -> list[RowGroup]:
+    """One rank's rows as the kernel table's row groups: a worker encodes them beside the other
+    ranks' workers, and the parent writes the groups of every rank in rank order."""
+    return list(encode_row_groups(rows, COLUMNS))
 
 
 def kernel_table_in(folder: str | Path) -> Path | None:

@@ -19,6 +19,7 @@ import operator
 import sys
 import zlib
 from array import array
+from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from analysis.tables import thrift_compact as tc
@@ -119,30 +120,69 @@ class _Chunk:
         return written, [(2, tc.I64, offset), (3, tc.STRUCT, meta)]
 
 
+class RowGroup:
+    """One row group, encoded: its column chunks' pages (bytes) and its row count. Picklable, so a
+    rank's worker process can encode its own rows and the parent only writes the bytes."""
+
+    __slots__ = ("rows", "chunks")
+
+    def __init__(self, rows: int, chunks: list[_Chunk]):
+        self.rows, self.chunks = rows, chunks
+
+    def __getstate__(self):
+        return self.rows, [(c.name, c.kind, c.rows, c.uncompressed, c.pages) for c in self.chunks]
+
+    def __setstate__(self, state):
+        self.rows, chunks = state
+        self.chunks = []
+        for name, kind, rows, uncompressed, pages in chunks:
+            chunk = _Chunk.__new__(_Chunk)
+            chunk.name, chunk.kind, chunk.rows, chunk.uncompressed, chunk.pages = name, kind, rows, uncompressed, pages
+            self.chunks.append(chunk)
+
+
+def encode_row_groups(rows: list, columns: list[tuple[str, str]]) -> Iterator[RowGroup]:
+    """`rows` (objects with an attribute per column) as row groups of at most ROW_GROUP_ROWS rows,
+    one at a time: memory grows by one row group's columns, never by the table."""
+    for first in range(0, len(rows), ROW_GROUP_ROWS):  # no rows: no row group
+        part = rows[first:first + ROW_GROUP_ROWS]
+        yield RowGroup(len(part), [_Chunk(name, kind, list(map(operator.attrgetter(name), part)))
+                                   for name, kind in columns])
+
+
 def write_parquet(out: BinaryIO, rows: list, columns: list[tuple[str, str]], metadata: dict[str, str]) -> int:
     """Write `rows` (objects with an attribute per column) as Parquet into `out` (a file opened for
     binary writing, at its start); columns: (name, STRING | INT64 | FLOAT64), none may be None.
     metadata: the footer's key / value pairs. Returns the bytes written."""
+    return write_row_groups(out, encode_row_groups(rows, columns), columns, metadata)
+
+
+def write_row_groups(out: BinaryIO, groups: Iterable[RowGroup], columns: list[tuple[str, str]],
+                     metadata: dict[str, str]) -> int:
+    """Write row groups encoded with these columns (encode_row_groups, here or in another process) as
+    one Parquet file, in the order given; returns the bytes written."""
     out.write(MAGIC)
     offset = len(MAGIC)
-    groups = []
-    for first in range(0, len(rows), ROW_GROUP_ROWS):  # no rows: no row group
-        part = rows[first:first + ROW_GROUP_ROWS]
+    footer_groups, total_rows = [], 0
+    for group in groups:
+        if [(c.name, c.kind) for c in group.chunks] != list(columns):
+            raise ValueError("a row group encoded with other columns than the file's")
         chunks, group_bytes = [], 0
-        for name, kind in columns:
-            chunk = _Chunk(name, kind, list(map(operator.attrgetter(name), part)))
+        for chunk in group.chunks:
             written, column = chunk.write(out, offset)
             offset += written
             group_bytes += chunk.uncompressed
             chunks.append(column)
-        groups.append([(1, tc.LIST, (tc.STRUCT, chunks)), (2, tc.I64, group_bytes), (3, tc.I64, len(part))])
+        footer_groups.append([(1, tc.LIST, (tc.STRUCT, chunks)), (2, tc.I64, group_bytes), (3, tc.I64, group.rows)])
+        total_rows += group.rows
     schema = [[(4, tc.BINARY, "schema"), (5, tc.I32, len(columns))]]
     for name, kind in columns:
         schema.append([(1, tc.I32, _PHYSICAL[kind]), (3, tc.I32, _REQUIRED), (4, tc.BINARY, name),
                        (6, tc.I32, _CONVERTED_UTF8 if kind == STRING else None),
                        (10, tc.STRUCT, [(1, tc.STRUCT, [])] if kind == STRING else None)])
     footer = tc.struct_bytes([
-        (1, tc.I32, 1), (2, tc.LIST, (tc.STRUCT, schema)), (3, tc.I64, len(rows)), (4, tc.LIST, (tc.STRUCT, groups)),
+        (1, tc.I32, 1), (2, tc.LIST, (tc.STRUCT, schema)), (3, tc.I64, total_rows),
+        (4, tc.LIST, (tc.STRUCT, footer_groups)),
         (5, tc.LIST, (tc.STRUCT, [[(1, tc.BINARY, k), (2, tc.BINARY, v)] for k, v in metadata.items()])),
         (6, tc.BINARY, CREATED_BY)])
     out.write(footer)

@@ -1,0 +1,417 @@
+"""What the self-checks read from one rank's rows, reduced to a small picklable part per rank.
+
+Why: every self-check but the layer count, the stage labels and the profiler's overhead looks at one
+rank's kernels at a time; only its verdict needs every rank. With several ranks, each rank's worker
+process reduces its own rows to a RankChecks beside the other workers, and the parent judges from
+the parts instead of walking every rank's rows again on one core. The parts are exact: judged from
+them, a check says what it said when it walked the rows (analysis/tables/self_checks.py judges;
+tests/test_reference_outputs.py holds the checks.csv of every bundled trace).
+
+A part is made for one stage (the table's) and one --strict: the parent makes it again from the
+rows when the table's stage turns out to be another than the one a worker guessed from its rank.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
+from analysis.attribution.kernel_classes import class_of_name, class_test
+from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
+
+_MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
+_MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
+_NOT_ROUTED = frozenset({"dispatch", "combine"})
+_SHARED = "shared_experts"
+_COMMUNICATION = "communication"
+_COLLECTIVE_CLASS = "allreduce"
+_ATTENTION_CORE = "attn_core"
+_INF = float("inf")
+_BY_START = operator.attrgetter("start_us")
+USABLE = {False: ("ok", "layer_count_mismatch"), True: ("ok",)}  # step statuses the table uses, by --strict
+
+
+@dataclass
+class RankChecks:
+    """One rank's share of every per-rank self-check, for the table's stage (see the module's doc)."""
+
+    rank: str
+    stage: str
+    strict: bool
+    # layer_kernel_sequence: layers compared, outliers (rank, kind, step, layer), the first outlier's difference
+    sequence_layers: int = 0
+    sequence_outliers: list[tuple[str, str, int, int]] = field(default_factory=list)
+    sequence_first_difference: str = ""
+    # layer_time: layers compared; outliers ((rank, kind), place among the rank's used steps, outlier)
+    time_layers: int = 0
+    time_outliers: list[tuple] = field(default_factory=list)
+    # after_layers: used steps, those with nothing after the layers, the first failure's reason ("" if none)
+    used_steps: int = 0
+    empty_after_steps: int = 0
+    after_layers_failure: str = ""
+    # attention_cores_in_layers: attention-core kernels, those outside layers, the first one outside
+    cores: int = 0
+    cores_outside: int = 0
+    first_core_outside: str = ""
+    # routed_vs_shared_experts: busy us summed over the used steps, and each step's routed / shared ratio
+    routed_us: float = 0.0
+    shared_us: float = 0.0
+    routed_to_shared: list[float] = field(default_factory=list)
+    # step_time_shares: busy us of the used steps, summed in row order
+    busy_us: float = 0.0
+    in_layers_us: float = 0.0
+    other_us: float = 0.0
+    unattributed_us: float = 0.0
+    waiting_us: float = 0.0
+    # kernel_durations: kernels looked at, how many are bad, the first three reasons
+    duration_kernels: int = 0
+    bad_durations: int = 0
+    first_bad_durations: list[str] = field(default_factory=list)
+
+
+def rows_by_step(kernel_rows: list[KernelRow], ranks: set[str] | None = None) -> dict[tuple[str, int], list[KernelRow]]:
+    """(rank, step) -> its rows in order (of the given ranks, or all)."""
+    by_step: dict[tuple[str, int], list[KernelRow]] = defaultdict(list)
+    rank = step = bucket = None  # rows come step by step: each step's list is looked up once
+    for row in kernel_rows:
+        if row.step != step or row.rank != rank:
+            rank, step = row.rank, row.step
+            bucket = by_step[(rank, step)] if ranks is None or rank in ranks else None
+        if bucket is not None:
+            bucket.append(row)
+    return by_step
+
+
+def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, strict: bool,
+                chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
+    """The part of one rank: `steps` are its StepRows (every stage) in order, `by_step` holds its rows."""
+    part = RankChecks(rank, stage, strict)
+    usable = USABLE[strict]
+    table_steps = [s for s in steps if s.stage == stage]
+    used = [s for s in table_steps if s.status in usable]
+    part.used_steps = len(used)
+    if stage != "unknown":
+        _layer_sequence(part, table_steps, by_step, limits["layer_sequence"], chains)
+        _layer_time(part, used, by_step, limits["layer_time"])
+        _after_layers(part, used, by_step)
+    _attention_cores(part, steps, by_step)
+    _expert_sizes(part, used, by_step)
+    _step_time(part, used, by_step)
+    _durations(part, steps, by_step, limits["durations"])
+    return part
+
+
+# ---------------------------------------------------------------- layer_kernel_sequence
+
+
+def _main_stream(rows: list[KernelRow]) -> int:
+    counts = Counter(r.stream for r in rows)
+    return max(counts, key=lambda s: (counts[s], -s))
+
+
+def layer_kind(rows: list[KernelRow]) -> str:
+    return "MoE" if any(r.group in _MOE_GROUPS or r.module in _MOE_MODULES for r in rows) else "dense"
+
+
+def _on_chain(rows: list[KernelRow]) -> set[int]:
+    """Positions of the rows on the step's chain across streams (analysis/attribution/chain.py),
+    as the structural attribution reads it: layers may hop streams in a graph replay."""
+    if len({r.stream for r in rows}) > 1:
+        is_anchor = class_test(ANCHOR_CLASSES)
+        return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
+                              [r.stream for r in rows], [is_anchor[r.kernel_name] for r in rows]))
+    main = _main_stream(rows)
+    return {i for i, r in enumerate(rows) if r.stream == main}
+
+
+def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
+    """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
+    they run beside the router and the routed experts, so where they fall is a matter of timing."""
+    return _classes_of_names(tuple([r.kernel_name for r in sorted(rows, key=_BY_START) if r.module != _SHARED]), ignore)
+
+
+@functools.lru_cache(maxsize=4096)
+def _classes_of_names(names: tuple[str, ...], ignore: frozenset[str]) -> tuple[str, ...]:
+    """_class_sequence of the names (cached: the layers of a decode run repeat a few sequences)."""
+    return without_repeats(tuple(c for c in map(class_of_name, names) if c not in ignore))
+
+
+@functools.lru_cache(maxsize=4096)
+def without_repeats(seq: tuple[str, ...]) -> tuple[str, ...]:
+    """The sequence with every block that directly repeats itself kept once: (a b c)(a b c) -> (a b c).
+    Why: a loop over the experts that got tokens runs its GEMMs as many times as there were such
+    experts, which differs from layer to layer; the layer computes the same."""
+    out = list(seq)
+    changed = True
+    while changed:
+        changed = False
+        for size in range(1, len(out) // 2 + 1):
+            i = 0
+            while i + 2 * size <= len(out):
+                if out[i:i + size] == out[i + size:i + 2 * size]:
+                    del out[i + size:i + 2 * size]
+                    changed = True
+                else:
+                    i += 1
+    return tuple(out)
+
+
+def _trimmed(seq: tuple[str, ...]) -> tuple[str, ...]:
+    """A layer's classes without the collectives it ends with: the gather before the model's final norm
+    closes the last layer, where the same gather opens every other layer's successor."""
+    end = len(seq)
+    while end and seq[end - 1] == _COLLECTIVE_CLASS:
+        end -= 1
+    return seq[:end]
+
+
+def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...], rows: list[KernelRow]) -> str:
+    """Where the layer's classes first differ from its kind's usual ones, naming the kernel there."""
+    i = next((i for i, (a, b) in enumerate(zip(seq, usual)) if a != b), min(len(seq), len(usual)))
+    got = seq[i] if i < len(seq) else "(end)"
+    want = usual[i] if i < len(usual) else "(end)"
+    example = next((r for r in sorted(rows, key=_BY_START) if class_of_name(r.kernel_name) == got), None)
+    kernel = (f" ({example.kernel[:60]}, {example.busy_us:.1f} us, named {example.group} / {example.module})"
+              if example is not None else "")
+    return f"has {got}{kernel} where the others have {want} (class {i + 1} of {len(usual)})"
+
+
+def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limits: dict,
+                    chains: dict[tuple[str, int], list[int]]) -> None:
+    """Layers of one kind carry the same sequence of kernel classes: this rank's layers, and the ones
+    that differ from their kind's usual sequence (the kind's usual one is the rank's own)."""
+    ignore = frozenset(limits.get("ignore_classes") or ())
+    # (kind, previous kind) -> sequence -> [(step, layer)]
+    seen: dict[tuple[str, str], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    where_rows: dict[tuple[int, int], list[KernelRow]] = {}
+    for s in steps:
+        rows = by_step.get((s.rank, s.step), [])
+        known = chains.get((s.rank, s.step))
+        chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
+        layer_rows: dict[int, list[KernelRow]] = {}
+        kinds: dict[int, list[KernelRow]] = {}
+        layer = members = on_chain = None  # a layer's rows mostly come together: look its lists up once
+        for i, r in enumerate(rows):
+            if r.section == SECTION_LAYER:
+                if r.layer != layer:
+                    layer = r.layer
+                    members = kinds.get(layer)
+                    if members is None:
+                        members = kinds[layer] = []
+                        on_chain = layer_rows[layer] = []
+                    else:
+                        on_chain = layer_rows[layer]
+                members.append(r)
+                if i in chain:
+                    on_chain.append(r)
+        previous = "none"
+        for layer in sorted(kinds):
+            kind = layer_kind(kinds[layer])
+            # a layer's prologue depends on the layer before it (after a MoE layer the tokens are
+            # gathered from the expert-parallel ranks first): layers compare with those of the same
+            # kind after the same kind
+            seen[(kind, previous)][_trimmed(_class_sequence(layer_rows[layer], ignore))].append((s.step, layer))
+            where_rows[(s.step, layer)] = layer_rows[layer]
+            previous = kind
+    outliers = []
+    for (kind, _previous), sequences in seen.items():
+        usual = max(sequences, key=lambda q: len(sequences[q]))
+        for seq, where in sequences.items():
+            if seq != usual:
+                outliers.extend((step, layer, kind, seq, usual) for step, layer in where)
+    part.sequence_layers = sum(len(w) for seqs in seen.values() for w in seqs.values())
+    part.sequence_outliers = [(part.rank, kind, step, layer) for step, layer, kind, _seq, _usual in outliers]
+    if outliers:
+        step, layer, _kind, seq, usual = min(outliers, key=lambda o: (o[0], o[1]))
+        part.sequence_first_difference = _first_difference(seq, usual, where_rows.get((step, layer), []))
+
+
+# ---------------------------------------------------------------- layer_time and after_layers
+
+
+def step_layer_mixes(s: StepRow, by_step: dict) -> dict[str, list[tuple[int, dict]]]:
+    """kind -> [(layer, {(group, module, kernel): busy us})] of one step, by layer: what each layer
+    computes, communication left out (a collective's time is mostly waiting for other ranks, which
+    differs from layer to layer for reasons outside the layer)."""
+    layers: dict[int, list[KernelRow]] = defaultdict(list)
+    for r in by_step.get((s.rank, s.step), []):
+        if r.section == SECTION_LAYER:
+            layers[r.layer].append(r)
+    out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for layer, rows in sorted(layers.items()):
+        mix: dict[tuple[str, str, str], float] = defaultdict(float)
+        for r in rows:
+            if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
+                mix[(r.group, r.module, r.kernel)] += r.busy_us
+        out[layer_kind(rows)].append((layer, mix))
+    return out
+
+
+def foreign_kernels(mix: dict, others: list[dict]) -> list[tuple[tuple[str, str, str], float]]:
+    """Kernels of a layer that most layers of its kind do not run, largest first."""
+    counts: Counter = Counter(key for other in others for key in other)
+    return sorted(((key, us) for key, us in mix.items() if counts[key] * 2 < len(others)), key=lambda kv: -kv[1])
+
+
+def describe(key: tuple[str, str, str], us: float) -> str:
+    group, module, kernel = key
+    return f"{kernel[:60]} ({us:.0f} us, named {group} / {module})"
+
+
+def _layer_time(part: RankChecks, used: list[StepRow], by_step: dict, limits: dict) -> None:
+    """The rank's layers whose compute is far above the median of its kind's layers in their step."""
+    factor, slack = float(limits["max_to_median"]), float(limits["slack_us"])
+    for place, s in enumerate(used):  # one step's layers at a time: never every layer's mix at once
+        for kind, members in step_layer_mixes(s, by_step).items():
+            if len(members) < 3:  # too few layers of the kind in a step to say what is usual
+                continue
+            times = [sum(mix.values()) for _layer, mix in members]
+            median = statistics.median(times)
+            part.time_layers += len(members)
+            last_layer = max(layer for layer, _mix in members)
+            for (layer, mix), t in zip(members, times):
+                if t > factor * median + slack:
+                    others = [m for other_layer, m in members if other_layer != layer]
+                    part.time_outliers.append(((s.rank, kind), place, (s.rank, kind, s.step, layer, t, median,
+                                                                        foreign_kernels(mix, others), layer == last_layer)))
+
+
+def _after_last_layer(rows: list[KernelRow]) -> bool:
+    """A kernel outside the layers starts at or after the earliest start of a layer kernel (the bound
+    is found once per step; it was found again for every such kernel)."""
+    starts = [r.start_us for r in rows if r.section == SECTION_LAYER]
+    first = min(starts) if starts else _INF
+    return any(r.section != SECTION_LAYER and r.start_us >= first for r in rows)
+
+
+def _after_layers(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
+    """The rank's used steps with nothing after their layers, and why that is a failure where it is:
+    their last layer runs kernels that the other layers of its kind do not."""
+    empty = [s for s in used if not _after_last_layer(by_step.get((s.rank, s.step), []))]
+    part.empty_after_steps = len(empty)
+    mixes: dict[str, list[tuple[int, int, dict]]] = defaultdict(list)
+    for s in empty:
+        for kind, members in step_layer_mixes(s, by_step).items():
+            mixes[kind] += [(s.step, layer, mix) for layer, mix in members]
+    for kind, layers in sorted(mixes.items()):
+        last_layer = max(layer for _step, layer, _mix in layers)
+        lasts = [mix for _step, layer, mix in layers if layer == last_layer]
+        others = [mix for _step, layer, mix in layers if layer != last_layer]
+        if not lasts or not others:
+            continue
+        foreign = foreign_kernels(lasts[0], others)
+        if foreign:
+            part.after_layers_failure = (
+                f"{part.rank}: the last layer ({kind}, layer {last_layer}) holds "
+                f"{', '.join(describe(k, us) for k, us in foreign[:2])} that no other {kind} layer has: "
+                "the final norm, the LM head and sampling are likely counted in the last layer")
+            return
+
+
+# ---------------------------------------------------------------- the other per-rank checks
+
+
+def _attention_cores(part: RankChecks, steps: list[StepRow], by_step: dict) -> None:
+    is_core = class_test(frozenset({_ATTENTION_CORE}))
+    for s in steps:
+        for r in by_step.get((s.rank, s.step), []):
+            if not is_core[r.kernel_name]:
+                continue
+            part.cores += 1
+            if r.section != SECTION_LAYER:
+                if not part.cores_outside:
+                    part.first_core_outside = f"first: {s.rank} step {s.step}, {r.section} section, {r.kernel_name[:80]}"
+                part.cores_outside += 1
+
+
+def _expert_sizes(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
+    for s in used:
+        step_routed = step_shared = 0.0
+        for r in by_step.get((s.rank, s.step), []):
+            if r.section != SECTION_LAYER:
+                continue
+            if r.module == _SHARED:
+                step_shared += r.busy_us
+            elif r.group == "moe" and r.module not in _NOT_ROUTED:
+                step_routed += r.busy_us
+        part.routed_us += step_routed
+        part.shared_us += step_shared
+        if step_shared:
+            part.routed_to_shared.append(step_routed / step_shared)
+
+
+def _step_time(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
+    busy = in_layers = other = unattributed = waiting = 0.0
+    for s in used:
+        for r in by_step.get((s.rank, s.step), []):
+            busy += r.busy_us
+            if r.section != SECTION_LAYER and r.group == _COMMUNICATION:
+                waiting += r.busy_us  # a collective before or after the layers absorbs the ranks' skew
+            if r.group == UNATTRIBUTED:
+                unattributed += r.busy_us
+            if r.section == SECTION_LAYER:
+                in_layers += r.busy_us
+                if r.group == "other":
+                    other += r.busy_us
+    part.busy_us, part.in_layers_us, part.other_us = busy, in_layers, other
+    part.unattributed_us, part.waiting_us = unattributed, waiting
+
+
+def _far_gap(rows: list, far_us: float, far_ratio: float) -> str:
+    """Why a kernel lies far from the rest of its step: an idle gap inside the step longer than far_us
+    and than far_ratio times the rest of the step's wall time; "" when there is none. (The real
+    traces' longest: 0.46 s, 44 times the rest of a step.)"""
+    if len(rows) < 2:
+        return ""
+    ordered = sorted(rows, key=_BY_START)
+    first, end, widest, after = ordered[0].start_us, ordered[0].start_us + ordered[0].busy_us, 0.0, None
+    for r in ordered[1:]:
+        if r.start_us - end > widest:
+            widest, after = r.start_us - end, r
+        end = max(end, r.start_us + r.busy_us)
+    rest = (end - first) - widest
+    if widest > far_us and widest > far_ratio * rest:
+        return (f"{after.kernel_name[:60]} lies {widest / 1e6:.3g} s from the rest of its step, which runs "
+                f"{rest / 1e3:.3g} ms (an event far outside the step)")
+    return ""
+
+
+def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: dict) -> None:
+    """Kernel durations present, finite, not negative, inside their step and near the rest of it."""
+    slack = float(limits["slack_us"])
+    far_us, far_ratio = float(limits["far_gap_s"]) * 1e6, float(limits["far_gap_ratio"])
+    bad: list[str] = []
+    rank = part.rank
+    steps = sorted(steps, key=lambda s: s.start_us)
+    for s, nxt in zip(steps, [*steps[1:], None]):
+        rows = by_step.get((s.rank, s.step), [])
+        part.duration_kernels += len(rows)
+        # fast path: a float duration >= 0, a finite start, and the kernel ends before the next step
+        # starts (or starts after it); anything else goes through the checks below, which name it
+        limit = nxt.start_us + slack if nxt is not None else _INF
+        for r in rows:
+            dur = r.busy_us
+            start = r.start_us
+            if dur.__class__ is float and 0.0 <= dur < _INF and -_INF < start < _INF and start + dur <= limit:
+                continue
+            if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
+                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur!r}")
+            elif dur < 0:
+                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur:g} us")
+            elif not math.isfinite(r.start_us):
+                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has start {r.start_us!r}")
+            elif nxt is not None and r.start_us >= nxt.start_us:
+                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} starts {r.start_us - nxt.start_us:.1f} us "
+                           f"after step {nxt.step} began (outside its step)")
+            elif nxt is not None and r.start_us + dur > nxt.start_us + slack:
+                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
+                           f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
+        gap = _far_gap(rows, far_us, far_ratio)
+        if gap:
+            bad.append(f"{rank} step {s.step}: {gap}")
+    part.bad_durations = len(bad)
+    part.first_bad_durations = bad[:3]
