@@ -133,3 +133,15 @@ class NameKey(_Rule):
 
 
 NameKeys = list[NameKey]  # name_keys.yaml: kernel names a learned template matches by family (tile shapes vary)
+
+
+class NamedRule(_Rule):
+    section: str  # layer | pre | post: where the kernels it names sit
+    roles: list[str]  # the roles it can give (roles.yaml)
+    says: str  # what it decides, and why
+
+
+class NamedRules(_Rule):
+    """structure_rules.yaml, module_rules.yaml: an attribution's decisions that no data entry makes
+    (a kernel's place decides), by name (KernelRow.rule)."""
+    rules: dict[str, NamedRule]

@@ -8,10 +8,14 @@ which are history, are masked), and compares the outputs file by file: byte for 
 CSV columns which only the second checkout writes (`--new-columns`) are dropped from its side
 before comparing, and a table whose format changed (NEW_FORMATS: the kernel table, kernels_long.csv
 before and kernels_long.parquet since) is compared as the CSV text the older writer would have
-written from the newer file's rows.
+written from the newer file's rows. `--changed-columns` names columns whose values a deliberate
+change moved (the kernel table's `rule` when the rules were named anew): they are dropped from both
+sides of every CSV and of the kernel table, and the output marker's hash of the kernel table is not
+compared; every other column and file must still match.
 
 Usage:
     python benchmarks/same_outputs.py BEFORE_CHECKOUT AFTER_CHECKOUT WORK_DIR [--new-columns role,rule]
+        [--changed-columns rule]
 Exit 0 when every output matches, 1 with one line per difference otherwise.
 """
 from __future__ import annotations
@@ -93,14 +97,15 @@ def _is_marker(name: Path) -> bool:
 
 def _marker_without_new_formats(data: bytes) -> dict:
     """An output marker (harness/output_marker.py) less the entries of tables that changed format:
-    their hashes differ by the format; every other file's must match."""
+    their hashes differ by the format; every other file's must match. (The kernel table is one of
+    them: a column changed on purpose is compared in the table itself, without that column.)"""
     marker = json.loads(data)
     files = marker.get("files", {})
     marker["files"] = {k: v for k, v in files.items() if Path(k).name not in (*NEW_FORMATS, *NEW_FORMATS.values())}
     return marker
 
 
-def compare_dirs(before: Path, after: Path, new_columns: set[str]) -> list[str]:
+def compare_dirs(before: Path, after: Path, new_columns: set[str], changed_columns: set[str] = frozenset()) -> list[str]:
     """One line per file that differs, is missing, or is new."""
     differences = []
     names_before = {p.relative_to(before) for p in before.rglob("*") if p.is_file()}
@@ -108,8 +113,8 @@ def compare_dirs(before: Path, after: Path, new_columns: set[str]) -> list[str]:
     for old_name, new_name in _newer_format(before, after, names_before, names_after).items():
         names_before.discard(old_name)
         names_after.discard(new_name)
-        old_text = _csv_without((before / old_name).read_bytes().decode(), set())
-        new_text = _csv_without(_as_older_csv(after / new_name).decode(), new_columns)
+        old_text = _csv_without((before / old_name).read_bytes().decode(), changed_columns)
+        new_text = _csv_without(_as_older_csv(after / new_name).decode(), new_columns | changed_columns)
         if old_text != new_text:
             differences.append(f"{after / new_name}: differs from {before / old_name} (as the older format)")
     for name in sorted(names_before - names_after):
@@ -120,9 +125,11 @@ def compare_dirs(before: Path, after: Path, new_columns: set[str]) -> list[str]:
         old, new = (before / name).read_bytes(), (after / name).read_bytes()
         if old == new or (_is_marker(name) and _marker_without_new_formats(old) == _marker_without_new_formats(new)):
             continue
-        if name.suffix == ".csv":
-            old_text = _csv_without(old.decode(), set())
-            new_text = _csv_without(new.decode(), new_columns)
+        if name.suffix in (".csv", ".parquet"):
+            if name.suffix == ".parquet":  # compared as the rows it holds
+                old, new = _as_older_csv(before / name), _as_older_csv(after / name)
+            old_text = _csv_without(old.decode(), changed_columns)
+            new_text = _csv_without(new.decode(), new_columns | changed_columns)
             if old_text == new_text:
                 continue
         differences.append(f"{after / name}: differs from {before / name}")
@@ -135,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("after", type=Path, help="checkout under test")
     parser.add_argument("work_dir", type=Path, help="where both sets of outputs are written (outside both checkouts)")
     parser.add_argument("--new-columns", default="", help="comma-separated CSV columns only AFTER writes")
+    parser.add_argument("--changed-columns", default="",
+                        help="comma-separated columns whose values a deliberate change moved (left out on both sides)")
     args = parser.parse_args(argv)
     new_columns = {c for c in args.new_columns.split(",") if c}
+    changed_columns = {c for c in args.changed_columns.split(",") if c}
     traces = bundled_traces(REPO_ROOT)
     real = real_traces_dir()
     if real is not None:
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         if outcomes[0] != outcomes[1]:
             differences.append(f"{trace}: {outcomes[0]} before, {outcomes[1]} after")
         print(f"[{index + 1}/{len(traces)}] {trace.name}: {outcomes[1]}", file=sys.stderr, flush=True)
-    differences += compare_dirs(args.work_dir / "before", args.work_dir / "after", new_columns)
+    differences += compare_dirs(args.work_dir / "before", args.work_dir / "after", new_columns, changed_columns)
     reports = []
     for side, checkout in (("before", args.before), ("after", args.after)):
         done = _run(checkout.resolve(), ["benchmarks/accuracy/report.py"])

@@ -217,7 +217,7 @@ def test_the_standard_map_names_modules_as_their_attributes(case):
     checked = 0
     for step in segment_steps(trace):
         points = launch_points(step.kernels, launches)
-        _layers, roles, _rules = roles_from_ranges(step.kernels, points, namer)
+        _layers, roles, _rules, _paths = roles_from_ranges(step.kernels, points, namer)
         for point, role in zip(points, roles):
             if role not in ATTRIBUTE_OF_ROLE or point is None:
                 continue

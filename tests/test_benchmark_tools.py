@@ -90,6 +90,25 @@ def test_compare_dirs_finds_a_changed_value_in_the_new_kernel_table(tmp_path):
     assert len(found) == 1 and "kernels_long.parquet: differs" in found[0] and "as the older format" in found[0]
 
 
+def test_compare_dirs_leaves_out_a_column_changed_on_purpose_on_both_sides(tmp_path):
+    """Two Parquet kernel tables whose `rule` changed (the rules named anew): no difference with
+    --changed-columns rule, one without it, and one when another column changed too."""
+    import msgspec
+
+    from analysis.api import write_kernel_table_file
+
+    rows = _kernel_rows()
+    renamed = [msgspec.structs.replace(r, rule="structure_rules.yaml:routed.other") for r in rows]
+    for name, after_rows in (("renamed", renamed), ("renamed-and-moved", [*renamed[:-1], msgspec.structs.replace(
+            renamed[-1], busy_us=renamed[-1].busy_us + 1.0)])):
+        before, after = tmp_path / name / "before", tmp_path / name / "after"
+        for folder, table in ((before, rows), (after, after_rows)):
+            folder.mkdir(parents=True)
+            write_kernel_table_file(folder / "kernels_long.parquet", table)
+        assert len(compare_dirs(before, after, set())) == 1
+        assert len(compare_dirs(before, after, set(), {"rule"})) == (0 if name == "renamed" else 1)
+
+
 def _bench_against_itself(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
     """ingest_bench --before this checkout, on a 2 MB generated trace, one run each."""
     real_trace(QWEN3_DECODE)  # the generated trace repeats a real step (skipped when absent)

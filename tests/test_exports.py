@@ -67,6 +67,36 @@ def test_parquet_export_has_typed_columns_and_version_metadata(tmp_path):
     assert steps.column("batch_size").to_pylist() == [synthetic_run.BATCH_SIZE] * steps.num_rows
 
 
+@pytest.mark.parametrize("kernel_table", ["parquet", "csv"])
+def test_a_table_written_before_a_column_was_added_exports_its_default(tmp_path, kernel_table):
+    """An analysis written before `module_path` existed: exported with the column empty, its other
+    columns as they were; a column without a default missing is still an error."""
+    from analysis.api import KERNEL_TABLE
+    from analysis.tables.parquet_writer import write_parquet
+    from analysis.tables.kernel_table import COLUMNS
+
+    run_dir = synthetic_run.build(tmp_path, kernel_table=kernel_table)
+    rows = [{k: v for k, v in r.items() if k != "module_path"} for r in _source_rows(run_dir / "analysis" / (
+        KERNEL_TABLE if kernel_table == "parquet" else "kernels_long.csv"))]
+    if kernel_table == "csv":
+        with open(run_dir / "analysis" / "kernels_long.csv", "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        from analysis.tables.kernel_table import read_kernel_rows
+
+        older = [(name, kind) for name, kind in COLUMNS if name != "module_path"]
+        kernel_rows = read_kernel_rows(run_dir / "analysis" / KERNEL_TABLE)
+        with open(run_dir / "analysis" / KERNEL_TABLE, "wb") as handle:
+            write_parquet(handle, kernel_rows, older, {"table": "kernels_long"})
+    synthetic_run.seal(run_dir)
+    export_run(run_dir, "csv", tables=("kernels_long",))
+    exported = _source_rows(run_dir / "exports" / "kernels_long.csv")
+    assert len(exported) == len(rows) and {r["module_path"] for r in exported} == {""}
+    assert [r["busy_us"] for r in exported] == [r["busy_us"] for r in rows]
+
+
 def test_existing_export_is_not_overwritten_without_flag(tmp_path):
     run_dir = synthetic_run.build(tmp_path)
     export_run(run_dir, "csv", tables=("d4",))

@@ -73,7 +73,7 @@ def _synthetic_analysis_dir(tmp_path):
     """A SYNTHETIC analysis directory in the layout analysis.api.write_outputs produces."""
     out = tmp_path / "analysis"
     out.mkdir()
-    fields = [f for f in KernelRow.__struct_fields__ if f not in ("role", "rule")]  # a file from before those columns
+    fields = [f for f in KernelRow.__struct_fields__ if f not in ("role", "rule", "module_path")]  # a file from before those columns
     names = {"attn_mqa": "void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576>>(Params)",
              "combine": "void deep_ep::internode_ll::combine<7168>(void*)"}
     with (out / "kernels_long.csv").open("w", newline="") as handle:

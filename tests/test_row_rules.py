@@ -1,11 +1,14 @@
 """Every attributed kernel row says what it is (role) and which rule decided (rule), and the rule
 is a real entry: the test resolves each `file:entry` by reading the YAML itself, not through the
-analysis' loaders, so a rule string that names a missing entry fails here."""
+analysis' loaders, so a rule string that names a missing entry fails here. And the entry explains
+the row ("why did this kernel get this module?" takes the row and that one file): random rows of
+every bundled trace are checked against what the entry they name says."""
 from __future__ import annotations
 
 import functools
 import gzip
 import json
+import random
 import re
 from pathlib import Path
 
@@ -46,6 +49,8 @@ def resolve_rule(rule: str) -> bool:
         return entry in classes or entry == "none"
     if file == "module_map.yaml":
         return entry in _yaml(RULES / file)
+    if file in ("structure_rules.yaml", "module_rules.yaml"):
+        return entry in _yaml(RULES / file)["rules"]
     if file.startswith("signatures/"):
         data = _yaml(SIGNATURES / file.removeprefix("signatures/"))
         if entry == "module_ranges.layer":
@@ -73,13 +78,13 @@ def test_every_row_carries_a_role_and_a_rule_that_resolves(source):
     assert {(r.role, r.rule) for r in rows if r.source == "unattributed"} <= {("unattributed", "none")}
 
 
-def test_a_router_gemm_found_by_structure_names_its_class_entry():
+def test_a_router_gemm_found_by_structure_names_its_positional_rule():
     trace, signature, mode = CASES["structure"]
     rows = analyze([str(trace)], signature=signature, options=AnalysisOptions(attribution=mode)).kernel_rows
     routers = [r for r in rows if r.role == "router"]
     assert routers and {r.module for r in routers} == {"router"}
-    assert {r.rule for r in routers} <= {"kernel_classes.yaml:gemm", "kernel_classes.yaml:router_gemm",
-                                         "kernel_classes.yaml:gemm_aux"}
+    assert {r.rule for r in routers} <= {"structure_rules.yaml:moe.router", "structure_rules.yaml:side.routing"}
+    assert not [r for r in rows if r.source == "structure" and not r.rule.startswith("structure_rules.yaml:")]
 
 
 def test_the_resolver_refuses_rules_that_name_nothing():
@@ -87,6 +92,8 @@ def test_the_resolver_refuses_rules_that_name_nothing():
     assert not resolve_rule("module_map.yaml:no_such_key")
     assert not resolve_rule("signatures/generic.yaml:families[9999]")
     assert not resolve_rule("structure")
+    assert not resolve_rule("structure_rules.yaml:post.no_such_rule")
+    assert resolve_rule("structure_rules.yaml:post.o_proj")
     assert resolve_rule("signatures/generic.yaml:families[0]")
 
 
@@ -107,3 +114,96 @@ def test_an_annotation_renames_its_kernel_and_says_so(tmp_path):
     assert [r.kernel_name for r in marked] == [target["name"]] * len(marked) and marked
     assert {(r.group, r.module, r.role, r.rule) for r in marked} == {("other", "marked_by_user", "other.marked_by_user",
                                                                       "annotation")}
+
+
+# ---------------------------------------------------------------- the "why" test
+
+ROWS_PER_INPUT = 40
+
+
+def _map_key_explains(key: str, row) -> bool:
+    """Does module_map.yaml's `key` explain a module-range row? Its regex is found in a module class on
+    the row's module path (the calls around the launch, outermost first); `functions`: one of the
+    functions' regexes in the path's last element; `layer`: launched by the decoder layer itself, or
+    outside every layer."""
+    data = _yaml(RULES / "module_map.yaml")
+    names = [n for n in row.module_path.split(" > ") if n]
+    if key == "functions":
+        return bool(names) and any(re.search(f["match"], names[-1]) for f in data["functions"])
+    if key == "layer":
+        return row.section != "layer" or (len(names) == 1 and bool(re.search(data["layer"], names[0])))
+    return any(re.search(data[key], name) for name in names)
+
+
+def _first_class(name: str) -> str | None:
+    """kernel_classes.yaml's first entry whose regex is found in the name (read here, not through the
+    analysis), or None."""
+    for item in _yaml(RULES / "kernel_classes.yaml")["classes"]:
+        if re.search(item["match"], name.strip()):
+            return item["class"]
+    return None
+
+
+def why_not_explained(row) -> str:
+    """"" when the file and entry the row's rule names explain its role; else what does not fit."""
+    rule = row.rule
+    if rule == "annotation":
+        return "" if row.role == f"{row.group}.{row.module}" else "an annotation names its own row"
+    if rule == "none":
+        return "" if row.source == "unattributed" else "`none` on a named row"
+    file, _, entry = rule.partition(":")
+    if file in ("structure_rules.yaml", "module_rules.yaml"):
+        spec = _yaml(RULES / file)["rules"].get(entry)
+        if spec is None:
+            return "no such rule"
+        if row.section != spec["section"]:
+            return f"section {row.section}, the rule names kernels in {spec['section']}"
+        return "" if row.role in spec["roles"] else f"role {row.role} is not among the rule's {spec['roles']}"
+    if file == "kernel_classes.yaml":
+        found = _first_class(row.kernel_name)
+        mangled = row.kernel_name.startswith("_Z")  # classed after demangling, which this test does not do
+        return "" if found == entry or (found is None and (entry == "none" or mangled)) else f"the name is class {found}"
+    if file == "module_map.yaml":
+        if entry not in _yaml(RULES / file):
+            return "no such key"
+        return "" if _map_key_explains(entry, row) else f"key {entry} matches nothing on the path {row.module_path!r}"
+    if file.startswith("signatures/"):
+        if not resolve_rule(rule):
+            return "no such entry"
+        match = _INDEXED.match(entry)
+        node = _yaml(SIGNATURES / file.removeprefix("signatures/"))
+        for key in match.group("section").split("."):
+            node = node[key]
+        spec = node[int(match.group("index"))]
+        pattern = spec.get("match") or spec.get("kernel") or ""
+        return "" if re.search(pattern, row.kernel_name) else f"the entry's regex {pattern!r} is not in the kernel's name"
+    return "a rule of no known file"
+
+
+def _bundled_inputs():
+    from tests.bundled_traces import bundled_inputs
+
+    return bundled_inputs(ROOT)
+
+
+@pytest.mark.parametrize("name", sorted(_bundled_inputs()))
+def test_random_rows_are_explained_by_the_entry_their_rule_names(name):
+    paths = _bundled_inputs()[name]
+    rows = analyze([str(p) for p in paths], options=AnalysisOptions(jobs=1)).kernel_rows
+    named = [r for r in rows if r.source != "unattributed"]
+    assert not [r for r in named if r.rule.endswith(":none")], "a named row says :none"
+    picked = random.Random(name).sample(named, min(ROWS_PER_INPUT, len(named)))
+    unexplained = [(r.kernel_name[:50], r.section, r.role, r.rule, why) for r in picked if (why := why_not_explained(r))]
+    assert not unexplained, unexplained[:5]
+
+
+def test_the_why_check_finds_a_row_its_rule_does_not_explain():
+    trace, signature, mode = CASES["structure"]
+    rows = analyze([str(trace)], signature=signature, options=AnalysisOptions(attribution=mode)).kernel_rows
+    o_proj = next(r for r in rows if r.rule == "structure_rules.yaml:post.o_proj")
+    assert why_not_explained(o_proj) == ""
+    import msgspec
+
+    assert why_not_explained(msgspec.structs.replace(o_proj, rule="structure_rules.yaml:moe.router"))
+    assert why_not_explained(msgspec.structs.replace(o_proj, section="post"))
+    assert why_not_explained(msgspec.structs.replace(o_proj, rule="kernel_classes.yaml:attn_core"))

@@ -125,7 +125,7 @@ def attribute_rank(
                 run, rank, index, stage, slot.section,
                 slot.unit // per if in_layer else -1, slot.unit % per if in_layer else 0,
                 slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
-                kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule,
+                kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule, slot.module_path,
             ))
         label_phases(kernel_rows[step_first_row:])
         idle = step_idle(step.kernels, [s.unit if s.section == SECTION_LAYER else -1 for s in slots], clock)

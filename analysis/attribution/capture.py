@@ -175,8 +175,8 @@ def map_capture(kernels: list[Kernel], replayed: list[int], captures: list[Captu
     points: list[tuple[int, float] | None] = [None] * len(kernels)
     for i, launch in pairs:
         points[i] = (launch.tid, launch.start_us)
-    layers, roles, rules = roles_from_ranges(kernels, points, chosen.namer)
-    slots, moe = slots_from_roles(kernels, layers, roles, rules, source=SOURCE_CAPTURE)
+    layers, roles, rules, paths = roles_from_ranges(kernels, points, chosen.namer)
+    slots, moe = slots_from_roles(kernels, layers, roles, rules, paths, source=SOURCE_CAPTURE)
     if slots is None:
         return CaptureMatch(None, f"{chosen.describe()}: no replayed kernel falls in a decoder layer of the capture: not used")
     how = "by order" if same_count else "by name"

@@ -43,6 +43,7 @@ class Slot:
     source: str
     role: str = ""  # the namer's role for the kernel (KernelRow.role)
     rule: str = ""  # the entry or rule that decided (KernelRow.rule)
+    module_path: str = ""  # the module calls around the launch (KernelRow.module_path), module ranges only
 
 
 def _unattributed(section: str, unit: int) -> Slot:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from analysis.attribution.kernel_classes import GEMM_LIKE, collective_role, kernel_class, kernel_class_rule
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
+from analysis.attribution.named_rules import MODULE_RULES, rule as named_rule
 from analysis.attribution.structure import routed_roles
 from analysis.ingest.range_tree import RangeTree
 from analysis.rules import load_rules, rules_path
@@ -127,6 +128,7 @@ class _Context:
     path: tuple[int, ...] = ()
     function_role: str | None = None
     in_core_function: bool = False
+    function: int = -1  # the innermost function range that names the kernel (-1: none)
 
 
 class ModuleRoleNamer:
@@ -138,6 +140,7 @@ class ModuleRoleNamer:
         self._kind: dict[int, str] = {}
         self._child_roles: dict[int, dict[int, str]] = {}
         self._moe_block: dict[int, bool] = {}
+        self._paths: dict[tuple[str, ...], str] = {}  # module classes -> their module_path (one string each)
 
     # -- classification of module calls
     def names_layers(self) -> bool:
@@ -189,14 +192,29 @@ class ModuleRoleNamer:
                 break
             inner_functions.append(n)
         function_role = nodes[inner_functions[0]].function_role if inner_functions else None
+        function = inner_functions[0] if inner_functions else -1
         core = self.spec.core_functions
         in_core = core is not None and any(core.search(nodes[n].cls) for n in inner_functions)
         modules = [n for n in path if nodes[n].function_role is None]
         for depth, n in enumerate(modules):
             if self.spec.layer.search(nodes[n].cls):
                 top = modules[depth - 1] if depth > 0 else -1
-                return _Context(n, top, tuple(modules[:depth]), function_role, in_core)
-        return _Context(path=tuple(modules), function_role=function_role, in_core_function=in_core)
+                return _Context(n, top, tuple(modules[:depth]), function_role, in_core, function)
+        return _Context(path=tuple(modules), function_role=function_role, in_core_function=in_core, function=function)
+
+    def module_path(self, ctx: _Context) -> str:
+        """KernelRow.module_path of a launch: the module classes from its decoder layer (or the
+        outermost module) down, then the function that names it, " > " between them."""
+        nodes = self.forest.nodes
+        names = [nodes[ctx.layer].cls] if ctx.layer >= 0 else []
+        names += [nodes[n].cls for n in reversed(ctx.path)]
+        if ctx.function >= 0:
+            names.append(nodes[ctx.function].cls)
+        key = tuple(names)
+        joined = self._paths.get(key)
+        if joined is None:
+            joined = self._paths[key] = " > ".join(names)
+        return joined
 
     # -- roles of a layer's children
     def layer_child_roles(self, layer: int) -> dict[int, str]:
@@ -282,10 +300,10 @@ class ModuleRoleNamer:
 
 
 def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | None],
-                      namer: ModuleRoleNamer) -> tuple[list[int], list[str | None], list[str]]:
-    """Per kernel: its decoder-layer call (-1 outside layers), its role, and the rule that decided
-    (KernelRow.rule: the module map's key whose match placed it, or the kernel class), from the
-    ranges around its launch."""
+                      namer: ModuleRoleNamer) -> tuple[list[int], list[str | None], list[str], list[str]]:
+    """Per kernel: its decoder-layer call (-1 outside layers), its role, the rule that decided
+    (KernelRow.rule: the module map's key whose match placed it, or the kernel class), and the module
+    path around its launch (KernelRow.module_path), from the ranges around its launch."""
     forest = namer.forest
     nodes = forest.nodes
     spec = namer.spec
@@ -324,25 +342,26 @@ def roles_from_ranges(kernels: list[Kernel], points: list[tuple[int, float] | No
         elif kind == "attention":
             roles[i] = _attention_role(namer, ctx, cls, point, core_time.get(ctx.top))
         elif kind == "moe":
-            roles[i] = _moe_role(namer, ctx, cls)
-            rules[i] = f"{MAP_FILE.name}:{_MAP_KEY_OF_MOE_ROLE.get(roles[i] or 'experts', 'experts')}"
+            roles[i], rules[i] = _moe_role(namer, ctx, cls, k)
             if roles[i] is None:
                 by_container.setdefault(ctx.path[-2], []).append(i)
         else:  # a dense MLP (or a module the map does not know): by its linear layers
-            roles[i] = _mlp_role(namer, ctx, cls)
+            roles[i], rules[i] = _mlp_role(namer, ctx, cls)
         if ctx.function_role is not None and roles[i] == ctx.function_role:
             rules[i] = f"{MAP_FILE.name}:functions"
     for members in by_container.values():
         _name_routed(members, kernels, classes, roles)
-    return [ctx.layer for ctx in contexts], roles, rules
+    return [ctx.layer for ctx in contexts], roles, rules, [namer.module_path(ctx) for ctx in contexts]
 
 
 # KernelRow.rule of a kernel named by module ranges: the module map's key whose regex matched the
-# decoder layer's child that launched it (module_map.yaml)
+# module that decided (module_map.yaml); where none did, a rule of module_rules.yaml names the decision
 _MAP_KEY_OF_KIND = {"attention": "attention", "norm": "norm", "moe": "experts", "mlp": "linear",
                     "function": "functions"}
-_MAP_KEY_OF_MOE_ROLE = {"router": "router", "topk": "router", "shared_experts": "shared", "dispatch": "dispatch",
-                        "combine": "combine"}
+_MAP = {key: f"{MAP_FILE.name}:{key}" for key in ("experts", "dispatch", "combine", "router", "shared", "linear")}
+_OWN = {name: named_rule(MODULE_RULES, name) for name in (
+    "moe_block.own_gemm", "moe_block.own_kernel", "moe_block.linear_before_experts", "moe_block.other_linear",
+    "moe_block.other_child", "mlp.own_gemm", "mlp.own_kernel")}
 
 
 def _attention_role(namer: ModuleRoleNamer, ctx: _Context, cls: str, point: tuple[int, float],
@@ -369,30 +388,36 @@ def _attention_role(namer: ModuleRoleNamer, ctx: _Context, cls: str, point: tupl
     return "self_attn"
 
 
-def _moe_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str | None:
-    """None: a routed-expert kernel, named later from its place among its call's GEMMs."""
+def _moe_role(namer: ModuleRoleNamer, ctx: _Context, cls: str, kernel: Kernel) -> tuple[str | None, str]:
+    """(role, rule) of a kernel in a MoE block; role None: a routed-expert kernel, named later from
+    its place among its call's GEMMs (its rule the experts key)."""
     nodes = namer.forest.nodes
     spec = namer.spec
     inside = ctx.path[:-1]  # the MoE block's descendants on the path, innermost first
     if not inside:  # launched by the block itself: routing before the experts, their sum after
-        return "topk" if cls in ("topk", "softmax", "router_gemm") else ("router" if cls in GEMM_LIKE else "combine")
+        if cls in ("topk", "softmax", "router_gemm"):
+            return "topk", kernel_class_rule(kernel)
+        return ("router", _OWN["moe_block.own_gemm"]) if cls in GEMM_LIKE else ("combine", _OWN["moe_block.own_kernel"])
     child = inside[-1]
     child_cls = nodes[child].cls
     if spec.experts.search(child_cls):
-        if cls in ("topk", "softmax"):
-            return "topk"
-        if cls == "router_gemm":
-            return "router"
-        return None
+        if cls in ("topk", "softmax", "router_gemm"):  # routing inside the experts module: by its class
+            return ("topk" if cls != "router_gemm" else "router"), kernel_class_rule(kernel)
+        return None, _MAP["experts"]
     if spec.dispatch.search(child_cls):
-        return "dispatch"
+        return "dispatch", _MAP["dispatch"]
     if spec.combine.search(child_cls):
-        return "combine"
-    if spec.router.search(child_cls) or (spec.linear.search(child_cls) and _before_experts(namer, child)):
-        return "router" if cls in GEMM_LIKE else "topk"
-    if spec.shared.search(child_cls) or spec.linear.search(child_cls):
-        return "shared_experts"
-    return "experts"
+        return "combine", _MAP["combine"]
+    role = "router" if cls in GEMM_LIKE else "topk"
+    if spec.router.search(child_cls):
+        return role, _MAP["router"]
+    if spec.linear.search(child_cls) and _before_experts(namer, child):
+        return role, _OWN["moe_block.linear_before_experts"]
+    if spec.shared.search(child_cls):
+        return "shared_experts", _MAP["shared"]
+    if spec.linear.search(child_cls):
+        return "shared_experts", _OWN["moe_block.other_linear"]
+    return "experts", _OWN["moe_block.other_child"]
 
 
 def _before_experts(namer: ModuleRoleNamer, child: int) -> bool:
@@ -402,17 +427,19 @@ def _before_experts(namer: ModuleRoleNamer, child: int) -> bool:
     return bool(experts) and nodes[child].rng.start_us < nodes[experts[0]].rng.start_us
 
 
-def _mlp_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> str:
+def _mlp_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> tuple[str, str]:
+    """(role, rule) of a kernel in a layer's MLP (a child that is neither attention, norm nor MoE):
+    by its linear children in order, the last the down projection."""
     nodes = namer.forest.nodes
     spec = namer.spec
     mlp = ctx.top
     child = ctx.path[-2] if len(ctx.path) >= 2 else -1
     if child >= 0 and spec.linear.search(nodes[child].cls):
         linears = [c for c in nodes[mlp].children if spec.linear.search(nodes[c].cls)]
-        return "down_proj" if linears and child == linears[-1] else "gate_up_proj"
+        return ("down_proj" if linears and child == linears[-1] else "gate_up_proj"), _MAP["linear"]
     if cls in GEMM_LIKE:
-        return "gate_up_proj"
-    return "mlp_act"
+        return "gate_up_proj", _OWN["mlp.own_gemm"]
+    return "mlp_act", _OWN["mlp.own_kernel"]
 
 
 def _name_routed(members: list[int], kernels: list[Kernel], classes: list[str], roles: list[str | None]) -> None:
@@ -490,7 +517,7 @@ def launch_points(kernels: list[Kernel], launches: dict[int, Launch]) -> list[tu
 
 
 def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str | None], rules: list[str],
-                     source: str = SOURCE_MODULE_RANGE):
+                     paths: list[str], source: str = SOURCE_MODULE_RANGE):
     """Slots (analysis.attribution.layers.Slot) and the MoE layer count from per-kernel layer calls and roles;
     (None, 0) when no kernel is in a layer."""
     from analysis.attribution.layers import Slot
@@ -505,19 +532,19 @@ def slots_from_roles(kernels: list[Kernel], layers: list[int], roles: list[str |
     moe_calls = {layer for layer, role in zip(layers, roles) if layer >= 0 and role and is_moe_role(role)}
     first_layer_start = min(first_start.values())
     slots = []
-    for k, layer, role, rule in zip(kernels, layers, roles, rules):
+    for k, layer, role, rule, path in zip(kernels, layers, roles, rules, paths):
         label = kernel_label(k)
         if layer >= 0:
             role = role or "layer_other"
             if role == "all_reduce":  # which collective: from its name
                 role = collective_role(k.name)
             r = row_of(role, layer in moe_calls)
-            slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source, role, rule))
+            slots.append(Slot(SECTION_LAYER, unit[layer], r.group, r.module, label, source, role, rule, path))
         else:
             section = SECTION_PRE if k.start_us < first_layer_start else SECTION_POST
             role = "embedding" if section == SECTION_PRE else "lm_head"
             r = row_of(role)
-            slots.append(Slot(section, -1, r.group, r.module, label, source, role, rule))
+            slots.append(Slot(section, -1, r.group, r.module, label, source, role, rule, path))
     return slots, len(moe_calls)
 
 

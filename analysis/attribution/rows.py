@@ -45,7 +45,10 @@ class KernelRow(msgspec.Struct, gc=False):
     exposed_us: float  # the part of its duration not covered by kernels on other streams
     source: str  # module_range | capture | signature | structure | generic | annotation | unattributed
     role: str = ""  # what the kernel does in the layer as the namer saw it (router, shared_experts, ...)
-    rule: str = ""  # the data entry or code rule that decided: kernel_classes.yaml:router_gemm, ... (docs/architecture.md)
+    rule: str = ""  # the data entry or named rule that decided: structure_rules.yaml:moe.router, ... (docs/architecture.md)
+    # module_range / capture rows: the nn.Module classes (and the Python function) around the kernel's
+    # launch, outermost first, " > " between them: what the module map's key in `rule` matched
+    module_path: str = ""
 
 
 class StepRow(msgspec.Struct):

@@ -28,18 +28,33 @@ from analysis.attribution.kernel_classes import (
     MINOR,
     ROUTING,
     class_of_name,
-    class_rule_of_name,
     collective_role,
     class_test,
     kernel_class,
-    kernel_class_rule,
 )
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layers import LayerCut, Slot, main_stream
 from analysis.attribution.module_attribution import kernel_label, short_label
 from analysis.attribution.roles import row_of
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
+from analysis.attribution.named_rules import STRUCTURE_RULES, rule
 from analysis.ingest.trace_model import Kernel
+
+# KernelRow.rule of each positional decision below (structure_rules.yaml says what each decides):
+# looked up here, so a name the file lacks fails on import.
+_R = {name: rule(STRUCTURE_RULES, name) for name in (
+    "core.attention_cluster", "pre.no_projection", "pre.input_norm", "pre.gather_after_input_norm",
+    "pre.projections", "pre.projections_absorbed_mla", "pre.projections_unfused_mla", "pre.projection_norm",
+    "pre.rotary_written_out", "pre.by_class", "pre.among_projections", "pre.before_core", "post.o_proj",
+    "post.w_vc_absorbed", "post.collective", "post.o_proj_before_reduce", "post.residual_add",
+    "post.attention_norm", "dense.no_gemm", "dense.gate_up_proj", "dense.act", "dense.down_proj",
+    "dense.residual_add", "dense.collective", "moe.router", "moe.norm_before_router", "moe.shared_before_router",
+    "moe.shared_span", "moe.shared_small_before_topk", "moe.expert_input", "moe.topk", "moe.shared_gate",
+    "moe.after_experts", "moe.after_routed", "moe.collective", "routed.up_gate", "routed.down", "routed.act",
+    "routed.dispatch", "routed.combine", "routed.collective", "routed.other", "layer.collective_buffer_copy",
+    "layer.unplaced", "outside.before_layers", "outside.after_layers", "side.during_attention",
+    "side.collective", "side.dispatch_combine", "side.routing", "side.shared_experts", "side.other")}
+Named = tuple[str, str]  # (role, KernelRow.rule of the rule that gave it)
 
 # Kinds that end a layer's pre-attention part when walking back from its attention core.
 _NOT_PRE = EXPERT_PATH | ROUTING | {"allreduce"}
@@ -368,47 +383,51 @@ class _LayerNamer:
         self.units = units
         self.input_norm_names = input_norm_names
 
-    def name(self, lo: int, core_lo: int, core_hi: int, hi: int) -> tuple[dict[int, str], bool]:
-        roles: dict[int, str] = {}
+    def name(self, lo: int, core_lo: int, core_hi: int, hi: int) -> tuple[dict[int, Named], bool]:
+        """Each unit's (role, rule) of the layer [lo, hi] whose attention core is [core_lo, core_hi]."""
+        roles: dict[int, Named] = {}
         absorbed_mla = self._pre(lo, core_lo, roles)
         for j in range(core_lo, core_hi + 1):
-            roles[j] = "attn_core"
+            roles[j] = ("attn_core", _R["core.attention_cluster"])
         moe = self._post(core_hi + 1, hi + 1, absorbed_mla, roles)
         self._buffer_copies(lo, hi + 1, roles)
         return roles, moe
 
-    def _buffer_copies(self, lo: int, end: int, roles: dict[int, str]) -> None:
+    def _buffer_copies(self, lo: int, end: int, roles: dict[int, Named]) -> None:
         """A copy right before or after an all-reduce moves data in or out of its buffer (vLLM's
         symmetric-memory all-reduce launches it from inside the all-reduce): the all-reduce's time."""
         units = self.units
         for k in range(lo, end):
             if units[k].kind == "memory" and any(lo <= n < end and units[n].kind == "allreduce" for n in (k - 1, k + 1)):
-                roles[k] = "all_reduce"
+                roles[k] = ("all_reduce", _R["layer.collective_buffer_copy"])
 
     # -- before the attention core
-    def _pre(self, lo: int, end: int, roles: dict[int, str]) -> bool:
+    def _pre(self, lo: int, end: int, roles: dict[int, Named]) -> bool:
         """Input norm, projections, the norms between them, rotary; True for absorbed MLA."""
         units = self.units
         gemms = [j for j in range(lo, end) if units[j].kind in GEMM_LIKE]
         if not gemms:
             for j in range(lo, end):
-                roles[j] = self._tail_role(units[j].kind, "input_layernorm")
+                roles[j] = self._tail_role(units[j].kind, ("input_layernorm", _R["pre.no_projection"]))
             return False
         for j in range(lo, gemms[0]):  # the input norm, and the gather of every rank's tokens after it
-            roles[j] = "all_reduce" if units[j].kind == "allreduce" else "input_layernorm"
+            roles[j] = (("all_reduce", _R["pre.gather_after_input_norm"]) if units[j].kind == "allreduce"
+                        else ("input_layernorm", _R["pre.input_norm"]))
         gaps = list(zip(gemms, [*gemms[1:], end]))
         extents = [self._norm_extent(a + 1, b) for a, b in gaps]
         inner = [e for e, (a, b) in zip(extents, gaps) if e is not None and b != end]
         absorbed = len(inner) == 1 and len(gemms) >= 2
         unfused_mla = len(inner) == 2 and len(gemms) == 4
+        projections = _R["pre.projections_absorbed_mla" if absorbed else "pre.projections_unfused_mla" if unfused_mla
+                         else "pre.projections"]
         for j, role in zip(gemms, self._projection_roles(gemms, inner, absorbed, unfused_mla)):
-            roles[j] = role
+            roles[j] = (role, projections)
         inner_roles = iter(["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"]
                            if unfused_mla else ["qk_norm"] * len(inner))
         has_rotary = any(units[j].kind == "rotary" for j in range(lo, end))
         for (a, b), extent in zip(gaps, extents):
             norm_role = (next(inner_roles) if b != end else "qk_norm") if extent is not None else None
-            default = "attn_core" if b == end else "self_attn"
+            default = ("attn_core", _R["pre.before_core"]) if b == end else ("self_attn", _R["pre.among_projections"])
             rest = [j for j in range(a + 1, b) if extent is None or not extent[0] <= j <= extent[1]]
             # no rotary kernel on this stack: the rotary embedding is written out (mul, add, cat):
             # the stretch of arithmetic kernels among the projections or right before the core
@@ -416,9 +435,9 @@ class _LayerNamer:
             rotary = (arithmetic[0], arithmetic[-1]) if len(arithmetic) >= 2 else None
             for j in range(a + 1, b):
                 if extent is not None and extent[0] <= j <= extent[1]:
-                    roles[j] = norm_role
+                    roles[j] = (norm_role, _R["pre.projection_norm"])
                 elif rotary is not None and rotary[0] <= j <= rotary[1]:
-                    roles[j] = "rotary_emb"
+                    roles[j] = ("rotary_emb", _R["pre.rotary_written_out"])
                 else:
                     roles[j] = self._tail_role(units[j].kind, default)
         return absorbed
@@ -451,17 +470,18 @@ class _LayerNamer:
         return ["qkv_proj"] * len(gemms)
 
     @staticmethod
-    def _tail_role(kind: str, default: str) -> str:
+    def _tail_role(kind: str, default: Named, by_class: str = _R["pre.by_class"]) -> Named:
+        """The role a kernel's class names (pre.by_class), else the default (role, rule)."""
         if kind == "rotary":
-            return "rotary_emb"
+            return "rotary_emb", by_class
         if kind in ("kv_write", "attn_core", "attn_aux", "indexer"):
-            return "attn_core"
+            return "attn_core", by_class
         if kind == "allreduce":
-            return "all_reduce"
+            return "all_reduce", by_class
         return default
 
     # -- after the attention core
-    def _post(self, start: int, end: int, absorbed_mla: bool, roles: dict[int, str]) -> bool:
+    def _post(self, start: int, end: int, absorbed_mla: bool, roles: dict[int, Named]) -> bool:
         units = self.units
         stops = {"norm", "allreduce", "act", "softmax"} | EXPERT_PATH | ROUTING
         j = start
@@ -472,10 +492,10 @@ class _LayerNamer:
             j += 1
         o_end = outs[-1] + 1 if outs else start
         for k in range(start, o_end):
-            roles[k] = "o_proj"
+            roles[k] = ("o_proj", _R["post.o_proj"])
         if absorbed_mla and len(outs) >= 2:
             for k in outs[:-1]:
-                roles[k] = "w_vc_bmm"
+                roles[k] = ("w_vc_bmm", _R["post.w_vc_absorbed"])
         j = o_end
         ffn = next((k for k in range(j, end) if units[k].kind in GEMM_LIKE | ROUTING | EXPERT_PATH | {"act"}), end)
         first_norm = next((k for k in range(j, ffn) if units[k].kind == "norm"), ffn)
@@ -484,11 +504,12 @@ class _LayerNamer:
         reduced = any(units[k].kind == "allreduce" for k in range(j, first_norm))
         for k in range(j, ffn):
             if units[k].kind == "allreduce":
-                roles[k] = "all_reduce"
+                roles[k] = ("all_reduce", _R["post.collective"])
             elif k < first_norm:
-                roles[k] = "o_proj" if reduced else "residual_add"
+                roles[k] = ("o_proj", _R["post.o_proj_before_reduce"]) if reduced else ("residual_add",
+                                                                                      _R["post.residual_add"])
             else:
-                roles[k] = "post_attention_layernorm"
+                roles[k] = ("post_attention_layernorm", _R["post.attention_norm"])
         moe = any(units[k].kind in EXPERT_PATH | ROUTING for k in range(ffn, end))
         if moe:
             self._moe(ffn, end, roles)
@@ -496,27 +517,27 @@ class _LayerNamer:
             self._dense(ffn, end, roles)
         return moe
 
-    def _dense(self, start: int, end: int, roles: dict[int, str]) -> None:
+    def _dense(self, start: int, end: int, roles: dict[int, Named]) -> None:
         units = self.units
         gemms = [k for k in range(start, end) if units[k].kind in GEMM_LIKE]
         if not gemms:
             for k in range(start, end):
-                roles[k] = "all_reduce" if units[k].kind == "allreduce" else "mlp_act"
+                roles[k] = ("all_reduce" if units[k].kind == "allreduce" else "mlp_act", _R["dense.no_gemm"])
             return
         for k in range(start, end):
             kind = units[k].kind
             if kind == "allreduce":
-                roles[k] = "all_reduce"
+                roles[k] = ("all_reduce", _R["dense.collective"])
             elif k == gemms[-1]:
-                roles[k] = "down_proj"
+                roles[k] = ("down_proj", _R["dense.down_proj"])
             elif k in gemms or k < gemms[0]:
-                roles[k] = "gate_up_proj"
+                roles[k] = ("gate_up_proj", _R["dense.gate_up_proj"])
             elif k < gemms[-1]:
-                roles[k] = "mlp_act"
+                roles[k] = ("mlp_act", _R["dense.act"])
             else:
-                roles[k] = "residual_add"
+                roles[k] = ("residual_add", _R["dense.residual_add"])
 
-    def _moe(self, start: int, end: int, roles: dict[int, str]) -> None:
+    def _moe(self, start: int, end: int, roles: dict[int, Named]) -> None:
         units = self.units
         router = self._router(start, end)
         route_from = router if router is not None else next(
@@ -556,30 +577,31 @@ class _LayerNamer:
         for k in range(start, end):
             kind = units[k].kind
             if kind == "allreduce":
-                roles[k] = "all_reduce"
+                roles[k] = ("all_reduce", _R["moe.collective"])
             elif shared and shared[0] <= k <= shared[1]:
-                roles[k] = "shared_experts"
+                roles[k] = ("shared_experts", _R["moe.shared_span"])
             elif k < route_from:
-                roles[k] = "post_attention_layernorm" if kind in MINOR | {"norm"} else "shared_experts"
+                roles[k] = (("post_attention_layernorm", _R["moe.norm_before_router"]) if kind in MINOR | {"norm"}
+                            else ("shared_experts", _R["moe.shared_before_router"]))
             elif router is not None and k == router:
-                roles[k] = "router"
+                roles[k] = ("router", _R["moe.router"])
             elif shared_first is not None and route_from < k < first_routing:
-                roles[k] = "shared_experts"  # the shared expert's own small kernels (activation, quantisation)
+                # the shared expert's own small kernels (activation, quantisation)
+                roles[k] = ("shared_experts", _R["moe.shared_small_before_topk"])
             elif k < experts_from:
                 # before the first top-k kernel, a quantisation or copy prepares the experts' input
                 before_topk = k < first_routing and kind in ("quant", "memory")
-                roles[k] = "experts" if before_topk else "topk"
+                roles[k] = ("experts", _R["moe.expert_input"]) if before_topk else ("topk", _R["moe.topk"])
             elif k <= routed_end:
-                roles[k] = None  # named below, in order
-            elif shared and shared[0] > routed_end and k > shared[1]:
-                roles[k] = "residual_add" if kind in MINOR else "experts"
-            elif tail_gemms and k > last_tail_gemm:
-                roles[k] = "residual_add" if kind in MINOR else "experts"
+                continue  # named below, in order
+            elif (shared and shared[0] > routed_end and k > shared[1]) or (tail_gemms and k > last_tail_gemm):
+                roles[k] = ("residual_add" if kind in MINOR else "experts", _R["moe.after_experts"])
             elif kind in GEMM_LIKE or kind == "softmax" or k > first_tail_gemm:
-                roles[k] = "shared_experts"  # a gate on the shared expert's output (Qwen2-MoE)
+                roles[k] = ("shared_experts", _R["moe.shared_gate"])  # a gate on the shared expert's output (Qwen2-MoE)
             else:  # after an all-to-all that brought the tokens back: the combine's (unpermute, weighted sum)
                 brought_back = units[routed_end].kind in ("combine", "a2a")
-                roles[k] = "combine" if brought_back or kind in ("moe_finalize", "combine", "a2a") else "experts"
+                roles[k] = ("combine" if brought_back or kind in ("moe_finalize", "combine", "a2a") else "experts",
+                            _R["moe.after_routed"])
         self._routed(experts_from, routed_end + 1, roles)
 
     def _router(self, start: int, end: int) -> int | None:
@@ -614,12 +636,23 @@ class _LayerNamer:
         gemms = [k for k in range(start, end) if self.units[k].kind in GEMM_LIKE]
         return (gemms[0], gemms[-1]) if len(gemms) >= 2 else None
 
-    def _routed(self, start: int, end: int, roles: dict[int, str]) -> None:
+    def _routed(self, start: int, end: int, roles: dict[int, Named]) -> None:
         units = self.units
         gemms = [k for k in range(start, end) if units[k].kind in GEMM_LIKE]
         calls = [gemms.index(k) + 1 if k in gemms else None for k in range(start, end)]
-        for k, role in zip(range(start, end), routed_roles([units[k].kind for k in range(start, end)], calls)):
-            roles[k] = role
+        for k, named in zip(range(start, end), routed_rules([units[k].kind for k in range(start, end)], calls)):
+            roles[k] = named
+
+
+_ROUTED_RULE = {role: _R[name] for role, name in (
+    ("up_gate_gemm", "routed.up_gate"), ("down_gemm", "routed.down"), ("expert_act", "routed.act"),
+    ("dispatch", "routed.dispatch"), ("combine", "routed.combine"), ("all_reduce", "routed.collective"),
+    ("experts", "routed.other"))}
+
+
+def routed_rules(kinds: list[str], gemm_calls: list[int | None]) -> list[Named]:
+    """routed_roles, each with the rule that gave it (each role of the stretch has one rule)."""
+    return [(role, _ROUTED_RULE[role]) for role in routed_roles(kinds, gemm_calls)]
 
 
 def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
@@ -699,12 +732,12 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         post_start = _post_start(units, clusters[-1][1] + 1, reference)
     ends = [*(s - 1 for s in starts[1:]), post_start - 1]
     namer = _LayerNamer(units, norm_pieces)
-    unit_slot: list[tuple[str, int, str, bool] | None] = [None] * len(units)
+    unit_slot: list[tuple[str, int, Named, bool] | None] = [None] * len(units)
     moe_layers = 0
     # A layer's roles depend only on its own units (kinds and names) and where its core sits in them
     # (_LayerNamer reads nothing outside lo..hi but the chain's input norms): layers of one shape
     # are named once per chain, their roles kept relative to the layer's first unit.
-    by_shape: dict[tuple, tuple[list[tuple[int, str]], bool]] = {}
+    by_shape: dict[tuple, tuple[list[tuple[int, Named]], bool]] = {}
     for layer, ((core_lo, core_hi), lo, hi) in enumerate(zip(clusters, starts, ends)):
         shape = (tuple([(u.kind, u.names) for u in units[lo:max(hi, core_hi) + 1]]), core_lo - lo, core_hi - lo)
         named = by_shape.get(shape)
@@ -716,26 +749,25 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         for offset, role in relative:
             unit_slot[lo + offset] = (SECTION_LAYER, layer, role, moe)
     for j in range(0, starts[0]):
-        unit_slot[j] = (SECTION_PRE, -1, _outside_role(units[j].kind, "embedding"), True)
+        unit_slot[j] = (SECTION_PRE, -1, (_outside_role(units[j].kind, "embedding"), _R["outside.before_layers"]), True)
     for j in range(post_start, len(units)):
-        unit_slot[j] = (SECTION_POST, -1, _outside_role(units[j].kind, "lm_head"), True)
+        unit_slot[j] = (SECTION_POST, -1, (_outside_role(units[j].kind, "lm_head"), _R["outside.after_layers"]), True)
     names, roots, _calls = key
     labels = roots or names  # a CPU operator is labelled and classed by its outermost call
     slots: list[Slot] = []
-    label_rule: dict[str, tuple[str, str]] = {}  # per distinct name: its D4 label and its class's rule
+    label_of: dict[str, str] = {}  # per distinct name: its D4 label
     for unit, placed in zip(units, unit_slot):
-        section, layer, role, moe = placed or (SECTION_LAYER, 0, "layer_other", True)
-        role = role or "experts"
+        section, layer, (role, why), moe = placed or (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
         row = row_of(role, moe)
         for p in range(unit.lo, unit.hi + 1):
             name = labels[p] or names[p]
-            label, rule = label_rule.get(name) or label_rule.setdefault(name, (short_label(name), class_rule_of_name(name)))
+            label = label_of.get(name) or label_of.setdefault(name, short_label(name))
             if role == "all_reduce":  # which collective: from its name
                 named = collective_role(name)
                 kind_row = row_of(named, moe)
-                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, rule))
+                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, why))
                 continue
-            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, rule))
+            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, why))
     layer_moe = {}
     for placed in unit_slot:
         if placed and placed[0] == SECTION_LAYER:
@@ -776,11 +808,11 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
         k = kernels[i]
         pos = bisect.bisect_right(starts, k.start_us) - 1
         if pos < 0 or k.start_us >= last_end:
-            section, role = (SECTION_PRE, "embedding") if pos < 0 else (SECTION_POST, "lm_head")
+            section, role, why = ((SECTION_PRE, "embedding", _R["outside.before_layers"]) if pos < 0
+                                  else (SECTION_POST, "lm_head", _R["outside.after_layers"]))
             role = _outside_role(kernel_class(k), role)
             row = row_of(role)
-            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE, role,
-                            kernel_class_rule(k))
+            slots[i] = Slot(section, -1, row.group, row.module, kernel_label(k), SOURCE_STRUCTURE, role, why)
         else:
             by_layer_stream.setdefault((layers[pos], k.stream), []).append(i)
     for (layer, _stream), members in by_layer_stream.items():
@@ -790,22 +822,24 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
         runs_gemm = any(kind in GEMM_LIKE for kind in ffn)
         for i, kind in zip(members, kinds):
             if kernels[i].start_us < attention_end.get(layer, float("-inf")) and kind not in COMMUNICATION:
-                role = "q_a_kv_a_layernorm" if kind == "norm" else _LayerNamer._tail_role(kind, "self_attn")
+                during = _R["side.during_attention"]
+                role, why = ("q_a_kv_a_layernorm", during) if kind == "norm" else _LayerNamer._tail_role(
+                    kind, ("self_attn", during), during)
             elif kind == "allreduce":
-                role = "all_reduce"
+                role, why = "all_reduce", _R["side.collective"]
             elif kind in ("dispatch", "combine"):
-                role = kind
+                role, why = kind, _R["side.dispatch_combine"]
             elif kind in ("topk", "router_gemm"):
-                role = "topk" if kind == "topk" else "router"
+                role, why = "topk" if kind == "topk" else "router", _R["side.routing"]
             elif moe and runs_gemm:
-                role = "shared_experts"
+                role, why = "shared_experts", _R["side.shared_experts"]
             else:
-                role = "layer_other"
+                role, why = "layer_other", _R["side.other"]
             if role == "all_reduce":
                 role = collective_role(kernels[i].name)
             row = row_of(role, moe)
             slots[i] = Slot(SECTION_LAYER, layer, row.group, row.module, kernel_label(kernels[i]), SOURCE_STRUCTURE,
-                            role, kernel_class_rule(kernels[i]))
+                            role, why)
 
 
 def count_attention_cores(kernels: list[Kernel]) -> int:

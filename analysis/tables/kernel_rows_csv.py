@@ -14,7 +14,7 @@ from analysis.attribution.rows import KernelRow
 _FIELDS = KernelRow.__struct_fields__
 _INT_FIELDS = {"step", "layer", "micro_batch", "stream"}
 _FLOAT_FIELDS = {"start_us", "busy_us", "exposed_us"}
-_OPTIONAL_FIELDS = {"role", "rule"}  # added later: a kernels_long.csv written before them still reads
+_OPTIONAL_FIELDS = {"role", "rule", "module_path"}  # added later: a kernels_long.csv written before them still reads
 
 
 class KernelCsvError(AnalysisError):

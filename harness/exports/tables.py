@@ -30,6 +30,7 @@ class Column:
     type: str  # string | int64 | float64, with "?" when empty means missing
     unit: str
     meaning: str
+    default: str | None = None  # a column added later: what a table written before it holds instead
 
     @property
     def nullable(self) -> bool:
@@ -96,7 +97,7 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
             reader = csv.DictReader(handle)
             header = reader.fieldnames or []
             expected = [c.name for c in spec.columns]
-            missing = [c for c in expected if c not in header]
+            missing = [c.name for c in spec.columns if c.name not in header and c.default is None]
             unknown = [c for c in header if c not in expected]
             if missing or unknown:
                 raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, "
@@ -108,7 +109,7 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
                                                          "edited file)")
                 row = {SCHEMA_VERSION_COLUMN: version}
                 for column in spec.columns:
-                    row[column.name] = _convert(column, raw[column.name], f"{path}:{line}")
+                    row[column.name] = _convert(column, raw.get(column.name, column.default), f"{path}:{line}")
                 rows.append(row)
     except RecordError as exc:
         raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
@@ -128,17 +129,19 @@ def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
     except AnalysisError as exc:
         raise RunDataError(path, str(exc).removeprefix(f"{path}: ")) from None
     expected = [c.name for c in spec.columns]
-    missing = [c for c in expected if c not in table.columns]
+    missing = [c.name for c in spec.columns if c.name not in table.columns and c.default is None]
     unknown = [c for c in table.columns if c not in expected]
     wrong = [c.name for c in spec.columns if c.name in table.kinds and table.kinds[c.name] != c.base_type]
     if missing or unknown or wrong:
         raise RunDataError(path, f"columns differ from export schema v{version}: missing {missing}, unknown {unknown}, "
                                  f"of another type {wrong}")
+    columns = {c.name: table.columns[c.name] if c.name in table.columns else [_convert(c, c.default, str(path))] * table.rows
+               for c in spec.columns}  # a column added later: a table written before it holds its default
     for column in spec.columns:
-        if not column.nullable and table.rows and None in table.columns[column.name]:
+        if not column.nullable and table.rows and None in columns[column.name]:
             raise RunDataError(path, f"column {column.name!r} has empty cells")
     return [{SCHEMA_VERSION_COLUMN: version, **dict(zip(expected, values))}
-            for values in zip(*(table.columns[name] for name in expected))]
+            for values in zip(*(columns[name] for name in expected))]
 
 
 def _temp_path(path: Path) -> Path:
