@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from analysis.attribution.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
+from analysis.attribution.rank.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
 from analysis.attribution.comm_split import CommRow, split_collectives
 from analysis.ingest.expert_load import load_expert_load
@@ -566,11 +566,11 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.ingest.model_spec", name) for name in ("builtin_models", "load_model_spec")},
     "load_trace": ("analysis.ingest.trace_loader", "load_trace"),
     "rank_id_for": ("analysis.ingest.rank_id", "rank_id_for"),
-    **{name: ("analysis.attribution.attribute", name) for name in ("RankOptions", "attribute_rank")},
-    "calibrate": ("analysis.attribution.calibration", "calibrate"),
-    "render_calibration_markdown": ("analysis.attribution.calibration", "render_markdown"),
+    **{name: ("analysis.attribution.rank.attribute", name) for name in ("RankOptions", "attribute_rank")},
+    "calibrate": ("analysis.attribution.rank.calibration", "calibrate"),
+    "render_calibration_markdown": ("analysis.attribution.rank.calibration", "render_markdown"),
     "split_collectives": ("analysis.attribution.comm_split", "split_collectives"),
-    "learn_signature": ("analysis.attribution.learn_signature", "learn_signature"),
+    "learn_signature": ("analysis.attribution.rank.learn_signature", "learn_signature"),
     "stream_summary": ("analysis.attribution.overlap", "stream_summary"),
     "RankProblem": ("analysis.attribution.rows", "RankProblem"),
     **{name: ("analysis.attribution.signature", name) for name in ("builtin_signatures", "load_signature")},

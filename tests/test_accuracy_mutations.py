@@ -14,7 +14,7 @@ import pytest
 from accuracy.judge import module_names
 from accuracy.tool import found_of
 from accuracy.truth import compare, truth_of
-from analysis.attribution.agreement import shares
+from analysis.attribution.rank.agreement import shares
 from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases
 
 NAMES = ("dsv3wide-h200-l4d1-e64k8-bs8-grouped-sdpa", "sglang-0.5.17-eager-deepgemm-moe",

@@ -20,7 +20,7 @@ import pytest
 from accuracy.judge import judge, judge_case
 from accuracy.table import COMPARED_ROWS
 from accuracy.truth import compare
-from analysis.attribution.agreement import compare_with_ranges
+from analysis.attribution.rank.agreement import compare_with_ranges
 from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, ep_cases, public_cases
 from conftest import REAL, real_trace
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from accuracy.table import MAX_GROUP_GAP_PP
 from accuracy.tool import found_of
 from accuracy.truth import compare, truth_of
-from analysis.attribution.calibration import AGREE_PP, calibrate
+from analysis.attribution.rank.calibration import AGREE_PP, calibrate
 from conftest import real_trace
 from harness.cli import main
 

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from analysis.attribution.agreement import shares
+from analysis.attribution.rank.agreement import shares
 from analysis.api import AnalysisOptions, analyze
 from analysis.attribution.capture import capture_files, load_capture
 from conftest import ROOT, real_trace

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import load_signature
 from analysis.ingest.trace_loader import load_trace
 
@@ -112,7 +112,7 @@ def _pct(rows) -> dict[tuple[str, str], float]:
 def test_learned_from_one_step_names_the_other_steps() -> None:
     """Held out: learn from step 0's module ranges, check steps 1 and 2 against their ranges as the
     independent truth reads them (the analysis' own modules mode would share its naming)."""
-    from analysis.attribution.learn_signature import learn_signature
+    from analysis.attribution.rank.learn_signature import learn_signature
     from analysis.attribution.signature import signature_from
 
     trace = load_trace(str(TRACE))

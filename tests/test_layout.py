@@ -186,6 +186,29 @@ def test_no_import_cycles_in_harness_or_analysis():
     assert not cycles, "import cycles:\n" + "\n".join(described)
 
 
+def _folder(module: str, packages: set[str]) -> str:
+    """The folder (package) a module lies in: itself for a package's __init__; analysis/'s own modules
+    (the door analysis.api, the shared helpers) each stand alone."""
+    folder = module if module in packages else module.rsplit(".", 1)[0]
+    return module if folder == "analysis" else folder
+
+
+def test_no_import_cycles_between_the_folders_of_analysis():
+    """The folders of analysis/ import one another one way only (attribution <- attribution.namers <-
+    attribution.rank): a folder whose modules import another's, while that one's import it back, is
+    one design cut in two places."""
+    graph = {m: t for m, t in _module_graph().items() if m.startswith("analysis")}
+    packages = {".".join(p.relative_to(ROOT).parts[:-1]) for p in (ROOT / "analysis").rglob("__init__.py")}
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        here = _folder(module, packages)
+        folders.setdefault(here, set()).update(_folder(t, packages) for t in targets if t.startswith("analysis"))
+    for here, targets in folders.items():
+        targets.discard(here)
+    cycles = _cycles(folders)
+    assert not cycles, "folder cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
 def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []

@@ -181,7 +181,7 @@ def test_sglangs_own_module_ranges_agree_with_the_signature_and_the_structure(pa
     group within 3 points, ranges stripped; and calibration against the trace keeps the signature."""
     from accuracy.tool import found_of
     from accuracy.truth import compare, truth_of
-    from analysis.attribution.calibration import calibrate
+    from analysis.attribution.rank.calibration import calibrate
 
     truth, found = truth_of(str(path)), found_of(str(path), signature)
     per_step = [LAYERS, 1] if "-mtp-" in path.name else [LAYERS]  # MTP: the target's forward, then NextN's

@@ -141,7 +141,7 @@ def test_structure_without_the_signature_finds_the_same_layers_and_groups(signam
     """SYNTHETIC fixtures (kernel names from the signature's examples): the structural attribution
     never reads the signature, so these are a check of it on DeepEP / DeepGEMM / FlashMLA-shaped
     kernel sequences, not of the signature: 3 dense + 58 MoE layers, groups within 3 points."""
-    from analysis.attribution.agreement import shares
+    from analysis.attribution.rank.agreement import shares
 
     path = tmp_path / "run-TP-0-DECODE.trace.json.gz"
     write_rank_trace(path, load_signature(signame), steps=1)

@@ -22,7 +22,13 @@ from analysis.attribution.kernel_classes import GEMM_LIKE, collective_role, kern
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
 from analysis.attribution.named_rules import MODULE_RULES, rule as named_rule
-from analysis.attribution.structure import routed_roles
+from analysis.attribution.layer_vocabulary import (
+    ABSORBED_MLA,
+    attention_form,
+    inner_norm_roles,
+    projection_roles,
+    routed_roles,
+)
 from analysis.ingest.range_tree import RangeTree
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import ModuleMapRules
@@ -267,21 +273,12 @@ class ModuleRoleNamer:
                     inner_runs.append([between, c])
             else:
                 tail_norms.append((c, between))
-        absorbed = len(inner_runs) == 1 and len(pre) >= 2
-        unfused_mla = len(inner_runs) == 2 and len(pre) == 4
+        form = attention_form(len(inner_runs), len(pre))
+        absorbed = form == ABSORBED_MLA
         roles: dict[int, str] = {}
-        if absorbed:
-            split = inner_runs[0][0]
-            for i, c in enumerate(pre):
-                roles[c] = "q_a_kv_a" if i < split else ("q_b_proj" if i == split else "w_kc_bmm")
-        elif unfused_mla:
-            for c, role in zip(pre, ("q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj")):
-                roles[c] = role
-        else:
-            for c in pre:
-                roles[c] = "qkv_proj"
-        inner_names = (["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"] if unfused_mla
-                       else ["qk_norm"] * len(inner_runs))
+        for c, role in zip(pre, projection_roles(form, len(pre), inner_runs[0][0] if inner_runs else 0)):
+            roles[c] = role
+        inner_names = inner_norm_roles(form, len(inner_runs))
         for run, role in zip(inner_runs, inner_names):
             for c in run[1:]:
                 roles[c] = role
@@ -444,7 +441,7 @@ def _mlp_role(namer: ModuleRoleNamer, ctx: _Context, cls: str) -> tuple[str, str
 
 def _name_routed(members: list[int], kernels: list[Kernel], classes: list[str], roles: list[str | None]) -> None:
     """Routed-expert kernels of one experts call, named like the structural attribution names
-    them (structure.routed_roles). A GEMM call is a GEMM kernel with its split-K reduction, or on
+    them (layer_vocabulary.routed_roles). A GEMM call is a GEMM kernel with its split-K reduction, or on
     the CPU every operator of one aten call."""
     calls: list[int | None] = []
     count = 0

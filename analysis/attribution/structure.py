@@ -33,6 +33,14 @@ from analysis.attribution.kernel_classes import (
     kernel_class,
 )
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
+from analysis.attribution.layer_vocabulary import (
+    ABSORBED_MLA,
+    UNFUSED_MLA,
+    attention_form,
+    inner_norm_roles,
+    projection_roles,
+    routed_roles,
+)
 from analysis.attribution.layers import LayerCut, Slot, main_stream
 from analysis.attribution.module_attribution import kernel_label, short_label
 from analysis.attribution.roles import row_of
@@ -416,14 +424,14 @@ class _LayerNamer:
         gaps = list(zip(gemms, [*gemms[1:], end]))
         extents = [self._norm_extent(a + 1, b) for a, b in gaps]
         inner = [e for e, (a, b) in zip(extents, gaps) if e is not None and b != end]
-        absorbed = len(inner) == 1 and len(gemms) >= 2
-        unfused_mla = len(inner) == 2 and len(gemms) == 4
-        projections = _R["pre.projections_absorbed_mla" if absorbed else "pre.projections_unfused_mla" if unfused_mla
-                         else "pre.projections"]
-        for j, role in zip(gemms, self._projection_roles(gemms, inner, absorbed, unfused_mla)):
+        form = attention_form(len(inner), len(gemms))
+        absorbed = form == ABSORBED_MLA
+        projections = _R["pre.projections_absorbed_mla" if absorbed else "pre.projections_unfused_mla"
+                         if form == UNFUSED_MLA else "pre.projections"]
+        before_norm = sum(1 for j in gemms if inner and j < inner[0][0])
+        for j, role in zip(gemms, projection_roles(form, len(gemms), before_norm)):
             roles[j] = (role, projections)
-        inner_roles = iter(["q_a_kv_a_layernorm"] if absorbed else ["q_a_layernorm", "kv_a_layernorm"]
-                           if unfused_mla else ["qk_norm"] * len(inner))
+        inner_roles = iter(inner_norm_roles(form, len(inner)))
         has_rotary = any(units[j].kind == "rotary" for j in range(lo, end))
         for (a, b), extent in zip(gaps, extents):
             norm_role = (next(inner_roles) if b != end else "qk_norm") if extent is not None else None
@@ -458,16 +466,6 @@ class _LayerNamer:
     def _norm_piece(self, j: int) -> bool:
         unit = self.units[j]
         return unit.kind in MINOR and unit.names in self.input_norm_names
-
-    @staticmethod
-    def _projection_roles(gemms, inner_extents, absorbed: bool, unfused_mla: bool) -> list[str]:
-        if absorbed:
-            split = inner_extents[0][0]
-            after = [j for j in gemms if j > split]
-            return ["q_a_kv_a" if j < split else ("q_b_proj" if j == after[0] else "w_kc_bmm") for j in gemms]
-        if unfused_mla:
-            return ["q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj"]
-        return ["qkv_proj"] * len(gemms)
 
     @staticmethod
     def _tail_role(kind: str, default: Named, by_class: str = _R["pre.by_class"]) -> Named:
@@ -653,32 +651,6 @@ _ROUTED_RULE = {role: _R[name] for role, name in (
 def routed_rules(kinds: list[str], gemm_calls: list[int | None]) -> list[Named]:
     """routed_roles, each with the rule that gave it (each role of the stretch has one rule)."""
     return [(role, _ROUTED_RULE[role]) for role in routed_roles(kinds, gemm_calls)]
-
-
-def routed_roles(kinds: list[str], gemm_calls: list[int | None]) -> list[str]:
-    """Roles of a routed-experts stretch, in order: GEMM calls (numbered from 1) alternate up/gate and
-    down (a per-expert loop repeats the pair), dispatch before the first, combine after the last."""
-    numbered = [i for i, call in enumerate(gemm_calls) if call is not None]
-    first, last = (numbered[0], numbered[-1]) if numbered else (None, None)
-    # an all-to-all before the first GEMM sends the tokens: what prepares it (counts, permutation,
-    # send buffers) is the dispatch's; one after the last GEMM brings them back: what follows is the combine's
-    sends = [i for i, k in enumerate(kinds) if k in ("dispatch", "a2a") and (first is None or i < first)]
-    backs = [i for i, k in enumerate(kinds) if k in ("combine", "a2a") and last is not None and i > last]
-    roles = []
-    for i, (kind, call) in enumerate(zip(kinds, gemm_calls)):
-        if call is not None:
-            roles.append("up_gate_gemm" if call % 2 == 1 else "down_gemm")
-        elif kind == "act":
-            roles.append("expert_act")
-        elif (kind in ("dispatch", "a2a") and (first is None or i < first)) or (sends and i < sends[-1]):
-            roles.append("dispatch")
-        elif (kind in ("combine", "a2a", "moe_finalize") and (last is None or i > last)) or (backs and i > backs[0]):
-            roles.append("combine")
-        elif kind == "allreduce":
-            roles.append("all_reduce")
-        else:
-            roles.append("experts")
-    return roles
 
 
 def cut_structural(kernels: list[Kernel]) -> LayerCut | None:

@@ -23,7 +23,7 @@ from accuracy import table as T  # noqa: E402
 from accuracy.judge import judge, judge_case, module_names  # noqa: E402
 from accuracy.tool import found_of  # noqa: E402
 from accuracy.truth import compare, truth_of  # noqa: E402
-from analysis.attribution.agreement import GROUPS, shares  # noqa: E402
+from analysis.attribution.rank.agreement import GROUPS, shares  # noqa: E402
 from analysis.api import AnalysisOptions, analyze  # noqa: E402
 from benchmarks.accuracy.suite_cases import ROOT, bundled_cases, corpus_cases, public_cases  # noqa: E402
 from tests.real_traces import real_traces_dir  # noqa: E402

@@ -7,7 +7,7 @@ of its own time.
 import sys
 from collections import defaultdict
 
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import load_signature
 from analysis.ingest.trace_loader import load_trace
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.attribution.agreement import shares, strip_ranges
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.agreement import shares, strip_ranges
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import load_signature
 from analysis.ingest.trace_loader import load_trace
 

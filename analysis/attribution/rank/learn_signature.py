@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import msgspec
 
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.signature import Signature
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow
 from analysis.ingest.trace_model import RankTrace

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.attribution.agreement import GROUPS, Agreement, RangeTruth, shares, strip_ranges
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.agreement import GROUPS, Agreement, RangeTruth, shares, strip_ranges
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, load_capture
 from analysis.errors import AnalysisError
 from analysis.attribution.signature import Signature, load_signature

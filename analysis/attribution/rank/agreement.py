@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from analysis.attribution.attribute import RankOptions, attribute_rank
+from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.errors import AnalysisError
 from analysis.attribution.signature import Signature, load_signature
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
