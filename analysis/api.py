@@ -6,7 +6,6 @@ import dataclasses
 import functools
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -28,6 +27,7 @@ from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_li
 from analysis.tables.load_compare import compare_with_load
 from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
+from analysis.atomic_files import write_atomically
 from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
@@ -446,23 +446,6 @@ class _progress:
 # ---------------------------------------------------------------- writing / reading
 
 
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
-
-def _atomic_write(path: Path, write, binary: bool = False) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; the rest of a run follows the umask
-        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _write_structs(path: Path, rows: list, cls) -> None:
     fields = list(cls.__struct_fields__)
 
@@ -472,7 +455,7 @@ def _write_structs(path: Path, rows: list, cls) -> None:
         for row in rows:
             out.writerow([getattr(row, f) if getattr(row, f) is not None else "" for f in fields])
 
-    _atomic_write(path, write)
+    write_atomically(path, write, binary=False)
 
 
 def write_kernel_table_file(path: Path, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> None:
@@ -480,11 +463,11 @@ def write_kernel_table_file(path: Path, rows: list[KernelRow], encoded: list[Row
     already encoded, used when they hold as many rows."""
     if encoded is not None and sum(g.rows for g in encoded) != len(rows):
         encoded = None
-    _atomic_write(Path(path), lambda fh: write_kernel_table(fh, rows, encoded), binary=True)
+    write_atomically(Path(path), lambda fh: write_kernel_table(fh, rows, encoded))
 
 
 def write_table_csv(path: Path, columns: list[D4Column], lang: str = "en") -> None:
-    _atomic_write(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)))
+    write_atomically(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)), binary=False)
 
 
 def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> dict[str, Path]:
@@ -502,7 +485,7 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)
     _write_structs(files["checks.csv"], analysis.checks, CheckRow)
     write_table_csv(files["d4.csv"], [analysis.d4], lang)
-    _atomic_write(files["d4.md"], lambda fh: fh.write(render_markdown([analysis.d4], lang)))
+    write_atomically(files["d4.md"], lambda fh: fh.write(render_markdown([analysis.d4], lang)), binary=False)
 
     def detail(fh):
         out_csv = csv.writer(fh)
@@ -511,12 +494,12 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
             out_csv.writerow([analysis.d4.name, r.group, r.module, r.kernel, f"{r.layers:g}", f"{r.value_us:.3f}",
                               f"{r.median_us:.3f}", f"{r.p90_us:.3f}", f"{r.exposed_us:.3f}"])
 
-    _atomic_write(files["d4_detail.csv"], detail)
+    write_atomically(files["d4_detail.csv"], detail, binary=False)
     summary = {"run": analysis.run, "signature": analysis.signature, "model": analysis.model, "d4": analysis.d4,
                "problems": analysis.problems, "steps": len(analysis.step_rows),
                "checks": {"verdict": verdict_line(analysis.checks), "failed": [c.check for c in analysis.failed_checks],
                           "rows": analysis.checks}}
-    _atomic_write(files[ANALYSIS_FILE], lambda fh: fh.write(msgspec.json.format(msgspec.json.encode(summary).decode(), indent=2)))
+    write_atomically(files[ANALYSIS_FILE], lambda fh: fh.write(msgspec.json.format(msgspec.json.encode(summary).decode(), indent=2)), binary=False)
     return files
 
 
@@ -560,6 +543,7 @@ _DOOR: dict[str, tuple[str, str]] = {
         "CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "open_input_text",
         "parsed_json", "read_input", "read_input_text", "read_json")},
     "load_yaml": ("analysis.data_files", "load_yaml"),
+    "written_aside": ("analysis.atomic_files", "written_aside"),  # write_atomically is imported above
     "EXPERT_LOAD_FILE_NAME": ("analysis.ingest.expert_load", "FILE_NAME"),
     "EXPERT_LOAD_FORMAT": ("analysis.ingest.expert_load", "FORMAT"),
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},

@@ -52,14 +52,10 @@ def create_run_dir(root: Path, scenario_name: str, now: float | None = None) -> 
 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
+    """A run directory's file, written aside, on disk, then moved in (analysis.api.write_atomically)."""
+    from analysis.api import write_atomically
+
+    return write_atomically(path, data, durable=True)
 
 
 def append_lines(path: Path, lines: list[str]) -> None:

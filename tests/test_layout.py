@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["ingest", "attribution", "sol", "tables", "report"]  # in pipeline order
-SHARED = {"errors", "data_files", "rules", "rules_schema", "gc_paused", "input_files"}  # analysis' own helpers every stage may use
+SHARED = {"errors", "data_files", "rules", "rules_schema", "gc_paused", "input_files", "atomic_files"}  # analysis' own helpers every stage may use
 FORBIDDEN_IN_ANALYSIS = {"harness", "ray", "torch", "requests", "urllib", "http", "socket", "aiohttp"}
 
 

@@ -6,11 +6,12 @@ import pytest
 
 from analysis.errors import AnalysisError
 from analysis.rules import RULES_DIR, load_rules, load_rules_file
-from analysis.rules_schema import HostSyncs, KernelClasses, KernelFamilies, ModuleMapRules, NameKeys, Roles, StepLabels
+from analysis.rules_schema import (HostSyncs, KernelClasses, KernelFamilies, ModuleMapRules, NamedRules, NameKeys, Roles,
+                                   StepLabels)
 
 SCHEMAS = {"kernel_classes.yaml": KernelClasses, "module_map.yaml": ModuleMapRules, "roles.yaml": Roles,
            "step_labels.yaml": StepLabels, "kernel_families.yaml": KernelFamilies, "name_keys.yaml": NameKeys,
-           "host_syncs.yaml": HostSyncs}
+           "host_syncs.yaml": HostSyncs, "structure_rules.yaml": NamedRules, "module_rules.yaml": NamedRules}
 
 
 def test_every_rule_file_has_a_schema_and_fits_it():

@@ -29,6 +29,7 @@ from analysis.attribution.module_attribution import module_class
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
+from analysis.attribution.stages import UNKNOWN, VERIFY
 
 STEP_ANNOTATION = re.compile(
     r"^step\[(?P<mode>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^\]]*)\]"  # SGLang
@@ -107,7 +108,7 @@ class Step:
         return max(k.end_us for k in self.kernels)
 
 
-def stage_of(label: str | None, default: str = "unknown") -> str:
+def stage_of(label: str | None, default: str = UNKNOWN) -> str:
     if not label:
         return default
     match = STEP_ANNOTATION.match(label)
@@ -132,7 +133,7 @@ def _stages_after_verify(steps: list[Step]) -> None:
     step is the draft extend); steps are one rank's, in time order."""
     after = _label_table()[1]
     for previous, step in zip(steps, steps[1:]):
-        if previous.stage == "target_verify" and _label_mode(step.label) in after:
+        if previous.stage == VERIFY and _label_mode(step.label) in after:
             step.stage = after[_label_mode(step.label)]
 
 
@@ -237,7 +238,7 @@ def _model_calls(trace: RankTrace) -> list[Range]:
 
 def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules: bool = True) -> list[Step]:
     kernels = trace.kernels
-    default_stage = stage_of(trace.rank.stage) if trace.rank.stage else "unknown"
+    default_stage = stage_of(trace.rank.stage) if trace.rank.stage else UNKNOWN
 
     def make(groups: list[list[Kernel]], how: str, labels: list[str] | None = None) -> list[Step]:
         steps = []

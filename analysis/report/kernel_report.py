@@ -6,12 +6,11 @@ with the PNGs embedded.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import msgspec
 
+from analysis.atomic_files import write_atomically
 from analysis.sol.hardware import Hardware
 from analysis.report.ncu import CLASSES, UNKNOWN, NcuKernel, class_counts, class_means, ridge_point
 from analysis.report.report_doc import Block, Heading, Image, Para, Table, to_html, to_markdown
@@ -263,18 +262,6 @@ def build_report(inputs: ReportInputs) -> list[Block]:
     return blocks
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a report is for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(blocks: list[Block], out_dir: str | Path, title: str) -> dict[str, Path]:
     """kernel_report.md (+ kernel_report_files/*.png) and a self-contained kernel_report.html."""
     out = Path(out_dir)
@@ -284,8 +271,8 @@ def write_report(blocks: list[Block], out_dir: str | Path, title: str) -> dict[s
     if images:
         image_dir.mkdir(exist_ok=True)
         for image in images:
-            _atomic_write(image_dir / image.name, image.png)
+            write_atomically(image_dir / image.name, image.png)
     files = {"md": out / f"{REPORT_STEM}.md", "html": out / f"{REPORT_STEM}.html"}
-    _atomic_write(files["md"], to_markdown(blocks, image_dir.name).encode())
-    _atomic_write(files["html"], to_html(blocks, title).encode())
+    write_atomically(files["md"], to_markdown(blocks, image_dir.name).encode())
+    write_atomically(files["html"], to_html(blocks, title).encode())
     return files

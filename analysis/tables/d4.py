@@ -24,6 +24,7 @@ from analysis.tables import load_compare, measured_shape, step_time, token_cost
 from analysis.tables.measured_shape import MeasuredShape
 from analysis.tables.load_compare import LoadCompare
 from analysis.tables.token_cost import TokenCost
+from analysis.attribution.stages import DRAFT, DRAFT_EXTEND, TABLE_STAGES, UNKNOWN, VERIFY
 from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_by_module are imported from here too
     STATS,
     D4Row,
@@ -92,10 +93,10 @@ def main_stage(steps: Iterable[StepRow]) -> str:
     """The stage the table describes: verify (MTP) over decode over extend, among usable steps."""
     steps = list(steps)
     ok = [s.stage for s in steps if s.status == "ok"] or [s.stage for s in steps]
-    for stage in ("target_verify", "decode", "extend"):
+    for stage in TABLE_STAGES:
         if stage in ok:
             return stage
-    return max(set(ok), key=ok.count) if ok else "unknown"
+    return max(set(ok), key=ok.count) if ok else UNKNOWN
 
 
 class _LayerSet:
@@ -254,7 +255,7 @@ def build_column(
     pre_us = step_metric(lambda s: outside[(s.rank, s.step)][0])
     post_us = step_metric(lambda s: outside[(s.rank, s.step)][1])
     mtp_rows: list[D4Row] = []
-    if stage == "target_verify":
+    if stage == VERIFY:
         step_us += _add_mtp_rows(step_rows, steps_by_rank, mtp_kernels, stat, rank_policy, mtp_rows)
     rank_ms = {r: _stat([s.step_us for s in ss], stat) / 1000 for r, ss in steps_by_rank.items()}
     spread, straggler = 0.0, None
@@ -263,7 +264,7 @@ def build_column(
         spread = 100 * (max(rank_ms.values()) - min(rank_ms.values())) / mid if mid else 0.0
         straggler = max(rank_ms, key=rank_ms.get)
     # a plain decode step yields one token: the accept length divides only a verify iteration
-    accept_length = accept_length if stage == "target_verify" else None
+    accept_length = accept_length if stage == VERIFY else None
     per_token = (step_us / 1000) / accept_length if accept_length else None
     return D4Column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
@@ -300,7 +301,7 @@ def _layer_counts(step_rows: list[StepRow], stage: str, mismatched: list[StepRow
 def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: list[D4Row]) -> float:
     """MTP group rows; returns the draft time per verify iteration (us) to add to the step."""
     extra = 0.0
-    for stage, module, label in (("draft", "draft layer", "per draft step"), ("draft_extend", "draft extend", "per step")):
+    for stage, module, label in ((DRAFT, "draft layer", "per draft step"), (DRAFT_EXTEND, "draft extend", "per step")):
         by_rank: dict[str, list[float]] = defaultdict(list)
         for s in step_rows:  # whatever layers a draft step was cut into, its time is spent
             if s.stage == stage:

@@ -33,10 +33,10 @@ from analysis.errors import AnalysisError
 from analysis.ingest.load_records import RequestChunks
 from analysis.tables.comm_table import used_steps
 from analysis.tables.d4_cells import _per_rank_stat, _policy
+from analysis.attribution.stages import VERIFY
 
 SETTINGS_FILE = Path(__file__).with_name("load_compare.yaml")
 GROUP = "profiled vs load"
-VERIFY = "target_verify"
 
 
 class LoadCompare(msgspec.Struct):

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.attribution.stages import BATCH_STAGES
+
 # Stages whose steps run the scenario's batch: decode, and the verify step of speculative decoding
-# (labelled TARGET_VERIFY up to SGLang 0.5.19, VERIFY from 0.5.20). Draft and extend steps are not.
-BATCH_STAGES = ("decode", "target_verify", "verify")
+# (labelled TARGET_VERIFY up to SGLang 0.5.19, VERIFY from 0.5.20: both the target_verify stage).
+# Draft and extend steps are not.
 MAX_NAMED = 8  # steps named in the note under the table; problems name every one
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name, class_test
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
+from analysis.attribution.stages import UNKNOWN
 
 _MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
 _MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
@@ -94,7 +95,7 @@ def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, stri
     table_steps = [s for s in steps if s.stage == stage]
     used = [s for s in table_steps if s.status in usable]
     part.used_steps = len(used)
-    if stage != "unknown":
+    if stage != UNKNOWN:
         _layer_sequence(part, table_steps, by_step, limits["layer_sequence"], chains)
         _layer_time(part, used, by_step, limits["layer_time"])
         _after_layers(part, used, by_step)

@@ -20,6 +20,7 @@ import yaml
 
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import KernelRow, StepRow
+from analysis.attribution.stages import DRAFT_STAGES, UNKNOWN
 from analysis.attribution.steps import KNOWN_STAGES
 from analysis.data_files import load_yaml
 from analysis.errors import AnalysisError
@@ -133,7 +134,7 @@ def _layer_count(step_rows: list[StepRow], stage: str, model: ModelSpec | None, 
         expected = {s.layers_expected for s in steps if s.layers_expected is not None}
         scope = f"stage {st}, {len(steps)} steps, {len({s.rank for s in steps})} rank(s)"
         if expected:
-            source = "--layers" if layers is not None and st not in ("draft", "draft_extend") else (
+            source = "--layers" if layers is not None and st not in DRAFT_STAGES else (
                 f"model {model.name}" if model is not None else "expected")
             off = [s for s in steps if s.layers_expected is not None and s.layers_found != s.layers_expected]
             wrong_split = [s for s in steps if s.status == "layer_count_mismatch" and s not in off]
@@ -159,7 +160,7 @@ def _layer_sequence(parts: list[RankChecks], stage: str, limits: dict) -> CheckR
     """Layers of one kind carry the same sequence of kernel classes; the outliers are named."""
     allowed = int(limits["max_outlier_layers"])
     scope = f"stage {stage}"
-    if stage == "unknown":
+    if stage == UNKNOWN:
         return CheckRow("layer_kernel_sequence", scope, "not compared", "layers alike", NOT_APPLICABLE, _UNKNOWN_STAGE)
     total = sum(p.sequence_layers for p in parts)
     if not total:
@@ -183,7 +184,7 @@ def _layer_time(parts: list[RankChecks], stage: str, limits: dict) -> CheckRow:
     last layer) shows here before anywhere else."""
     factor, slack = float(limits["max_to_median"]), float(limits["slack_us"])
     scope = f"stage {stage}"
-    if stage == "unknown":
+    if stage == UNKNOWN:
         return CheckRow("layer_time", scope, "not compared", "layers alike", NOT_APPLICABLE, _UNKNOWN_STAGE)
     # ((rank, kind), the step's place among its rank's used steps, the outlier): sorted as (rank, kind)
     # then step; stable, so a step's layers stay in layer order
@@ -211,7 +212,7 @@ def _after_layers(parts: list[RankChecks], stage: str) -> CheckRow:
     the steps while their last layer runs kernels that the other layers of its kind do not is its own
     failure (the tail counted in the last layer)."""
     scope = f"stage {stage}"
-    if stage == "unknown":
+    if stage == UNKNOWN:
         return CheckRow("after_layers", scope, "not compared", "kernels after the layers", NOT_APPLICABLE,
                         _UNKNOWN_STAGE)
     used = sum(p.used_steps for p in parts)
@@ -314,7 +315,7 @@ def _step_time(parts: list[RankChecks], steps: int, stage: str, limits: dict) ->
 def _stage_labels(step_rows: list[StepRow]) -> CheckRow:
     """Every step's label names a stage the analysis knows (SGLang renames them between releases)."""
     stages = Counter(s.stage for s in step_rows)
-    unknown = {st: n for st, n in stages.items() if st not in KNOWN_STAGES and st != "unknown"}
+    unknown = {st: n for st, n in stages.items() if st not in KNOWN_STAGES and st != UNKNOWN}
     value = ", ".join(f"{st} {n}" for st, n in sorted(stages.items()))
     expected = "every step's label a known stage"
     if unknown:
@@ -322,7 +323,7 @@ def _stage_labels(step_rows: list[StepRow]) -> CheckRow:
         return CheckRow("stage_labels", "all steps", value, expected, FAIL,
                         f"labels the analysis does not know: {named}; add them to "
                         "analysis/data/rules/step_labels.yaml")
-    if set(stages) == {"unknown"}:
+    if set(stages) == {UNKNOWN}:
         return CheckRow("stage_labels", "all steps", value, expected, NOT_APPLICABLE,
                         "no step labels in the trace or its file name")
     return CheckRow("stage_labels", "all steps", value, expected, PASS)

@@ -18,11 +18,11 @@ import msgspec
 from analysis.attribution.rows import StepRow
 from analysis.tables.d4_cells import _per_rank_stat, _policy
 from analysis.tables.load_compare import step_periods_us
+from analysis.attribution.stages import DECODE, DRAFT, DRAFT_EXTEND, DRAFT_STAGES, VERIFY
 
 GROUP = "per token (ms)"
-VERIFY, DECODE = "target_verify", "decode"
-PARTS = (("verify", "verify step"), ("draft", "draft steps"), ("draft_extend", "draft extend"),
-         ("decode", "plain decode step"))
+PARTS = (("verify", "verify step"), (DRAFT, "draft steps"), (DRAFT_EXTEND, "draft extend"),
+         (DECODE, "plain decode step"))
 
 
 class TokenCost(msgspec.Struct):
@@ -52,7 +52,7 @@ def token_cost(step_rows: list[StepRow], used: set[tuple[str, int]], stage: str,
     if stage == DECODE:
         return TokenCost(1.0, {"decode": main}, period)
     parts = {"verify": main}
-    for part in ("draft", "draft_extend"):
+    for part in DRAFT_STAGES:
         per_rank: dict[str, float] = {}
         for rank, verify_steps in iterations.items():
             own = [s.step_us for s in step_rows if s.rank == rank and s.stage == part]
@@ -101,8 +101,8 @@ def notes(columns) -> list[str]:
         mtp_ms, base_ms = cost.span_us / cost.tokens / 1000, base.span_us / 1000
         text = (f"{c.name} against {plain.name}, per token: {mtp_ms:.2f} ms per accepted token at accept length "
                 f"{cost.tokens:g} (verify {cost.parts_us['verify'] / cost.tokens / 1000:.2f}, drafts "
-                f"{cost.parts_us.get('draft', 0.0) / cost.tokens / 1000:.2f}, draft extend "
-                f"{cost.parts_us.get('draft_extend', 0.0) / cost.tokens / 1000:.2f}) against {base_ms:.2f} ms per "
+                f"{cost.parts_us.get(DRAFT, 0.0) / cost.tokens / 1000:.2f}, draft extend "
+                f"{cost.parts_us.get(DRAFT_EXTEND, 0.0) / cost.tokens / 1000:.2f}) against {base_ms:.2f} ms per "
                 f"plain decode step: {mtp_ms / base_ms:.2f}x (GPU span)")
         if cost.period_us is not None and base.period_us is not None:
             text += (f", {cost.period_us / cost.tokens / base.period_us:.2f}x start to start "

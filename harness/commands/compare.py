@@ -68,7 +68,7 @@ def write_changes_csv(path: Path, all_changes: list) -> None:
     values in ms, its effect in us)."""
     import csv
 
-    from analysis.api import _atomic_write
+    from analysis.api import write_atomically
 
     def write(fh):
         out = csv.writer(fh)
@@ -81,7 +81,7 @@ def write_changes_csv(path: Path, all_changes: list) -> None:
                                                                   row.other_sd_us, row.band_us, row.effect_us)),
                               row.verdict])
 
-    _atomic_write(path, write)
+    write_atomically(path, write, binary=False)
 
 
 def _as_saved(name: str, column, args):
@@ -119,7 +119,7 @@ def layer_count_note(columns) -> str:
 
 
 def run(args) -> int:
-    from analysis.api import AnalysisError, _atomic_write, render_changes_markdown, render_markdown, write_table_csv
+    from analysis.api import AnalysisError, write_atomically, render_changes_markdown, render_markdown, write_table_csv
     from harness.recorded_run import RunDirError
 
     columns, notes = [], []
@@ -146,7 +146,7 @@ def run(args) -> int:
     print(table)
     if out is not None:
         def fill(folder: Path) -> None:
-            _atomic_write(folder / "compare.md", lambda fh: fh.write(table))
+            write_atomically(folder / "compare.md", table)
             write_table_csv(folder / "compare.csv", columns, args.lang)
             if all_changes:
                 write_changes_csv(folder / "changes.csv", all_changes)

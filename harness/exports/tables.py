@@ -8,8 +8,6 @@ unless asked.
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -144,23 +142,15 @@ def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
             for values in zip(*(columns[name] for name in expected))]
 
 
-def _temp_path(path: Path) -> Path:
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(temp)
-
-
 def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
-    temp = _temp_path(path)
-    try:
-        with open(temp, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    return path
+    from analysis.api import write_atomically
+
+    def write(handle) -> None:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in rows)
+
+    return write_atomically(path, write, binary=False)
 
 
 def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
@@ -175,12 +165,10 @@ def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
     fields += [pa.field(c.name, arrow_types[c.base_type], nullable=c.nullable) for c in spec.columns]
     schema = pa.schema(fields, metadata={"moe_harness_schema_version": str(version), "table": spec.name})
     table = pa.Table.from_pylist(rows, schema=schema)
-    temp = _temp_path(path)
-    try:
+    from analysis.api import written_aside
+
+    with written_aside(path) as temp:
         pq.write_table(table, temp)
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
     return path
 
 

@@ -17,6 +17,7 @@ from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, segment_steps
 from analysis.ingest.model_spec import ModelSpec
 from analysis.ingest.trace_model import RankTrace
+from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
 
 ATTRIBUTION_MODES = ("auto", "template", "modules")
 
@@ -37,7 +38,7 @@ class RankOptions:
 
 
 def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
-    if stage in ("draft", "draft_extend"):
+    if stage in DRAFT_STAGES:
         count = model.mtp_layers if model is not None else None
     else:
         count = layers if layers is not None else (model.num_layers if model is not None else None)
@@ -52,7 +53,7 @@ def _layer_check(units_found: int, expected: int | None, moe_found: int | None, 
     if expected is not None and units_found != expected:
         return "layer_count_mismatch", f"found {units_found // per} layers, expected {expected // per}"
     if (model is not None and model.first_k_dense_replace and moe_found is not None and options.layers is None
-            and stage not in ("draft", "draft_extend") and per == 1):
+            and stage not in DRAFT_STAGES and per == 1):
         dense_expected = model.first_k_dense_replace
         moe_expected = model.num_layers - dense_expected
         if moe_found != moe_expected:
@@ -94,8 +95,8 @@ def attribute_rank(
         if options.attribution == "modules" and how != "module_range":
             how = f"{how} (no module ranges)"
         stage = step.stage
-        if model is not None and model.mtp_layers and stage == "decode" and units_found == model.mtp_layers * per:
-            stage = "draft"
+        if model is not None and model.mtp_layers and stage == DECODE and units_found == model.mtp_layers * per:
+            stage = DRAFT
         expected = _expected_units(stage, model, per, options.layers)
         status, mismatch = _layer_check(units_found, expected, cut.moe_layers, stage, model, options, per)
         exposed = exposed_durations(step.kernels)
