@@ -175,8 +175,10 @@ def why_not_explained(row) -> str:
         for key in match.group("section").split("."):
             node = node[key]
         spec = node[int(match.group("index"))]
-        pattern = spec.get("match") or spec.get("kernel") or ""
-        return "" if re.search(pattern, row.kernel_name) else f"the entry's regex {pattern!r} is not in the kernel's name"
+        patterns = [spec.get("match") or spec.get("kernel") or ""] if spec.get("match") or not spec.get("classes") else []
+        patterns += [c["match"] for c in _yaml(RULES / "kernel_classes.yaml")["classes"] if c["class"] in spec.get("classes", [])]
+        found = any(re.search(pattern, row.kernel_name) for pattern in patterns)
+        return "" if found else f"the entry's regexes {patterns!r} are not in the kernel's name"
     return "a rule of no known file"
 
 

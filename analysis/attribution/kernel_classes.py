@@ -44,6 +44,16 @@ def _matching_class(name: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=100_000)
+def matches_class(name: str, cls: str) -> bool:
+    """Is an entry of class `cls` found in the name (whichever class the name's first matching entry
+    gives it): a kernel family that takes a class's regex from here tests this (cached)."""
+    text = name.strip()
+    plain = unmangle_prefix(text) if text.startswith("_Z") else None
+    return any(entry_cls == cls and (pattern.search(text) or (plain is not None and pattern.search(plain)))
+               for entry_cls, pattern in _rules())
+
+
+@functools.lru_cache(maxsize=100_000)
 def class_of_name(name: str) -> str:
     """The class of a kernel or operator name (cached: traces repeat few names many times)."""
     return _matching_class(name) or DEFAULT_CLASS

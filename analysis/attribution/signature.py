@@ -17,6 +17,7 @@ from analysis.data_files import (
     resolve,
     validation_problems,
 )
+from analysis.attribution.kernel_classes import matches_class
 from analysis.errors import SignatureError, shown_path
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"
@@ -86,16 +87,28 @@ class Entry(_Strict):
 
 
 class Family(_Strict):
+    """A kernel family: the names its `match` regex is found in, and those an entry of one of
+    kernel_classes.yaml's `classes` is found in (so a family of expert GEMMs takes the class's regex
+    from its one home instead of a copy); at least one of the two."""
     family: str
     group: str
-    match: str
+    match: str = ""
+    classes: list[str] = []
 
     def __post_init__(self) -> None:
+        if not self.match and not self.classes:
+            raise ValueError(f"family {self.family}: needs `match` or `classes`")
         check_regexes(self, "match")
 
     @cached_property
-    def regex(self) -> re.Pattern[str]:
-        return re.compile(self.match)
+    def regex(self) -> re.Pattern[str] | None:
+        return re.compile(self.match) if self.match else None
+
+    def holds(self, kernel_name: str) -> bool:
+        """Is the kernel of this family: an entry of one of `classes`, or `match`, found in its name."""
+        if any(matches_class(kernel_name, cls) for cls in self.classes):
+            return True
+        return self.regex is not None and self.regex.search(kernel_name) is not None
 
 
 class ModuleMapEntry(_Strict):
@@ -198,7 +211,7 @@ class Signature(_Strict):
         cache = self._family_by_name
         if kernel_name in cache:
             return cache[kernel_name]
-        found = next((family for family in self.families if family.regex.search(kernel_name)), None)
+        found = next((family for family in self.families if family.holds(kernel_name)), None)
         cache[kernel_name] = found
         return found
 
