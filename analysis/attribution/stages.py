@@ -16,4 +16,5 @@ STAGES = frozenset({DECODE, EXTEND, VERIFY, DRAFT, DRAFT_EXTEND, IDLE, PREBUILT}
 
 DRAFT_STAGES = (DRAFT, DRAFT_EXTEND)  # their layers are the draft model's (its own layer count)
 TABLE_STAGES = (VERIFY, DECODE, EXTEND)  # the stage a D4 table describes, the first with usable steps
-BATCH_STAGES = (DECODE, VERIFY)  # steps that run the scenario's batch (not draft or prefill steps)
+OLDER_VERIFY = "verify"  # a verify step's stage in tables saved before the VERIFY label was mapped to VERIFY
+BATCH_STAGES = (DECODE, VERIFY, OLDER_VERIFY)  # steps that run the scenario's batch (not draft or prefill steps)
