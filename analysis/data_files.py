@@ -48,13 +48,30 @@ def load_yaml(text: str, loader: type = _SAFE_LOADER):
         raise yaml.YAMLError("nested too deeply to read") from None
 
 
+def _analysis_error(path: str, problem: str) -> AnalysisError:
+    return AnalysisError(f"{path}: {problem}")
+
+
+def read_yaml_file(path: Path, schema: type = dict, error: Callable[[str, str], Exception] = _analysis_error,
+                   limit_bytes: int = CONFIG_LIMIT_BYTES):
+    """The one reader of a YAML data file (a rule file, a threshold file, a page style, a user's
+    settings): read within limit_bytes as UTF-8, parsed by libyaml, converted to `schema` (dict: any
+    mapping); every problem is `error(path, why)`, a schema's naming the key (validation_problems)."""
+    text = read_yaml_text(path, error, limit_bytes)
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise error(str(path), f"not valid YAML: {' '.join(str(exc).split())}") from None
+    try:
+        return convert(data, schema)
+    except msgspec.ValidationError as exc:
+        raise error(str(path), validation_problems(exc)) from None
+
+
 def read_packaged_struct(path: Path, schema: type):
     """A data file shipped with the package (a page style, a noise rule) as the schema's typed
     objects; a missing, unreadable or malformed file is an AnalysisError naming it."""
-    try:
-        return msgspec.convert(load_yaml(path.read_text(encoding="utf-8")), schema)
-    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{path}: {exc}") from None
+    return read_yaml_file(path, schema)
 
 
 def read_yaml_text(path: Path, error: Callable[[str, str], Exception], limit_bytes: int = CONFIG_LIMIT_BYTES) -> str:
@@ -66,11 +83,8 @@ def read_yaml_text(path: Path, error: Callable[[str, str], Exception], limit_byt
 
 
 def read_mapping(path: Path, error: Callable[[str, str], Exception]) -> dict:
-    text = read_yaml_text(path, error)
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise error(str(path), f"not valid YAML: {exc}") from None
+    """A settings file whose top level is a mapping (read_yaml_file)."""
+    data = read_yaml_file(path, object, error)
     if not isinstance(data, dict):
         raise error(str(path), "top level must be a mapping")
     return data

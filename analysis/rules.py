@@ -10,10 +10,7 @@ import functools
 from pathlib import Path
 from typing import TypeVar
 
-import msgspec
-import yaml
-
-from analysis.data_files import convert, load_yaml, read_yaml_text, validation_problems
+from analysis.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"
@@ -34,18 +31,10 @@ def load_rules_file(path: str | Path, schema: type[Schema]) -> Schema:
     return _load(str(path), schema)
 
 
-class _RulesReadError(Exception):
-    def __init__(self, path: str, problem: str):
-        super().__init__(problem)
+def _rules_error(path: str, problem: str) -> AnalysisError:
+    return AnalysisError(f"rules {path}: {problem}")
 
 
 @functools.lru_cache(maxsize=32)
 def _load(path: str, schema: type[Schema]) -> Schema:
-    try:
-        data = load_yaml(read_yaml_text(Path(path), _RulesReadError))
-    except (_RulesReadError, yaml.YAMLError) as exc:
-        raise AnalysisError(f"rules {path}: cannot read: {' '.join(str(exc).split())}") from None
-    try:
-        return convert(data, schema)
-    except msgspec.ValidationError as exc:
-        raise AnalysisError(f"rules {path}: {validation_problems(exc)}") from None
+    return read_yaml_file(Path(path), schema, _rules_error)

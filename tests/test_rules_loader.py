@@ -24,7 +24,7 @@ def test_every_rule_file_has_a_schema_and_fits_it():
     ("classes:\n  - {class: gemm, match: '(unclosed'}\n", "classes.0.match"),
     ("classes:\n  - {class: gemm}\n", "classes.0.match"),
     ("classes:\n  - {class: gemm, match: x, typo: 1}\n", "classes.0.typo"),
-    ("classes: [\n", "cannot read"),
+    ("classes: [\n", "not valid YAML"),
 ])
 def test_a_bad_rule_file_names_the_file_and_the_key(tmp_path, text, says):
     path = tmp_path / "kernel_classes.yaml"

@@ -14,10 +14,9 @@ import zlib
 from pathlib import Path
 
 import msgspec
-import yaml
 
 from analysis.report.demangle import demangle
-from analysis.data_files import load_yaml
+from analysis.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 from analysis.input_files import DOCUMENT_LIMIT_BYTES, MIB, InputFileError, read_input
 from analysis.sol.hardware import Hardware
@@ -64,7 +63,7 @@ class MetricConfig(msgspec.Struct, frozen=True):
 
 
 def load_metric_config(path: str | None = None) -> MetricConfig:
-    raw = load_yaml(Path(path or METRICS_FILE).read_text())
+    raw = read_yaml_file(Path(path or METRICS_FILE), dict)
     return MetricConfig(
         quantities={k: list(v) for k, v in raw["quantities"].items()},
         flop_metrics={k: float(v) for k, v in raw["flop_metrics"].items()},

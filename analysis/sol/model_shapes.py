@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-import yaml
-
-from analysis.data_files import load_yaml, read_yaml_text
+from analysis.data_files import read_yaml_file
 from analysis.errors import ModelSpecError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
@@ -53,10 +51,7 @@ def load_model_shapes(name_or_path: str = "deepseek-v3") -> ModelShapes:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.yaml")))
         raise ModelSpecError(str(name_or_path), f"no such file; built-ins: {known}")
-    try:
-        raw = load_yaml(read_yaml_text(path, ModelSpecError))
-    except yaml.YAMLError as exc:
-        raise ModelSpecError(str(path), f"not valid YAML: {exc}") from exc
+    raw = read_yaml_file(path, object, ModelSpecError)
     if not isinstance(raw, dict) or not isinstance(raw.get("shapes"), dict):
         raise ModelSpecError(str(path), "needs a top-level mapping with a `shapes:` mapping")
     fields = {key: raw.get(key) for key in _TOP_KEYS}

@@ -10,9 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
-import yaml
-
-from analysis.data_files import load_yaml, read_yaml_text
+from analysis.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 DEFAULT_MAP = Path(__file__).parent / "sol_module_map.yaml"
@@ -42,10 +40,7 @@ class MapEntry(msgspec.Struct, frozen=True):
 
 def load_module_map(path: str | None = None) -> list[MapEntry]:
     source = Path(path) if path else DEFAULT_MAP
-    try:
-        raw = load_yaml(read_yaml_text(source, ModuleMapError))
-    except yaml.YAMLError as exc:
-        raise ModuleMapError(str(source), f"cannot read: {exc}") from exc
+    raw = read_yaml_file(source, object, ModuleMapError)
     if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
         raise ModuleMapError(str(source), "needs a top-level `entries:` list")
     entries = []

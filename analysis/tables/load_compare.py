@@ -25,11 +25,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import msgspec
-import yaml
 
 from analysis.attribution.rows import StepRow
-from analysis.data_files import load_yaml
-from analysis.errors import AnalysisError
+from analysis.data_files import read_yaml_file
 from analysis.ingest.load_records import RequestChunks
 from analysis.tables.comm_table import used_steps
 from analysis.tables.d4_cells import _per_rank_stat, _policy
@@ -58,10 +56,8 @@ class LoadCompare(msgspec.Struct):
 
 @lru_cache(maxsize=1)
 def settings() -> dict:
-    try:
-        return load_yaml(SETTINGS_FILE.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise AnalysisError(f"{SETTINGS_FILE}: cannot read: {exc}") from exc
+    """load_compare.yaml (read_yaml_file: an unreadable file names itself)."""
+    return read_yaml_file(SETTINGS_FILE, dict)
 
 
 def step_periods_us(step_rows: list[StepRow], used: set[tuple[str, int]]) -> dict[str, list[float]]:

@@ -16,14 +16,12 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
-import yaml
 
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import KernelRow, StepRow
 from analysis.attribution.stages import DRAFT_STAGES, UNKNOWN
 from analysis.attribution.steps import KNOWN_STAGES
-from analysis.data_files import load_yaml
-from analysis.errors import AnalysisError
+from analysis.data_files import read_yaml_file
 from analysis.ingest.model_spec import ModelSpec
 from analysis.tables.d4 import D4Column
 from analysis.tables.self_check_parts import USABLE, RankChecks, describe, rank_checks, rows_by_step
@@ -49,12 +47,9 @@ class CheckRow(msgspec.Struct):
 
 
 @functools.lru_cache(maxsize=1)
-def thresholds() -> dict:
-    try:
-        data = load_yaml(THRESHOLDS_FILE.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise AnalysisError(f"self-check thresholds {THRESHOLDS_FILE}: cannot read: {exc}") from exc
-    return data
+def thresholds() -> dict[str, dict]:
+    """self_checks.yaml: each check's thresholds (read_yaml_file: an unreadable file names itself)."""
+    return read_yaml_file(THRESHOLDS_FILE, dict[str, dict])
 
 
 def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D4Column,
