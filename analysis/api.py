@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -40,6 +40,9 @@ from analysis.sol.estimate import SolSettings
 from analysis.attribution.steps import DEFAULT_GAP_US
 from analysis.attribution.rows import KernelRow, RankProblem, StepRow
 from analysis.ingest.trace_loader import load_trace
+
+if TYPE_CHECKING:
+    from analysis.report.report_pipeline import ReportSource
 
 ANALYSIS_FILE = "analysis.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -531,6 +534,42 @@ def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], lik
     return with_comm(column, split_collectives(kernel_rows, step_rows), step_rows)
 
 
+def report_source_from_traces(paths: list[Path], signature: str) -> ReportSource:
+    """What `report` reads from trace files (analysis/report/report_pipeline.py): the traces analysed
+    (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
+    from analysis.report.report_pipeline import ReportSource
+    from analysis.report.top_kernels import samples_from_rows, samples_from_traces
+
+    got = ReportSource()
+    try:
+        result = analyze([str(p) for p in paths], signature=signature, options=AnalysisOptions(run="report", jobs=1))
+    except AnalysisError as exc:
+        got.notes.append(f"The traces could not be analysed into steps ({exc}); every kernel in each file counts, "
+                         "its stage from the file name, and there are no D4 rows.")
+    else:
+        got.kernel_rows = result.kernel_rows
+        got.samples = samples_from_rows(result.kernel_rows)
+        got.sources = [str(p) for p in paths if str(p) not in {pr.path for pr in result.problems}]
+        got.d4_rows = [{"group": r.group, "module": r.module, "kernel": r.kernel, "value_us": r.value_us,
+                        "layers": r.layers} for r in result.d4.rows]
+        got.step_ms = result.d4.step_ms or None
+        got.notes.append(f"Analysed here with the `{signature}` signature: {len(result.step_rows)} steps, "
+                         f"stage {result.d4.stage}, step {result.d4.step_ms:.2f} ms (`moe-harness analyze` gives the D4 table).")
+        got.notes += [f"Skipped {pr.path or pr.rank}: {pr.message}" for pr in result.problems]
+        return got
+    loaded = []
+    for p in paths:
+        try:
+            loaded.append(load_trace(str(p)))
+            got.sources.append(str(p))
+        except TraceLoadError as exc:  # e.g. a .json side file in a trace directory
+            got.notes.append(f"Skipped {exc}")
+    if not loaded:
+        raise AnalysisError("no readable trace among the inputs: " + "; ".join(got.notes))
+    got.samples = samples_from_traces(loaded)
+    return got
+
+
 # --- The harness' door into analysis -------------------------------------------------------------
 # harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
 # the names it uses from the stages, each with the module it comes from. They load on first use
@@ -559,8 +598,8 @@ _DOOR: dict[str, tuple[str, str]] = {
     "RankProblem": ("analysis.attribution.rows", "RankProblem"),
     **{name: ("analysis.attribution.signature", name) for name in ("builtin_signatures", "load_signature")},
     **{name: ("analysis.sol.estimate", name) for name in (
-        "MLA_ABSORBED", "MLA_EXPANDED", "Deployment", "SolInputError", "SolSettings", "layer_sol", "sol_for_d4_rows")},
-    **{name: ("analysis.sol.hardware", name) for name in ("list_hardware", "load_hardware")},
+        "MLA_ABSORBED", "MLA_EXPANDED", "Deployment", "SolInputError", "SolSettings")},
+    "list_hardware": ("analysis.sol.hardware", "list_hardware"),
     **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
     "with_comm": ("analysis.tables.comm_table", "with_comm"),
     **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
@@ -577,12 +616,10 @@ _DOOR: dict[str, tuple[str, str]] = {
         "KERNEL_TABLES", "OLDER_KERNEL_TABLE", "kernel_table_in", "read_kernel_rows")},
     "read_parquet_table": ("analysis.tables.parquet_reader", "read_parquet_file"),
     "check_profiled_batch": ("analysis.tables.profiled_batch", "check_profiled_batch"),
-    **{name: ("analysis.report.kernel_report", name) for name in ("ReportInputs", "build_report", "write_report")},
-    **{name: ("analysis.report.ncu", name) for name in ("classify", "load_metric_config", "read_ncu_csv")},
-    "row_checks": ("analysis.report.sol_vs_ncu", "row_checks"),
-    **{name: ("analysis.report.top_kernels", name) for name in (
-        "samples_from_rows", "samples_from_traces", "top_kernels")},
-    **{name: ("analysis.report.whatif", name) for name in ("what_if_at_sol", "what_if_speedup")},
+    "write_report": ("analysis.report.kernel_report", "write_report"),
+    **{name: ("analysis.report.report_pipeline", name) for name in (
+        "ReportOptions", "kernel_report", "source_from_analysis_dir")},
+    **{name: ("analysis.report.ncu", name) for name in ("load_metric_config", "read_ncu_csv")},
 }
 
 

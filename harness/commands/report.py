@@ -10,7 +10,6 @@ kernel_report.html.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from pathlib import Path
@@ -49,54 +48,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _read_d4_detail(path: Path) -> list[dict]:
-    from analysis.api import TABLE_LIMIT_BYTES, AnalysisError, InputFileError, open_input_text, shown_path
-
-    rows = []
-    try:
-        with open_input_text(path, TABLE_LIMIT_BYTES, "a d4_detail.csv") as handle:
-            reader = csv.DictReader(handle)
-            for line_no, rec in enumerate(reader, start=2):
-                if None in rec or None in rec.values():
-                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: not the {len(reader.fieldnames)} fields "
-                                        "of the header (a cut or edited file)")
-                try:
-                    rows.append({"group": rec["group"], "module": rec["module"], "kernel": rec["kernel"],
-                                 "value_us": float(rec["value_us"]), "layers": float(rec.get("layers") or 0)})
-                except (KeyError, ValueError) as exc:
-                    raise AnalysisError(f"{shown_path(path)}: line {line_no}: bad D4 row ({exc})") from None
-    except InputFileError as exc:
-        raise AnalysisError(str(exc)) from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
-    return rows
-
-
-def _saved_d4(analysis_dir: Path) -> tuple[float | None, object]:
-    """(step ms, saved SolSettings or None) from analysis.json, when present."""
-    import msgspec
-
-    from analysis.api import DOCUMENT_LIMIT_BYTES, AnalysisError, InputFileError, SolSettings, read_json, shown_path
-
-    path = analysis_dir / "analysis.json"
-    if not path.exists():
-        return None, None
-    try:
-        saved = read_json(path, DOCUMENT_LIMIT_BYTES, "an analysis.json")
-        d4 = saved.get("d4", {}) if isinstance(saved, dict) else None
-        if not isinstance(d4, dict):
-            raise AnalysisError(f"{shown_path(path)}: unreadable: no `d4` object")
-        sol = msgspec.convert(d4["sol"], SolSettings) if d4.get("sol") else None
-    except InputFileError as exc:
-        raise AnalysisError(f"{exc.path}: unreadable: {exc.problem}") from None
-    except (ValueError, TypeError, msgspec.ValidationError) as exc:
-        raise AnalysisError(f"{shown_path(path)}: unreadable: {exc}") from None
-    value = d4.get("step_ms")
-    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        raise AnalysisError(f"{shown_path(path)}: d4.step_ms is {value!r}, not a number")
-    return (float(value) if value else None), sol
-
-
 def _new_out_dir() -> Path:
     base = Path(f"kernel-report-{time.strftime('%Y%m%d-%H%M%S')}")
     out, n = base, 1
@@ -104,20 +55,6 @@ def _new_out_dir() -> Path:
         n += 1
         out = Path(f"{base}-{n}")
     return out
-
-
-class _Loaded:
-    """What the inputs give: kernel samples, and D4 rows with the step time when analysed."""
-
-    def __init__(self):
-        self.samples: list = []
-        self.kernel_rows: list = []  # attributed kernel rows (empty when the traces could not be analysed)
-        self.sources: list[str] = []
-        self.notes: list[str] = []
-        self.d4_rows: list[dict] | None = None
-        self.step_ms: float | None = None
-        self.saved_sol = None
-        self.analysis_dir: Path | None = None
 
 
 def _checked(adir: Path) -> None:
@@ -134,73 +71,32 @@ def _checked(adir: Path) -> None:
                 raise AnalysisError(str(exc)) from None
 
 
-def _from_analysis_dir(adir: Path) -> _Loaded:
-    from analysis.api import kernel_table_in, read_kernel_rows, samples_from_rows
+def _from_analysis_dir(adir: Path):
+    """An analysis folder's tables, once checked to be the ones written (analysis reads them)."""
+    from analysis.api import source_from_analysis_dir
 
     _checked(adir)
-    got = _Loaded()
-    table = kernel_table_in(adir)
-    got.kernel_rows = read_kernel_rows(table)
-    got.samples = samples_from_rows(got.kernel_rows)
-    got.sources = [str(table)]
-    if (adir / "d4_detail.csv").exists():
-        got.d4_rows = _read_d4_detail(adir / "d4_detail.csv")
-    got.step_ms, got.saved_sol = _saved_d4(adir)
-    got.analysis_dir = adir
-    return got
+    return source_from_analysis_dir(adir)
 
 
-def _from_run_dir(run_dir: Path) -> _Loaded:
+def _from_run_dir(run_dir: Path):
     """A run directory whose analysis/ lacks a kernel table (left out, or never written): its traces
     analysed again as the run analysed them (harness/reanalysis.py), read as an analysis folder."""
     from harness.reanalysis import reanalysed
 
     with reanalysed(run_dir) as (run, _, adir):
         got = _from_analysis_dir(adir)
-    got.analysis_dir, got.sources = None, list(run.traces)
+    got.sources = list(run.traces)
     got.notes.append(f"Analysed again from the run's {len(run.traces)} trace(s) with the options it recorded "
                      f"({run_dir / 'analysis'} has no kernel table).")
     got.notes += [f"Left out {note}" for note in run.notes]
     return got
 
 
-def _from_traces(paths: list[Path], signature: str) -> _Loaded:
-    """Analyse the traces (steps, D4 rows); if no rank can be analysed, every kernel of each file counts."""
-    from analysis.api import (AnalysisError, AnalysisOptions, TraceLoadError, analyze, load_trace, samples_from_rows,
-                              samples_from_traces)
-
-    got = _Loaded()
-    try:
-        result = analyze([str(p) for p in paths], signature=signature, options=AnalysisOptions(run="report", jobs=1))
-    except AnalysisError as exc:
-        got.notes.append(f"The traces could not be analysed into steps ({exc}); every kernel in each file counts, "
-                         "its stage from the file name, and there are no D4 rows.")
-    else:
-        got.kernel_rows = result.kernel_rows
-        got.samples = samples_from_rows(result.kernel_rows)
-        got.sources = [str(p) for p in paths if str(p) not in {pr.path for pr in result.problems}]
-        got.d4_rows = [{"group": r.group, "module": r.module, "kernel": r.kernel, "value_us": r.value_us,
-                        "layers": r.layers} for r in result.d4.rows]
-        got.step_ms = result.d4.step_ms or None
-        got.notes.append(f"Analysed here with the `{signature}` signature: {len(result.step_rows)} steps, "
-                         f"stage {result.d4.stage}, step {result.d4.step_ms:.2f} ms (`moe-harness analyze` gives the D4 table).")
-        got.notes += [f"Skipped {pr.path or pr.rank}: {pr.message}" for pr in result.problems]
-        return got
-    loaded = []
-    for p in paths:
-        try:
-            loaded.append(load_trace(str(p)))
-            got.sources.append(str(p))
-        except TraceLoadError as exc:  # e.g. a .json side file in a trace directory
-            got.notes.append(f"Skipped {exc}")
-    if not loaded:
-        raise AnalysisError("no readable trace among the inputs: " + "; ".join(got.notes))
-    got.samples = samples_from_traces(loaded)
-    return got
-
-
-def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
-    from analysis.api import KERNEL_TABLE, AnalysisError, kernel_table_in
+def _load_inputs(paths: list[Path], signature: str):
+    """What the report reads (analysis.api's ReportSource): an analysis or run directory's tables, or
+    trace files analysed (a folder of them, or the files given)."""
+    from analysis.api import KERNEL_TABLE, AnalysisError, kernel_table_in, report_source_from_traces
 
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -221,47 +117,17 @@ def _load_inputs(paths: list[Path], signature: str) -> _Loaded:
     bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
     if bad:
         raise AnalysisError(f"not trace files (.json/.json.gz): {', '.join(bad)}")
-    return _from_traces(paths, signature)
+    return report_source_from_traces(paths, signature)
 
 
 def build(args) -> tuple[list, str]:
-    from analysis.api import (AnalysisError, ReportInputs, build_report, classify, layer_sol, load_hardware,
-                              read_ncu_csv, shown_path, sol_for_d4_rows, top_kernels, what_if_at_sol, what_if_speedup)
+    """The report's blocks and title (analysis.api.kernel_report) from the inputs and the options."""
+    from analysis.api import ReportOptions, kernel_report
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
-    top = top_kernels(got.samples, top_n=args.top)
     settings = sol_settings_from(args, model=args.model, base=got.saved_sol, hardware_alone_ok=True)
-    hardware = load_hardware(args.hardware or (settings.hardware if settings else None)) \
-        if (args.hardware or settings) else None
-    inputs = ReportInputs(title="Kernel report", sources=[shown_path(s) for s in got.sources], top=top,
-                          hardware=hardware, step_ms=got.step_ms, ncu_dtype=args.ncu_dtype,
-                          notes=[shown_path(n) for n in got.notes], speedup=args.speedup)
-    rows = got.d4_rows or []
-    layers = {(r["group"], r["module"], r["kernel"]): max(1.0, r["layers"]) for r in rows}
-    if rows and settings is not None:
-        if got.saved_sol is not None and settings == got.saved_sol:
-            inputs.notes.append("SOL deployment as saved by the analysis (analysis.json).")
-        inputs.deployment = settings.deployment
-        inputs.sol_rows = sol_for_d4_rows(rows, settings.deployment, hardware, model=settings.model)
-        inputs.step_sol = layer_sol(settings.model, settings.deployment, hardware)
-        if got.step_ms:
-            inputs.what_ifs = what_if_at_sol(inputs.sol_rows, got.step_ms,
-                                             lambda row: layers.get((row.group, row.module, row.kernel), 1.0))
-    if rows and got.step_ms:
-        inputs.speedup_what_ifs, skipped = what_if_speedup(
-            [(r["group"], r["module"], r["kernel"], r["value_us"], layers[(r["group"], r["module"], r["kernel"])])
-             for r in rows], got.step_ms, args.speedup)
-        inputs.notes += [f"What-if left out: {s}" for s in skipped]
-    if args.ncu:
-        if hardware is None:
-            raise AnalysisError("--ncu needs --hardware (the roofline's peaks)")
-        inputs.ncu = classify(read_ncu_csv(args.ncu), hardware, args.ncu_dtype)
-        inputs.sources.append(shown_path(args.ncu))
-        if inputs.sol_rows and got.kernel_rows:
-            from analysis.api import row_checks
-
-            inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
-    return build_report(inputs), inputs.title
+    return kernel_report(got, ReportOptions(top=args.top, hardware=args.hardware, sol=settings, ncu=args.ncu,
+                                            ncu_dtype=args.ncu_dtype, speedup=args.speedup))
 
 
 def _analysis_dir_of(inputs: list[str]) -> Path | None:
