@@ -571,18 +571,14 @@ def report_source_from_traces(paths: list[Path], signature: str) -> ReportSource
 
 
 # --- The harness' door into analysis -------------------------------------------------------------
-# harness/ imports analysis only through this module (tests/test_layout.py checks it), so these are
-# the names it uses from the stages, each with the module it comes from. They load on first use
+# harness/ imports analysis only through this module and analysis/files.py (its file input and
+# output: tests/test_layout.py checks it), so these are the names it uses from the stages, each with
+# the module it comes from. They load on first use
 # (module __getattr__), so importing this module for `analyze` does not also import the report,
 # calibration and learning code. Two are renamed to say what they are beside the D4 table's names:
 # the calibration report's render_markdown and the expert-load file's name and format tag.
 _DOOR: dict[str, tuple[str, str]] = {
-    **{name: ("analysis.errors", name) for name in ("AnalysisError", "TraceLoadError", "shown_path")},
-    **{name: ("analysis.input_files", name) for name in (
-        "CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "open_input_text",
-        "parsed_json", "read_input", "read_input_text", "read_json")},
-    "load_yaml": ("analysis.data_files", "load_yaml"),
-    "written_aside": ("analysis.atomic_files", "written_aside"),  # write_atomically is imported above
+    "AnalysisError": ("analysis.errors", "AnalysisError"),
     "EXPERT_LOAD_FILE_NAME": ("analysis.ingest.expert_load", "FILE_NAME"),
     "EXPERT_LOAD_FORMAT": ("analysis.ingest.expert_load", "FORMAT"),
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},

@@ -59,7 +59,8 @@ def files_in(folder: Path) -> dict[str, str]:
 
 def recorded(folder: Path, command: str) -> dict[str, str]:
     """The marker's entries whose paths stay inside the folder; {} when there is no readable marker."""
-    from analysis.api import CONFIG_LIMIT_BYTES, AnalysisError, read_json
+    from analysis.files import CONFIG_LIMIT_BYTES, read_json
+    from analysis.api import AnalysisError
 
     path = marker_path(folder, command)
     try:

@@ -53,7 +53,7 @@ def create_run_dir(root: Path, scenario_name: str, now: float | None = None) -> 
 
 def write_atomic(path: Path, data: bytes | str) -> Path:
     """A run directory's file, written aside, on disk, then moved in (analysis.api.write_atomically)."""
-    from analysis.api import write_atomically
+    from analysis.files import write_atomically
 
     return write_atomically(path, data, durable=True)
 

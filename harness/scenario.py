@@ -434,7 +434,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def parse_scenario(text: str, source: str) -> Scenario:
-    from analysis.api import load_yaml
+    from analysis.files import load_yaml
 
     try:
         data = load_yaml(text, loader=_UniqueKeyLoader)  # a SafeLoader subclass; every failure a YAMLError
@@ -472,7 +472,7 @@ def _composed(text: str) -> yaml.Node | None:
 
 def read_scenario_text(path: Path) -> str:
     """The scenario file's text: bounded (CONFIG_LIMIT_BYTES), UTF-8, never a device or a FIFO's wait."""
-    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
 
     try:
         return read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario")

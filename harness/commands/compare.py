@@ -68,7 +68,7 @@ def write_changes_csv(path: Path, all_changes: list) -> None:
     values in ms, its effect in us)."""
     import csv
 
-    from analysis.api import write_atomically
+    from analysis.files import write_atomically
 
     def write(fh):
         out = csv.writer(fh)
@@ -119,7 +119,8 @@ def layer_count_note(columns) -> str:
 
 
 def run(args) -> int:
-    from analysis.api import AnalysisError, write_atomically, render_changes_markdown, render_markdown, write_table_csv
+    from analysis.files import write_atomically
+    from analysis.api import AnalysisError, render_changes_markdown, render_markdown, write_table_csv
     from harness.recorded_run import RunDirError
 
     columns, notes = [], []

@@ -81,7 +81,7 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     """Rows of one analysis table, typed per columns.yaml, with schema_version prepended."""
     version, specs = load_schema()
     spec = specs[table]
-    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text
     from harness.recorded_files import RecordError, check_as_written
 
     path = spec.source_in(run_dir)
@@ -120,7 +120,8 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
 
 def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
     """Rows of a Parquet analysis table (the kernel table), its columns checked against the schema."""
-    from analysis.api import TABLE_LIMIT_BYTES, AnalysisError, read_parquet_table
+    from analysis.files import TABLE_LIMIT_BYTES
+    from analysis.api import AnalysisError, read_parquet_table
 
     try:
         table = read_parquet_table(path, TABLE_LIMIT_BYTES)
@@ -143,7 +144,7 @@ def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
 
 
 def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
-    from analysis.api import write_atomically
+    from analysis.files import write_atomically
 
     def write(handle) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns)
@@ -165,7 +166,7 @@ def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
     fields += [pa.field(c.name, arrow_types[c.base_type], nullable=c.nullable) for c in spec.columns]
     schema = pa.schema(fields, metadata={"moe_harness_schema_version": str(version), "table": spec.name})
     table = pa.Table.from_pylist(rows, schema=schema)
-    from analysis.api import written_aside
+    from analysis.files import written_aside
 
     with written_aside(path) as temp:
         pq.write_table(table, temp)

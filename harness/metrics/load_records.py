@@ -115,7 +115,7 @@ def _record(raw: dict, where: str) -> RequestRecord:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
-    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
+    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text, parsed_json
 
     records = []
     try:

@@ -61,7 +61,7 @@ class RunData:
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     """Every row of a table the run wrote, bounded (TABLE_LIMIT_BYTES); a row with more or fewer
     fields than the header (a cut file) is an error naming its line."""
-    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text
 
     try:
         with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
@@ -143,7 +143,7 @@ def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, Sta
 
 
 def _read_json(path: Path) -> dict:
-    from analysis.api import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+    from analysis.files import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
 
     try:
         data = read_json(path, DOCUMENT_LIMIT_BYTES, "a JSON file")
@@ -157,7 +157,7 @@ def _read_json(path: Path) -> dict:
 def _read_yaml(path: Path) -> dict:
     import yaml
 
-    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
 
     try:
         data = load_yaml(read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario"))
