@@ -526,6 +526,20 @@ def load_column(analysis_dir: str | Path) -> D4Column:
         raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: nested too deeply") from None
 
 
+def saved_rows(analysis_dir: str | Path, like: D4Column) -> tuple[list[KernelRow], list[StepRow], str, D4Column] | None:
+    """An analysis folder's kernel and step rows (its kernel table and steps.csv), where it has both:
+    (kernel rows, step rows, the table's path, the D4 column built again from them with `like`'s
+    statistic and rank policy); None without them."""
+    from analysis.tables.kernel_table import kernel_table_in, read_kernel_rows
+    from analysis.tables.struct_csv import read_struct_csv
+
+    table, steps_csv = kernel_table_in(analysis_dir), Path(analysis_dir) / "steps.csv"
+    if table is None or not steps_csv.is_file():
+        return None
+    kernel_rows, step_rows = read_kernel_rows(table), read_struct_csv(steps_csv, StepRow)
+    return kernel_rows, step_rows, str(table), column_from_rows(kernel_rows, step_rows, like)
+
+
 def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], like: D4Column) -> D4Column:
     """The D4 column (kernel, MTP and wait / transfer rows) built again from saved rows with a saved
     column's statistic and rank policy: what an older analysis needs for its per-step spreads."""
@@ -584,32 +598,23 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.ingest.expert_load", name) for name in ("ExpertLoad", "load_expert_load")},
     **{name: ("analysis.ingest.model_spec", name) for name in ("builtin_models", "load_model_spec")},
     "load_trace": ("analysis.ingest.trace_loader", "load_trace"),
-    "rank_id_for": ("analysis.ingest.rank_id", "rank_id_for"),
     **{name: ("analysis.attribution.rank.attribute", name) for name in ("RankOptions", "attribute_rank")},
     "calibrate": ("analysis.attribution.rank.calibration", "calibrate"),
     "render_calibration_markdown": ("analysis.attribution.rank.calibration", "render_markdown"),
-    "split_collectives": ("analysis.attribution.comm_split", "split_collectives"),
     "learn_signature": ("analysis.attribution.rank.learn_signature", "learn_signature"),
-    "stream_summary": ("analysis.attribution.overlap", "stream_summary"),
     "RankProblem": ("analysis.attribution.rows", "RankProblem"),
     **{name: ("analysis.attribution.signature", name) for name in ("builtin_signatures", "load_signature")},
     **{name: ("analysis.sol.estimate", name) for name in (
         "MLA_ABSORBED", "MLA_EXPANDED", "Deployment", "SolInputError", "SolSettings")},
     "list_hardware": ("analysis.sol.hardware", "list_hardware"),
     **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
-    "with_comm": ("analysis.tables.comm_table", "with_comm"),
     **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
     "with_spreads": ("analysis.tables.d4_spread", "with_spreads"),
-    "read_struct_csv": ("analysis.tables.struct_csv", "read_struct_csv"),
-    **{name: ("analysis.report.annotated_trace", name) for name in ("annotate_trace", "annotated_name")},
-    **{name: ("analysis.report.page.page", name) for name in ("PageInputs", "render_page")},
-    "with_step_time": ("analysis.tables.step_time", "with_step_time"),
-    "compare_with_load": ("analysis.tables.load_compare", "compare_with_load"),
+    **{name: ("analysis.report.page.view_files", name) for name in ("ViewRun", "write_view_files")},
     "load_request_chunks": ("analysis.ingest.load_records", "load_request_chunks"),
-    **{name: ("analysis.tables.d4", name) for name in ("build_column", "render_markdown")},
+    "render_markdown": ("analysis.tables.d4", "render_markdown"),
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
-    **{name: ("analysis.tables.kernel_table", name) for name in (
-        "KERNEL_TABLES", "OLDER_KERNEL_TABLE", "kernel_table_in", "read_kernel_rows")},
+    **{name: ("analysis.tables.kernel_table", name) for name in ("KERNEL_TABLES", "kernel_table_in", "read_kernel_rows")},
     "read_parquet_table": ("analysis.tables.parquet_reader", "read_parquet_file"),
     "check_profiled_batch": ("analysis.tables.profiled_batch", "check_profiled_batch"),
     "write_report": ("analysis.report.kernel_report", "write_report"),

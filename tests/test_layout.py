@@ -107,10 +107,10 @@ def test_the_harness_reaches_analysis_only_through_analysis_api():
     assert not past, "import these through analysis.api or analysis.files:\n" + "\n".join(past)
 
 
-# How many names the harness takes from analysis.api: lower it as verbs (kernel_report, attribute,
-# combine_rows, calibrate) replace the pipeline steps the commands still run themselves (issue #36
-# asks for about 20); never raise it.
-DOOR_NAMES_AT_MOST = 62
+# How many names the harness takes from analysis.api: lower it as verbs (kernel_report,
+# write_view_files, saved_rows, attribute, combine_rows, calibrate) replace the pipeline steps the
+# commands still run themselves (issue #36 asks for about 20); never raise it.
+DOOR_NAMES_AT_MOST = 55
 
 
 def test_the_door_does_not_grow():

@@ -82,15 +82,12 @@ def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
 
 
 def _load_kernels(saved: SavedAnalysis) -> None:
-    from analysis.api import (AnalysisError, AnalysisOptions, StepRow, analyze, column_from_rows, has_spreads,
-                              kernel_table_in, read_kernel_rows, read_struct_csv, with_spreads)
+    from analysis.api import AnalysisError, AnalysisOptions, analyze, has_spreads, saved_rows, with_spreads
 
-    table, steps_csv = kernel_table_in(saved.analysis_dir), saved.analysis_dir / "steps.csv"
     column = saved.column
-    if table is not None and steps_csv.is_file():
-        saved.kernel_rows, saved.step_rows = read_kernel_rows(table), read_struct_csv(steps_csv, StepRow)
-        saved.kernels_from = str(table)
-        rebuilt = column_from_rows(saved.kernel_rows, saved.step_rows, like=column)
+    from_table = saved_rows(saved.analysis_dir, like=column)
+    if from_table is not None:
+        saved.kernel_rows, saved.step_rows, saved.kernels_from, rebuilt = from_table
     elif saved.traces:
         options = AnalysisOptions(run=column.name, stat=column.stat, rank_policy=column.rank_policy,
                                   accept_length=column.accept_length, jobs=1, capture_traces=capture_folders(saved.run_dir))

@@ -20,7 +20,6 @@ from harness.commands import COMMANDS
 from harness.commands.saved_analysis import SavedAnalysis, open_saved
 from harness.output_dir import OutputError, prepare_output
 
-PAGE = "view.html"
 ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.parquet", "kernels_long.csv", "steps.csv",
                   "streams.csv", "comm.csv", "checks.csv", "problems.csv", "analysis.json")
 
@@ -60,44 +59,20 @@ def _unique_names(runs: list[SavedAnalysis]) -> None:
             saved.column.name = f"{name} ({seen[name]})"
 
 
-def _rows_of_trace(saved: SavedAnalysis, trace: Path, index: int) -> list:
-    from analysis.api import rank_id_for
-
-    label = rank_id_for(str(trace), None, index).label
-    return [r for r in saved.kernel_rows if r.rank == label]
-
-
 def _fill(folder: Path, final: Path, args, runs: list[SavedAnalysis], changes: list) -> list[str]:
-    """Write the page and its companions into folder (moved to `final` afterwards); the names written."""
-    from analysis.api import (KERNEL_TABLE, PageInputs, annotate_trace, annotated_name, kernel_table_in, render_page,
-                              write_kernel_table_file)
+    """Write the page and its companions into folder (moved to `final` afterwards); the names written.
+    The page links the first run's analysis files by their path from `final`."""
+    from analysis.api import ViewRun, write_view_files
 
     run = runs[0]
-    written: list[str] = []
-    notes = [n for saved in runs for n in saved.notes]
-    own_links: list[tuple[str, str]] = []
-    if run.kernel_rows and kernel_table_in(run.analysis_dir) is None:
-        write_kernel_table_file(folder / KERNEL_TABLE, run.kernel_rows)
-        written.append(KERNEL_TABLE)
-        own_links.append((f"{KERNEL_TABLE} (derived from the traces)", KERNEL_TABLE))
-    if run.kernel_rows and not args.no_annotated_trace:
-        for index, trace in enumerate(run.traces):
-            rows = _rows_of_trace(run, trace, index)
-            if not rows:
-                notes.append(f"{trace.name}: no kernel rows of its rank: no annotated trace")
-                continue
-            name = annotated_name(trace)
-            annotate_trace(trace, rows, folder / name)
-            written.append(name)
-            own_links.append((f"{name} (Perfetto, chrome://tracing)", name))
     links = [(f"{name}", os.path.relpath(run.analysis_dir / name, final)) for name in ANALYSIS_FILES
              if (run.analysis_dir / name).is_file()]
-    inputs = PageInputs(columns=[saved.column for saved in runs], kernel_rows=run.kernel_rows,
-                        step_rows=run.step_rows, changes=changes, links=links + own_links, notes=notes,
-                        kernels_from=run.kernels_from, no_kernels_why="; ".join(run.notes) or "not recorded",
-                        lang=args.lang, rank=args.rank, step=args.step)
-    (folder / PAGE).write_text(render_page(inputs), encoding="utf-8")
-    return [PAGE, *written]
+    view_run = ViewRun(analysis_dir=run.analysis_dir, kernel_rows=run.kernel_rows, step_rows=run.step_rows,
+                       kernels_from=run.kernels_from, traces=run.traces,
+                       no_kernels_why="; ".join(run.notes) or "not recorded")
+    return write_view_files(folder, [saved.column for saved in runs], view_run, changes, links,
+                            [n for saved in runs for n in saved.notes], lang=args.lang, rank=args.rank,
+                            step=args.step, annotated=not args.no_annotated_trace)
 
 
 def run(args: argparse.Namespace) -> int:
