@@ -604,10 +604,9 @@ _DOOR: dict[str, tuple[str, str]] = {
     "learn_signature": ("analysis.attribution.rank.learn_signature", "learn_signature"),
     "RankProblem": ("analysis.attribution.rows", "RankProblem"),
     **{name: ("analysis.attribution.signature", name) for name in ("builtin_signatures", "load_signature")},
-    **{name: ("analysis.sol.estimate", name) for name in (
-        "MLA_ABSORBED", "MLA_EXPANDED", "Deployment", "SolInputError", "SolSettings")},
+    "SolSettings": ("analysis.sol.estimate", "SolSettings"),
+    **{name: ("analysis.sol.settings", name) for name in ("has_sol_shapes", "shapes_mismatch", "sol_settings")},
     "list_hardware": ("analysis.sol.hardware", "list_hardware"),
-    **{name: ("analysis.sol.model_shapes", name) for name in ("ModelShapes", "load_model_shapes")},
     **{name: ("analysis.tables.d4_diff", name) for name in ("diff_columns", "render_changes_markdown", "has_spreads")},
     "with_spreads": ("analysis.tables.d4_spread", "with_spreads"),
     **{name: ("analysis.report.page.view_files", name) for name in ("ViewRun", "write_view_files")},

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.api import (MLA_ABSORBED, MLA_EXPANDED, AnalysisError, Deployment, ModelShapes, SolInputError,
-                          SolSettings, list_hardware, load_model_shapes)
+from analysis.api import AnalysisError, SolSettings, has_sol_shapes, list_hardware, shapes_mismatch, sol_settings
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
 
 # DeepseekV3Config keyword -> ModelShapes field, where the names differ
@@ -42,9 +41,7 @@ def _kv_dtype(extra_args: list[str]) -> str:
 def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
     """(settings, "") or (None, why the scenario gives no SOL columns)."""
     model = scenario.analysis.model or scenario.model.name
-    try:
-        shapes = load_model_shapes(model)
-    except AnalysisError:
+    if not has_sol_shapes(model):
         return None, f"model {model!r} has no SOL shapes (the SOL model covers deepseek-v3 and deepseek-v3-wide4)"
     gpu = (scenario.cluster.gpu_type or "").lower()
     if gpu not in list_hardware():
@@ -53,36 +50,23 @@ def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
     if isinstance(engine, EmbeddedEngine):
         if engine.dtype != "bfloat16":
             return None, f"embedded engine dtype {engine.dtype} is neither fp8 nor bf16"
-        mismatch = _preset_mismatch(embedded_model_config(scenario), shapes)
+        mismatch = shapes_mismatch(model, embedded_model_config(scenario), _CONFIG_TO_SHAPES)
         if mismatch:
             return None, f"model {model!r} shapes differ from engine.preset {engine.preset!r}: {mismatch}"
-        tp, dp, ep, draft, weights, kv, form = 1, 1, 1, 0, "bf16", "bf16", MLA_EXPANDED
+        tp, dp, ep, draft, weights, kv, form = 1, 1, 1, 0, "bf16", "bf16", "expanded"
     else:
         if engine.dp > 1 and not engine.dp_attention:
             return None, "engine.dp > 1 without dp_attention (replicated engines) is not modelled"
         dp = engine.dp if engine.dp_attention else 1
         tp, ep = engine.tp // dp, engine.ep
         draft = engine.speculative.num_draft_tokens - 1 if engine.speculative else 0
-        weights, kv, form = "fp8", _kv_dtype(engine.extra_args), MLA_ABSORBED
-    deployment = Deployment(batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
-                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
-                            mla_form=form)
+        weights, kv, form = "fp8", _kv_dtype(engine.extra_args), "absorbed"
     try:
-        deployment.validate()
-    except SolInputError as exc:
+        return sol_settings(gpu, model, batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
+                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
+                            mla_form=form), ""
+    except AnalysisError as exc:
         return None, str(exc)
-    return SolSettings(hardware=gpu, deployment=deployment, model=model), ""
-
-
-def _preset_mismatch(config: dict, shapes: ModelShapes) -> str:
-    """The config keys (preset + overrides) whose value differs from the model file's, as 'key a != b'."""
-    fields = set(ModelShapes.__struct_fields__)
-    diffs = []
-    for key, value in sorted(config.items()):
-        field = _CONFIG_TO_SHAPES.get(key, key)
-        if field in fields and getattr(shapes, field) != value:
-            diffs.append(f"{key} {value} != {getattr(shapes, field)}")
-    return ", ".join(diffs)
 
 
 def hardware_for_device(device_name: str | None) -> str | None:

@@ -40,7 +40,7 @@ def sol_settings_from(args, model: str | None, base=None, hardware_alone_ok: boo
     Half-given options (a batch without hardware, hardware without batch and KV length) are errors,
     except hardware alone where the caller uses it for something else (report's roofline).
     """
-    from analysis.api import AnalysisError, Deployment, SolSettings
+    from analysis.api import AnalysisError, sol_settings
 
     given = deployment_given(args)
     hardware = args.hardware or (base.hardware if base else None)
@@ -51,10 +51,9 @@ def sol_settings_from(args, model: str | None, base=None, hardware_alone_ok: boo
     if hardware is None:
         raise AnalysisError("SOL columns need --hardware (h800, h100, h200, b200 or a YAML file) "
                             f"besides {', '.join('--' + k.replace('_', '-') for k in given)}")
-    fields = {f: getattr(base.deployment, f) for f in Deployment.__struct_fields__} if base else {}
+    fields = {f: getattr(base.deployment, f) for f in DEPLOYMENT_FIELDS} if base else {}
     fields.update(given)
     missing = [k for k in ("batch_per_rank", "kv_len") if k not in fields]
     if missing:
         raise AnalysisError("SOL columns need " + " and ".join("--" + k.replace("_", "-") for k in missing))
-    return SolSettings(hardware=hardware, deployment=Deployment(**fields),
-                       model=model or (base.model if base else "deepseek-v3"))
+    return sol_settings(hardware, model or (base.model if base else "deepseek-v3"), checked=False, **fields)

@@ -1,0 +1,49 @@
+"""SOL settings checked before any trace is read: what the harness asks for, from a scenario or the
+command line, instead of building a Deployment and loading the model's shapes itself.
+
+Why: which model has SOL shapes, which hardware a peaks file, what makes a deployment valid and how a
+preset's config names the shapes are the SOL model's knowledge (analysis/sol/); the harness only says
+what the scenario or the options give (harness/scenario_sol.py, harness/commands/sol_options.py).
+"""
+from __future__ import annotations
+
+from analysis.errors import AnalysisError
+from analysis.sol.estimate import Deployment, SolSettings
+from analysis.sol.model_shapes import ModelShapes, load_model_shapes
+
+DEPLOYMENT_FIELDS = Deployment.__struct_fields__  # batch_per_rank, kv_len, tp, dp, ep, mtp_draft_tokens, dtypes, mla_form
+
+
+def sol_settings(hardware: str, model: str, checked: bool = True, **deployment) -> SolSettings:
+    """The settings of these deployment fields (DEPLOYMENT_FIELDS); `checked`: once the deployment is
+    valid, else an AnalysisError (SolInputError) says which field is not (unchecked, the analysis
+    checks them before any trace is read)."""
+    unknown = sorted(set(deployment) - set(DEPLOYMENT_FIELDS))
+    if unknown:
+        raise AnalysisError(f"unknown deployment fields: {', '.join(unknown)}")
+    settings = SolSettings(hardware=hardware, deployment=Deployment(**deployment), model=model)
+    if checked:
+        settings.deployment.validate()
+    return settings
+
+
+def has_sol_shapes(model: str) -> bool:
+    """Does the model have SOL shapes (analysis/data/models/<name>.yaml `shapes:`)."""
+    try:
+        load_model_shapes(model)
+    except AnalysisError:
+        return False
+    return True
+
+
+def shapes_mismatch(model: str, config: dict, renamed: dict[str, str] | None = None) -> str:
+    """The config keys (a preset with its overrides) whose value differs from the model's SOL shapes,
+    as 'key a != b' (renamed: config key -> shapes field where they differ)."""
+    shapes = load_model_shapes(model)
+    fields = set(ModelShapes.__struct_fields__)
+    diffs = []
+    for key, value in sorted(config.items()):
+        field = (renamed or {}).get(key, key)
+        if field in fields and getattr(shapes, field) != value:
+            diffs.append(f"{key} {value} != {getattr(shapes, field)}")
+    return ", ".join(diffs)
