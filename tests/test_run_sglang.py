@@ -445,7 +445,12 @@ def test_an_error_chunk_fails_the_run_with_the_servers_message(cluster, env, tmp
 
 def _run_prefill_heavy(tmp_path: Path, profiler: str, **engine_env: str):
     """One GPU, chunked prefill of 8-token prompts at 1 token per batch, 12-token outputs: prefill
-    batches outnumber decode ones. Returns run()'s (status, run directory)."""
+    batches outnumber decode ones. A pass takes 60 ms (the fake's default is 20): the 11 decode passes
+    of a batch admitted whole must outlast the harness's reaction from its last first token to the
+    profile's start, which took more than 0.2 s on this 2-core machine while other jobs ran (the test
+    failed there 1 time in 4 at 20 ms; a real decode batch runs hundreds of tokens). Returns run()'s
+    (status, run directory)."""
+    engine_env.setdefault("FAKE_SGLANG_STEP_MS", "60")
     _, path = _scenario(tmp_path, FAKE_SGLANG_PREFILL_CHUNK="1", profile={"sglang_profiler": profiler},
                         cluster={"nodes": 1, "gpus_per_node": 1},
                         engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
