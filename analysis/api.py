@@ -87,12 +87,16 @@ class Analysis:
     def failed_checks(self) -> list[CheckRow]:
         return failed(self.checks)
 
+    @property
+    def digest_of_rows(self) -> Digest | None:
+        """The workers' digest, where it was made of kernel_rows as they are now (a caller may filter them)."""
+        return self.digest if self.digest is not None and self.digest.holds(self.kernel_rows) else None
+
     @functools.cached_property
     def streams(self) -> list[StreamSummary]:
         """Busy and exposed time per (rank, stream): streams.csv and the printout, summed once."""
-        if self.digest is not None and self.digest.holds(self.kernel_rows):
-            return self.digest.streams
-        return stream_summary(self.kernel_rows)
+        digest = self.digest_of_rows
+        return digest.streams if digest is not None else stream_summary(self.kernel_rows)
 
 
 def expand_paths(paths: list[str]) -> list[str]:
@@ -463,9 +467,7 @@ def _write_structs(path: Path, rows: list, cls) -> None:
 
 def write_kernel_table_file(path: Path, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> None:
     """kernels_long.parquet of these rows (as write_outputs writes it); `encoded`: the same rows
-    already encoded, used when they hold as many rows."""
-    if encoded is not None and sum(g.rows for g in encoded) != len(rows):
-        encoded = None
+    already encoded (Analysis.digest_of_rows)."""
     write_atomically(Path(path), lambda fh: write_kernel_table(fh, rows, encoded))
 
 
@@ -482,8 +484,8 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
     files = {name: out / name for name in names}
     _write_structs(files["comm.csv"], analysis.comm_rows, CommRow)
     _write_structs(files["streams.csv"], analysis.streams, StreamSummary)
-    write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows,
-                            analysis.digest.kernel_table if analysis.digest is not None else None)
+    digest = analysis.digest_of_rows
+    write_kernel_table_file(files[KERNEL_TABLE], analysis.kernel_rows, digest.kernel_table if digest is not None else None)
     _write_structs(files["steps.csv"], analysis.step_rows, StepRow)
     _write_structs(files["problems.csv"], analysis.problems, RankProblem)
     _write_structs(files["checks.csv"], analysis.checks, CheckRow)

@@ -51,6 +51,12 @@ class KernelRow(msgspec.Struct, gc=False):
     module_path: str = ""
 
 
+def usable_statuses(strict: bool) -> tuple[str, ...]:
+    """The step statuses a table uses: a step whose layer count differs from the expected one is used
+    (and flagged) unless --strict leaves it out."""
+    return ("ok",) if strict else ("ok", "layer_count_mismatch")
+
+
 class StepRow(msgspec.Struct):
     """One forward step of one rank."""
 

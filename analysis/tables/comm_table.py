@@ -14,7 +14,7 @@ from collections import defaultdict
 import msgspec
 
 from analysis.attribution.comm_split import CommLayer, CommRow, stragglers
-from analysis.attribution.rows import StepRow
+from analysis.attribution.rows import StepRow, usable_statuses
 from analysis.ingest.expert_load import ExpertLoad
 from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, _spread, values_by_module
 
@@ -25,7 +25,7 @@ STRAGGLERS_SHOWN = 5
 
 
 def used_steps(step_rows: list[StepRow], stage: str, strict: bool) -> set[tuple[str, int]]:
-    usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
+    usable = usable_statuses(strict)
     return {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
 
 

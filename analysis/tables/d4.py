@@ -17,7 +17,7 @@ import msgspec
 from analysis.sol.estimate import SolSettings
 from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
-from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
+from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
 from analysis.tables import load_compare, measured_shape, step_time, token_cost
@@ -184,7 +184,7 @@ def build_column(
 ) -> D4Column:
     """The column of these rows; `cells`: step_cells of the same rows where rank workers made them."""
     stage = main_stage(step_rows)
-    usable = ("ok",) if strict else ("ok", "layer_count_mismatch")
+    usable = usable_statuses(strict)
     used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
     skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)
     mismatched = [s for s in step_rows if s.stage == stage and s.status == "layer_count_mismatch"]

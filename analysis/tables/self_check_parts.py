@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name, class_test
-from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow
+from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import UNKNOWN
 
 _MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
@@ -33,7 +33,6 @@ _COLLECTIVE_CLASS = "allreduce"
 _ATTENTION_CORE = "attn_core"
 _INF = float("inf")
 _BY_START = operator.attrgetter("start_us")
-USABLE = {False: ("ok", "layer_count_mismatch"), True: ("ok",)}  # step statuses the table uses, by --strict
 
 
 @dataclass
@@ -91,7 +90,7 @@ def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, stri
                 chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
     """The part of one rank: `steps` are its StepRows (every stage) in order, `by_step` holds its rows."""
     part = RankChecks(rank, stage, strict)
-    usable = USABLE[strict]
+    usable = usable_statuses(strict)
     table_steps = [s for s in steps if s.stage == stage]
     used = [s for s in table_steps if s.status in usable]
     part.used_steps = len(used)

@@ -18,13 +18,13 @@ from pathlib import Path
 import msgspec
 
 from analysis.attribution.kernel_classes import class_of_name
-from analysis.attribution.rows import KernelRow, StepRow
+from analysis.attribution.rows import KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import DRAFT_STAGES, UNKNOWN
 from analysis.attribution.steps import KNOWN_STAGES
 from analysis.data_files import read_yaml_file
 from analysis.ingest.model_spec import ModelSpec
 from analysis.tables.d4 import D4Column
-from analysis.tables.self_check_parts import USABLE, RankChecks, describe, rank_checks, rows_by_step
+from analysis.tables.self_check_parts import RankChecks, describe, rank_checks, rows_by_step
 
 THRESHOLDS_FILE = Path(__file__).with_name("self_checks.yaml")
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
@@ -111,7 +111,7 @@ def verdict_line(checks: list[CheckRow]) -> str:
 
 def _used_steps(step_rows: list[StepRow], column: D4Column, strict: bool) -> list[StepRow]:
     """The steps the table was built from (its stage and usable status, as build_column chose)."""
-    usable = USABLE[strict]
+    usable = usable_statuses(strict)
     return [s for s in step_rows if s.stage == column.stage and s.status in usable]
 
 

@@ -51,7 +51,7 @@ def sol_settings_from(args, model: str | None, base=None, hardware_alone_ok: boo
     if hardware is None:
         raise AnalysisError("SOL columns need --hardware (h800, h100, h200, b200 or a YAML file) "
                             f"besides {', '.join('--' + k.replace('_', '-') for k in given)}")
-    fields = {f: getattr(base.deployment, f) for f in DEPLOYMENT_FIELDS} if base else {}
+    fields = {f: getattr(base.deployment, f) for f in base.deployment.__struct_fields__} if base else {}
     fields.update(given)
     missing = [k for k in ("batch_per_rank", "kv_len") if k not in fields]
     if missing:
