@@ -19,6 +19,8 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, table_rows
+from analysis.tables.d4_cells import flat_stats, nested_stats
+from analysis.tables.d4_detail import write_detail
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.parquet_writer import RowGroup
 from analysis.tables.rank_digest import Digest, RankDigest
@@ -492,19 +494,13 @@ def write_outputs(analysis: Analysis, out_dir: str | Path, lang: str = "en") -> 
     write_table_csv(files["d4.csv"], [analysis.d4], lang)
     write_atomically(files["d4.md"], lambda fh: fh.write(render_markdown([analysis.d4], lang)), binary=False)
 
-    def detail(fh):
-        out_csv = csv.writer(fh)
-        out_csv.writerow(["column", "group", "module", "kernel", "layers", "value_us", "median_us", "p90_us", "exposed_us"])
-        for r in [*analysis.d4.rows, *analysis.d4.mtp_rows]:
-            out_csv.writerow([analysis.d4.name, r.group, r.module, r.kernel, f"{r.layers:g}", f"{r.value_us:.3f}",
-                              f"{r.median_us:.3f}", f"{r.p90_us:.3f}", f"{r.exposed_us:.3f}"])
-
-    write_atomically(files["d4_detail.csv"], detail, binary=False)
+    write_atomically(files["d4_detail.csv"], lambda fh: write_detail(fh, analysis.d4), binary=False)
     summary = {"run": analysis.run, "signature": analysis.signature, "model": analysis.model, "d4": analysis.d4,
                "problems": analysis.problems, "steps": len(analysis.step_rows),
                "checks": {"verdict": verdict_line(analysis.checks), "failed": [c.check for c in analysis.failed_checks],
                           "rows": analysis.checks}}
-    write_atomically(files[ANALYSIS_FILE], lambda fh: fh.write(msgspec.json.format(msgspec.json.encode(summary).decode(), indent=2)), binary=False)
+    text = msgspec.json.format(msgspec.json.encode(flat_stats(msgspec.to_builtins(summary))).decode(), indent=2)
+    write_atomically(files[ANALYSIS_FILE], lambda fh: fh.write(text), binary=False)
     return files
 
 
@@ -521,7 +517,8 @@ def load_column(analysis_dir: str | Path) -> D4Column:
     if not path.exists():
         raise AnalysisError(f"{shown_path(analysis_dir)}: not an analysis directory (no {ANALYSIS_FILE})")
     try:
-        return msgspec.json.decode(read_input(path, DOCUMENT_LIMIT_BYTES, "an analysis.json"), type=_Saved).d4
+        saved = msgspec.json.decode(read_input(path, DOCUMENT_LIMIT_BYTES, "an analysis.json"))
+        return msgspec.convert(nested_stats(saved), _Saved).d4
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise AnalysisError(f"{shown_path(path)}: unreadable analysis file: {exc}") from None
     except RecursionError:
@@ -615,6 +612,7 @@ _DOOR: dict[str, tuple[str, str]] = {
     "load_request_chunks": ("analysis.ingest.load_records", "load_request_chunks"),
     "render_markdown": ("analysis.tables.d4", "render_markdown"),
     "with_sol": ("analysis.tables.d4_sol", "with_sol"),
+    "step_statistics": ("analysis.tables.d4_cells", "step_statistics"),
     **{name: ("analysis.tables.kernel_table", name) for name in ("KERNEL_TABLES", "kernel_table_in", "read_kernel_rows")},
     "read_parquet_table": ("analysis.tables.parquet_reader", "read_parquet_file"),
     "check_profiled_batch": ("analysis.tables.profiled_batch", "check_profiled_batch"),

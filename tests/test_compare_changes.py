@@ -18,7 +18,7 @@ from analysis.api import AnalysisOptions, analyze, load_column, write_outputs
 from analysis.attribution.signature import load_signature
 from analysis.errors import AnalysisError
 from analysis.tables.d4 import D4Column
-from analysis.tables.d4_cells import D4Row
+from analysis.tables.d4_cells import D4Row, same_stats
 from analysis.tables.d4_diff import CHANGED, NO_SPREAD, WITHIN_NOISE, NoiseRule, changes_config, diff_columns
 from harness.cli import main
 from synthetic_comm import write_ep_ranks
@@ -40,7 +40,7 @@ def _column(name: str, rows: list[D4Row], step_ms: float = 1.0, step_sd_ms: floa
 
 
 def _row(module: str, value: float, sd: float | None, layers: float = 1.0, group: str = "moe") -> D4Row:
-    return D4Row(group, module, "k", value, value, value, value, layers, step_sd_us=sd)
+    return D4Row(group, module, "k", value, value, layers, same_stats(value), step_sd_us=sd)
 
 
 def _verdicts(changes) -> dict[str, str]:
@@ -81,11 +81,11 @@ def test_rows_rank_by_their_effect_on_the_step_and_a_missing_row_is_zero():
 
 def test_mtp_and_wait_transfer_rows_take_part():
     base = _column("a", [_row("experts", 50.0, 0.1)],
-                   mtp_rows=[D4Row("mtp", "draft layer", "per draft step", 200.0, 200.0, 200.0, 200.0, 3.0, step_sd_us=1.0)],
-                   comm_rows=[D4Row("wait / transfer", "dispatch", "wait", 40.0, 40.0, 40.0, 40.0, 3.0, step_sd_us=2.0)])
+                   mtp_rows=[D4Row("mtp", "draft layer", "per draft step", 200.0, 200.0, 3.0, same_stats(200.0), step_sd_us=1.0)],
+                   comm_rows=[D4Row("wait / transfer", "dispatch", "wait", 40.0, 40.0, 3.0, same_stats(40.0), step_sd_us=2.0)])
     other = _column("b", [_row("experts", 50.0, 0.1)],
-                    mtp_rows=[D4Row("mtp", "draft layer", "per draft step", 150.0, 150.0, 150.0, 150.0, 3.0, step_sd_us=1.0)],
-                    comm_rows=[D4Row("wait / transfer", "dispatch", "wait", 41.0, 41.0, 41.0, 41.0, 3.0, step_sd_us=2.0)])
+                    mtp_rows=[D4Row("mtp", "draft layer", "per draft step", 150.0, 150.0, 3.0, same_stats(150.0), step_sd_us=1.0)],
+                    comm_rows=[D4Row("wait / transfer", "dispatch", "wait", 41.0, 41.0, 3.0, same_stats(41.0), step_sd_us=2.0)])
     changes = diff_columns(base, other, RULE)
     assert [(c.group, c.module, c.kernel, c.verdict) for c in changes.rows] == [
         ("mtp", "draft layer", "per draft step", CHANGED), ("wait / transfer", "dispatch", "wait", WITHIN_NOISE),

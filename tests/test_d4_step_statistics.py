@@ -38,7 +38,7 @@ def _column(trace, stat: str):
 def _by_module(rows, field: str) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = defaultdict(float)
     for r in rows:
-        out[(r.group, r.module)] += getattr(r, field)
+        out[(r.group, r.module)] += r.value_us if field == "value_us" else r.stats_us[field.removesuffix("_us")]
     return dict(out)
 
 
@@ -87,3 +87,42 @@ def test_the_written_table_and_detail_carry_them(trace, tmp_path):
     core = next(r for r in detail if r["module"] == "attn_core" and r["kernel"].startswith("paged_attention_ll4mi_QKV"))
     # the attention core kernel: 20 us x (mean 4, median 3.5, p90 6)
     assert (core["value_us"], core["median_us"], core["p90_us"]) == ("80.000", "70.000", "120.000")
+
+
+def test_a_new_statistic_is_one_entry_in_the_statistics_file(trace, tmp_path):
+    """docs/architecture.md's claim that a p99 column touches one data file (and its docs row): in a copy
+    of the packages, one entry `max` (the quantile q = 1) added to step_statistics.yaml and nothing
+    else gives `--stat max`, a max_us column in d4_detail.csv and the export schema, and analysis.json
+    rows that `compare` reads back with it. The attention core kernel: 20 us x the largest factor 10."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    copy = tmp_path / "copy"
+    for package in ("analysis", "harness"):
+        shutil.copytree(repo / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    stats_file = copy / "analysis" / "data" / "tables" / "step_statistics.yaml"
+    stats_file.write_text(stats_file.read_text() + '  max: {how: quantile, q: 1.0, column: "As value_us with the '
+                                                   'largest over steps"}\n')
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "harness.cli", "analyze", str(trace), "--layers", str(LAYERS),
+                          "--stat", "max", "--out", str(out)], env=env, cwd=copy, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    with (out / "d4_detail.csv").open() as fh:
+        detail = list(csv.DictReader(fh))
+    core = next(r for r in detail if r["module"] == "attn_core" and r["kernel"].startswith("paged_attention_ll4mi_QKV"))
+    assert (core["value_us"], core["median_us"], core["p90_us"], core["max_us"]) == ("200.000", "70.000", "120.000",
+                                                                                     "200.000")
+    probe = ("import sys; from harness.exports.tables import load_schema; from analysis.api import load_column; "
+             "print([c.name for c in load_schema()[1]['d4'].columns if c.name.endswith('_us')]); "
+             "print(max(r.stats_us['max'] for r in load_column(sys.argv[1]).rows))")
+    seen = subprocess.run([sys.executable, "-c", probe, str(out)], env=env, cwd=copy, capture_output=True, text=True, timeout=120)
+    assert seen.returncode == 0, seen.stderr
+    columns, saved_max = seen.stdout.splitlines()
+    assert columns == "['value_us', 'median_us', 'p90_us', 'max_us', 'exposed_us']"
+    assert float(saved_max) == pytest.approx(max(float(r["max_us"]) for r in detail if r["group"] != "mtp"))

@@ -16,7 +16,7 @@ import msgspec
 from analysis.attribution.comm_split import CommLayer, CommRow, stragglers
 from analysis.attribution.rows import StepRow, usable_statuses
 from analysis.ingest.expert_load import ExpertLoad
-from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, _spread, values_by_module
+from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, _spread, column_stats, values_by_module
 
 SPLIT_GROUP = "wait / transfer"
 LOAD_GROUP = "expert load"
@@ -50,8 +50,7 @@ def with_comm(column, comm_rows: list[CommRow], step_rows: list[StepRow], strict
                 samples[rank].append(cell[index] / len(cell[2]))
             value = _policy(_per_rank_stat(samples, column.stat), column.rank_policy)
             rows.append(D4Row(group=SPLIT_GROUP, module=module, kernel=part, value_us=value, exposed_us=value,
-                              median_us=_policy(_per_rank_stat(samples, "median"), column.rank_policy),
-                              p90_us=_policy(_per_rank_stat(samples, "p90"), column.rank_policy),
+                              stats_us=column_stats(samples, column.rank_policy),
                               layers=statistics.fmean(len(cell[2]) for cell in cells.values()),
                               step_sd_us=_spread(samples, column.rank_policy)))
     return msgspec.structs.replace(column, comm_rows=rows, comm_layers=_layers(split), comm_kernels=len(in_used),

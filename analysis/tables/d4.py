@@ -33,6 +33,8 @@ from analysis.tables.d4_cells import (  # noqa: F401 - STATS, D4Row and values_b
     _policy,
     _spread,
     _stat,
+    column_stats,
+    same_stats,
     values_by_module,
 )
 
@@ -234,9 +236,8 @@ def build_column(
                 kernel=key[2],
                 value_us=_policy(_per_rank_stat(samples, stat), rank_policy),
                 exposed_us=_policy(_per_rank_stat(exposed, stat), rank_policy),
-                median_us=_policy(_per_rank_stat(samples, "median"), rank_policy),
-                p90_us=_policy(_per_rank_stat(samples, "p90"), rank_policy),
                 layers=statistics.fmean(layer_counts),
+                stats_us=column_stats(samples, rank_policy),
                 step_sd_us=_spread(samples, rank_policy),
             )
         )
@@ -312,7 +313,7 @@ def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: lis
         per_iter = statistics.fmean(
             len(by_rank.get(r, [])) / len(v) for r, v in verify_by_rank.items() if v
         )
-        out.append(D4Row(MTP_GROUP, module, label, value, value, value, value, per_iter,
+        out.append(D4Row(MTP_GROUP, module, label, value, value, per_iter, same_stats(value),
                          step_sd_us=_spread(by_rank, policy)))
         extra += value * per_iter
     sampling: dict[str, list[float]] = defaultdict(list)
@@ -320,7 +321,7 @@ def _add_mtp_rows(step_rows, verify_by_rank, mtp_kernels, stat, policy, out: lis
         sampling[rank].append(us)
     if sampling:
         value = _policy(_per_rank_stat(sampling, stat), policy)
-        out.append(D4Row(MTP_GROUP, "tree / sampling", "per verify step", value, value, value, value, 1.0,
+        out.append(D4Row(MTP_GROUP, "tree / sampling", "per verify step", value, value, 1.0, same_stats(value),
                          step_sd_us=_spread(sampling, policy)))
     return extra
 

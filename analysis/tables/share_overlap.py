@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from analysis.attribution.overlap import merge_intervals
 from analysis.attribution.rows import SECTION_LAYER, KernelRow
-from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy
+from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, column_stats
 
 SHARE_GROUP = "combine/share overlap"
 SHARED_MODULE = "shared_experts"
@@ -61,8 +61,7 @@ def share_overlap_rows(kernel_rows: list[KernelRow], used: set[tuple[str, int]],
     return [D4Row(group=SHARE_GROUP, module=SHARED_MODULE, kernel=part,
                   value_us=_policy(_per_rank_stat(samples[i], stat), rank_policy),
                   exposed_us=0.0,
-                  median_us=_policy(_per_rank_stat(samples[i], "median"), rank_policy),
-                  p90_us=_policy(_per_rank_stat(samples[i], "p90"), rank_policy), layers=layers)
+                  layers=layers, stats_us=column_stats(samples[i], rank_policy))
             for i, part in enumerate(PARTS)]
 
 

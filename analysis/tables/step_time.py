@@ -15,7 +15,7 @@ import msgspec
 from analysis.attribution.comm_split import CommRow
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
 from analysis.tables.comm_table import used_steps
-from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy
+from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, column_stats
 
 GROUP = "step time (ms/step)"
 # (module, kernel, StepRow field): the rows, in the order the table shows them
@@ -76,9 +76,7 @@ def with_step_time(column, step_rows: list[StepRow], comm_rows: list[CommRow], k
         if not samples:
             continue
         value = _policy(_per_rank_stat(samples, column.stat), column.rank_policy)
-        rows.append(D4Row(GROUP, module, kernel, value, value,
-                          _policy(_per_rank_stat(samples, "median"), column.rank_policy),
-                          _policy(_per_rank_stat(samples, "p90"), column.rank_policy), 1.0))
+        rows.append(D4Row(GROUP, module, kernel, value, value, 1.0, column_stats(samples, column.rank_policy)))
     per_rank: dict[str, dict[str, float]] = {}
     for heading, name in RANK_COLUMNS:
         samples = defaultdict(list)

@@ -29,7 +29,10 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
                         "(exit 1, files still written) when a self-check fails (default: keep such steps, flag "
                         "mismatches and failed checks in the notes, problems.csv and checks.csv)")
     p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
-    p.add_argument("--stat", default="mean", choices=["mean", "median", "p90"], help="statistic over steps (default: mean)")
+    from analysis.api import step_statistics
+
+    p.add_argument("--stat", default="mean", choices=list(step_statistics()),
+                   help="statistic over each rank's steps (analysis/data/tables/step_statistics.yaml; default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
     p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
                         "columns only: a plain decode step yields one token")

@@ -60,12 +60,23 @@ def load_schema() -> tuple[int, dict[str, TableSpec]]:
     raw = yaml.safe_load(COLUMNS_FILE.read_text(encoding="utf-8"))
     tables = {}
     for name, table in raw["tables"].items():
-        columns = tuple(Column(**c) for c in table["columns"])
+        columns = tuple(column for c in table["columns"] for column in _columns_of(c))
         for column in columns:
             if column.base_type not in _CONVERT:
                 raise RunDataError(COLUMNS_FILE, f"table {name} column {column.name}: unknown type {column.type!r}")
         tables[name] = TableSpec(name, table["source"], table["description"], columns, table.get("older_source"))
     return int(raw["schema_version"]), tables
+
+
+def _columns_of(entry: dict) -> list[Column]:
+    """A schema entry's columns: itself, or for `step_statistics: true` one per statistic the D4
+    rows keep beside value_us (analysis's statistics file says which, and what each means)."""
+    if not entry.get("step_statistics"):
+        return [Column(**entry)]
+    from analysis.api import step_statistics
+
+    return [Column(f"{name}_us", "float64", "microseconds", s.column)
+            for name, s in step_statistics().items() if s.column is not None]
 
 
 def _convert(column: Column, text: str, where: str):
