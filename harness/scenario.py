@@ -183,10 +183,10 @@ class Analysis(_Strict):
     @classmethod
     def _signature_loads(cls, value: str) -> str:
         """Checked now: the analysis would refuse it only after deployment and profile."""
-        from analysis.api import AnalysisError, load_signature
+        from analysis.api import AnalysisError, check_input
 
         try:
-            load_signature(value)
+            check_input("signature", value)
         except AnalysisError as exc:
             raise ValueError(str(exc)) from None
         return value
@@ -194,11 +194,11 @@ class Analysis(_Strict):
     @field_validator("model")
     @classmethod
     def _model_loads(cls, value: str | None) -> str | None:
-        from analysis.api import AnalysisError, load_model_spec
+        from analysis.api import AnalysisError, check_input
 
         if value is not None:
             try:
-                load_model_spec(value)
+                check_input("model", value)
             except AnalysisError as exc:
                 raise ValueError(str(exc)) from None
         return value

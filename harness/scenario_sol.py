@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from analysis.api import AnalysisError, SolSettings, has_sol_shapes, list_hardware, shapes_mismatch, sol_settings
+from analysis.api import AnalysisError, check_input, list_builtins, shapes_mismatch, sol_settings
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
 
 # DeepseekV3Config keyword -> ModelShapes field, where the names differ
@@ -38,14 +38,17 @@ def _kv_dtype(extra_args: list[str]) -> str:
     return "bf16"
 
 
-def sol_settings_for(scenario: Scenario) -> tuple[SolSettings | None, str]:
-    """(settings, "") or (None, why the scenario gives no SOL columns)."""
+def sol_settings_for(scenario: Scenario) -> tuple[object | None, str]:
+    """(analysis's SolSettings, "") or (None, why the scenario gives no SOL columns)."""
     model = scenario.analysis.model or scenario.model.name
-    if not has_sol_shapes(model):
+    try:
+        check_input("sol_shapes", model)
+    except AnalysisError:
         return None, f"model {model!r} has no SOL shapes (the SOL model covers deepseek-v3 and deepseek-v3-wide4)"
     gpu = (scenario.cluster.gpu_type or "").lower()
-    if gpu not in list_hardware():
-        return None, f"cluster.gpu_type {scenario.cluster.gpu_type!r} has no peaks file (known: {', '.join(list_hardware())})"
+    known = list_builtins("hardware")
+    if gpu not in known:
+        return None, f"cluster.gpu_type {scenario.cluster.gpu_type!r} has no peaks file (known: {', '.join(known)})"
     engine, w = scenario.engine, scenario.workload
     if isinstance(engine, EmbeddedEngine):
         if engine.dtype != "bfloat16":
@@ -76,5 +79,5 @@ def hardware_for_device(device_name: str | None) -> str | None:
     if not device_name:
         return None
     words = set(re.findall(r"[a-z]+\d+", device_name.lower()))
-    matches = [name for name in list_hardware() if name in words]
+    matches = [name for name in list_builtins("hardware") if name in words]
     return matches[0] if len(matches) == 1 else None

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from analysis.api import KERNEL_TABLE, read_kernel_rows
+from analysis.pipeline import KERNEL_TABLE
+
+from analysis.tables.kernel_table import read_kernel_rows
 from analysis.attribution.rows import KernelRow
 
 

@@ -106,7 +106,7 @@ def build(root: Path, run_id: str = RUN_ID, scenario: str = SCENARIO, kernel_tab
         _write_csv(run_dir / "analysis" / "kernels_long.csv", long_fields,
                    [{f: getattr(r, f) for f in long_fields} for r in long_rows])
     else:
-        from analysis.api import KERNEL_TABLE, write_kernel_table_file
+        from analysis.pipeline import KERNEL_TABLE, write_kernel_table_file
 
         write_kernel_table_file(run_dir / "analysis" / KERNEL_TABLE, long_rows)
 

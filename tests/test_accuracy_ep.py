@@ -50,7 +50,7 @@ def test_dispatch_combine_and_expert_rows_within_1_point(case):
 def test_the_lm_head_is_after_the_layers(case):
     """The LM head GEMM (the step's largest plain GEMM, after the last layer) is outside the layers in
     both the truth and the tool: none of its time in the layers' groups."""
-    from analysis.api import AnalysisOptions, analyze
+    from analysis.pipeline import AnalysisOptions, analyze
 
     from analysis.attribution.kernel_classes import class_of_name
 
@@ -84,7 +84,7 @@ def test_triton_decode_attention_graph_against_its_flashmla_twin():
 def test_mtp_graph_verify_and_draft_steps():
     """MTP with DeepEP (no eager twin was recorded): every target-verify step holds the 4 layers, every
     draft-extend pass the NextN layer, and the LM head of both is after their layers."""
-    from analysis.api import AnalysisOptions, analyze
+    from analysis.pipeline import AnalysisOptions, analyze
 
     files = sorted(str(p) for p in EP_DIR.glob(f"{EP_PREFIX}h100x2-deepep-ll-mtp-graph-TP-*.trace.json.gz"))
     result = analyze(files, options=AnalysisOptions(run="mtp", layers=4))

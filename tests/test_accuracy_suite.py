@@ -168,7 +168,7 @@ def test_a_trace_without_ranges_cannot_be_its_own_truth():
 
 def test_the_seed_rows_appear_for_an_eager_deepseek_trace():
     """The D4 table of an eager DeepseekV3 trace has the seed's sub-module rows, with and without ranges."""
-    from analysis.api import AnalysisOptions, analyze
+    from analysis.pipeline import AnalysisOptions, analyze
 
     path = next(c.path for c in CASES if c.name.startswith("dsv3wide-h200-l4d1-e64k8-bs8-grouped"))
     for mode in ("auto", "template"):

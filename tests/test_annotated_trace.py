@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_trace
+from analysis.pipeline import AnalysisOptions, analyze, load_trace
 from analysis.errors import AnalysisError
 from analysis.report.annotated_trace import SLICE_CAT, TRACK_SUFFIX, annotate_trace, annotated_name
 from chrome_trace_rules import problems

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.errors import AnalysisError, SignatureError, TraceLoadError
 from analysis.ingest.trace_loader import load_trace
 from harness.cli import main

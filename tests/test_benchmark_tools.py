@@ -45,7 +45,7 @@ def test_compare_dirs_reports_a_changed_value_a_missing_and_a_new_file(tmp_path)
 def _kernel_tables(before: Path, after: Path, rows, changed=None) -> None:
     """before: the kernels_long.csv the older analysis wrote; after: kernels_long.parquet of `changed`
     rows (default the same), and both folders' output markers."""
-    from analysis.api import write_kernel_table_file
+    from analysis.pipeline import write_kernel_table_file
     from kernel_tables import write_older_csv
     from harness.output_marker import files_in, marker_path, marker_text
 
@@ -95,7 +95,7 @@ def test_compare_dirs_leaves_out_a_column_changed_on_purpose_on_both_sides(tmp_p
     --changed-columns rule, one without it, and one when another column changed too."""
     import msgspec
 
-    from analysis.api import write_kernel_table_file
+    from analysis.pipeline import write_kernel_table_file
 
     rows = _kernel_rows()
     renamed = [msgspec.structs.replace(r, rule="structure_rules.yaml:routed.other") for r in rows]

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from analysis.attribution.rank.agreement import shares
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.capture import capture_files, load_capture
 from conftest import ROOT, real_trace
 
@@ -116,7 +116,7 @@ def test_a_missing_capture_is_an_error(tmp_path):
 def test_sglang_capture_files_are_matched_to_their_tp_rank():
     """SGLang 0.5.17 names its capture traces ...-TP-<rank>.json.gz: each rank of a multi-GPU decode
     reads its own (rank 1 took rank 0's before), also through a folder."""
-    from analysis.api import AnalysisOptions, analyze
+    from analysis.pipeline import AnalysisOptions, analyze
 
     ep = ROOT / "tests" / "data" / "sglang-real" / "ep"
     traces = sorted(str(p) for p in ep.glob("*h100x2-deepep-ll-graph-TP-*.trace.json.gz"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze, load_column, write_outputs
 from analysis.tables.d4 import render_markdown
 from conftest import real_trace
 from synthetic_comm import SIGNATURE, write_ep_ranks

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze, load_column, write_outputs
 from analysis.attribution.signature import load_signature
 from analysis.errors import AnalysisError
 from analysis.tables.d4 import D4Column

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column
+from analysis.pipeline import AnalysisOptions, analyze, load_column
 from analysis.tables.d4 import render_markdown, table_rows
 from analysis.attribution.signature import load_signature
 from analysis.sol.estimate import Deployment, SolSettings, sol_for_d4_rows

@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from harness.cli import main
 from synthetic_step_stats import (FACTORS, LAYERS, MEAN, MEDIAN, P90, POST_BASE_US, PRE_BASE_US, STAT_FACTOR,
                                   module_base_us, write_trace)
@@ -118,7 +118,7 @@ def test_a_new_statistic_is_one_entry_in_the_statistics_file(trace, tmp_path):
     core = next(r for r in detail if r["module"] == "attn_core" and r["kernel"].startswith("paged_attention_ll4mi_QKV"))
     assert (core["value_us"], core["median_us"], core["p90_us"], core["max_us"]) == ("200.000", "70.000", "120.000",
                                                                                      "200.000")
-    probe = ("import sys; from harness.exports.tables import load_schema; from analysis.api import load_column; "
+    probe = ("import sys; from harness.exports.tables import load_schema; from analysis.pipeline import load_column; "
              "print([c.name for c in load_schema()[1]['d4'].columns if c.name.endswith('_us')]); "
              "print(max(r.stats_us['max'] for r in load_column(sys.argv[1]).rows))")
     seen = subprocess.run([sys.executable, "-c", probe, str(out)], env=env, cwd=copy, capture_output=True, text=True, timeout=120)

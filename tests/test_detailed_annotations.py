@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, render_markdown
+from analysis.pipeline import AnalysisOptions, analyze, render_markdown
 from analysis.attribution.signature import load_signature
 from analysis.attribution.steps import label_aggregates, stage_of, _batch_of
 from analysis.sol.estimate import Deployment, SolSettings

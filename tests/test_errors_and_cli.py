@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from analysis.api import analyze
+from analysis.pipeline import analyze
 from analysis.errors import AnalysisError, SignatureError, TraceLoadError
 from analysis.attribution.signature import load_signature
 from analysis.ingest.trace_loader import load_trace
@@ -38,7 +38,7 @@ def test_no_kernel_events(tmp_path):
 
 
 def test_layer_count_mismatch_is_flagged_and_the_table_still_shows_what_was_found():
-    from analysis.api import AnalysisOptions
+    from analysis.pipeline import AnalysisOptions
     from analysis.tables.d4 import render_markdown
 
     result = analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3")
@@ -54,7 +54,7 @@ def test_layer_count_mismatch_is_flagged_and_the_table_still_shows_what_was_foun
 
 
 def test_strict_that_leaves_out_every_step_is_an_error_not_a_table_of_zeros():
-    from analysis.api import AnalysisOptions
+    from analysis.pipeline import AnalysisOptions
 
     with pytest.raises(AnalysisError, match=r"--strict left out all 1 decode steps.*found 48, expected 61"):
         analyze([real_trace(QWEN)], signature="generic", model="deepseek-v3", options=AnalysisOptions(strict=True))

@@ -19,7 +19,8 @@ import torch
 from analysis.errors import AnalysisError
 from analysis.ingest.expert_load import FORMAT, load_expert_load
 from harness.cli import main as cli_main
-from harness.sglang.expert_load import ExpertRecordError, expert_load_doc, logical_count
+from analysis.ingest.expert_load import expert_load_doc
+from harness.sglang.expert_load import ExpertRecordError, logical_count, placement_known
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = REPO / "tests" / "fake_sglang" / "server.py"
@@ -64,13 +65,13 @@ def test_dump_to_json_with_and_without_a_known_placement(tmp_path):
     dump = tmp_path / "expert_distribution_recorder_1.pt"
     torch.save({"rank": 0, "logical_count": counts, "average_utilization_rate_over_window": None}, str(dump))
     read = logical_count(dump)
-    doc = expert_load_doc(read, ep=2, extra_args=(), source="t")
+    doc = expert_load_doc(read, 2, placement_known(()), source="t")
     assert doc["forward_passes"] == 3
     assert doc["layers"][1]["tokens_per_expert"] == [5, 0, 0, 1, 0, 0, 0, 2]
     assert doc["layers"][1]["tokens_per_rank"] == [6, 2]  # experts 0-3 on rank 0, 4-7 on rank 1
     # EPLB or redundant experts move experts off the default placement: no per-rank split
-    assert expert_load_doc(read, ep=2, extra_args=("--enable-eplb",), source="t")["layers"][1]["tokens_per_rank"] == []
-    assert expert_load_doc(read, ep=3, extra_args=(), source="t")["layers"][1]["tokens_per_rank"] == []
+    assert expert_load_doc(read, 2, placement_known(("--enable-eplb",)), source="t")["layers"][1]["tokens_per_rank"] == []
+    assert expert_load_doc(read, 3, placement_known(()), source="t")["layers"][1]["tokens_per_rank"] == []
     path = tmp_path / "expert_load.json"
     path.write_text(json.dumps(doc))
     assert load_expert_load(path).layers[0].rank_tokens == [6, 2]

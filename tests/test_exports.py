@@ -71,7 +71,7 @@ def test_parquet_export_has_typed_columns_and_version_metadata(tmp_path):
 def test_a_table_written_before_a_column_was_added_exports_its_default(tmp_path, kernel_table):
     """An analysis written before `module_path` existed: exported with the column empty, its other
     columns as they were; a column without a default missing is still an error."""
-    from analysis.api import KERNEL_TABLE
+    from analysis.pipeline import KERNEL_TABLE
     from analysis.tables.parquet_writer import write_parquet
     from analysis.tables.kernel_table import COLUMNS
 

@@ -12,7 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.api import AnalysisError, AnalysisOptions, analyze, read_kernel_rows, write_outputs
+from analysis.pipeline import AnalysisError, AnalysisOptions, analyze, write_outputs
+
+from analysis.tables.kernel_table import read_kernel_rows
 from analysis.attribution.rows import KernelRow
 from analysis.tables import parquet_writer, thrift_compact as tc
 from analysis.tables.kernel_table import COLUMNS, KERNEL_TABLE, write_kernel_table

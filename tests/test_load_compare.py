@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, render_markdown
+from analysis.pipeline import AnalysisOptions, analyze, render_markdown
 from analysis.attribution.rows import StepRow
 from analysis.errors import AnalysisError
 from analysis.ingest.load_records import chunks_of, load_request_chunks

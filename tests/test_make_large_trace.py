@@ -51,7 +51,7 @@ def test_copies_are_shifted_and_loadable(tmp_path: Path) -> None:
 def test_varied_steps_never_repeat_a_chain_and_keep_the_analysis_whole(tmp_path: Path) -> None:
     """--steps vary: each step its own batch size (labels) and GEMM names, so no two steps share a
     chain, while every kernel keeps its class: the analysis finds the same layers and roles."""
-    from analysis.api import AnalysisOptions, analyze
+    from analysis.pipeline import AnalysisOptions, analyze
 
     source = Path(real_trace(QWEN3_DECODE))
     (tmp_path / "repeat").mkdir()

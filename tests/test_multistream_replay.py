@@ -19,7 +19,7 @@ import pytest
 from accuracy.judge import judge
 from accuracy.table import GROUPS
 from accuracy.truth import compare
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.chain import main_chain
 from harness.cli import main
 from synthetic_multistream import DURATIONS_US, STREAM_A, STREAM_B, write_trace

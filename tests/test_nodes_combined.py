@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisError, AnalysisOptions, analyze
+from analysis.pipeline import AnalysisError, AnalysisOptions, analyze
 from analysis.tables.d4 import render_markdown
 from harness.node.node_analysis import analyze_node, combine
 

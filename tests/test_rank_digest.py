@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, combine_rows, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze, combine_rows, write_outputs
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 from analysis.tables.d4 import main_stage

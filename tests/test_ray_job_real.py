@@ -147,14 +147,15 @@ def test_the_installed_release_was_chosen_and_the_recorder_ran_with_the_fusion_o
 
 def test_sglangs_own_dump_reads_back_to_the_expert_load_the_table_shows():
     pytest.importorskip("torch")
-    from harness.sglang.expert_load import expert_load_doc, logical_count
+    from analysis.ingest.expert_load import expert_load_doc
+    from harness.sglang.expert_load import logical_count
 
     recorded = json.loads((FULL / "manifest.json").read_text())["expert_load"]
     dump = FULL / recorded["dump"]
     kept = json.loads((FULL / recorded["file"]).read_text())
     counts = logical_count(dump)  # torch.load of the file SGLang 0.5.17 wrote on the H100
     assert (len(counts[0]), len(counts[0][0])) == (4, 256)  # layers, routed experts (the fused shared one is off)
-    assert expert_load_doc(counts, kept["ep_size"], (), kept["source"]) == kept
+    assert expert_load_doc(counts, kept["ep_size"], True, kept["source"]) == kept
     # layer 0 is dense: no routing; each MoE layer routes every token of every pass to 8 experts
     per_layer = [sum(layer["tokens_per_expert"]) for layer in kept["layers"]]
     assert per_layer[0] == 0 and len(set(per_layer[1:])) == 1 and per_layer[1] % 8 == 0

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from analysis.api import analyze
+from analysis.pipeline import analyze
 from conftest import real_trace
 
 SERVING = [
@@ -66,7 +66,7 @@ def test_kernel_attribution_agrees_with_module_ranges(rel, signature):
 def test_graph_capture_trace_names_replayed_kernels():
     replay = real_trace("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz")
     capture = real_trace("amd/sglang_qwen3-8b_mi300x_decode/capture_traces/bs_32_rank0.json.gz")
-    from analysis.api import AnalysisOptions
+    from analysis.pipeline import AnalysisOptions
 
     result = analyze([replay], signature="sglang-qwen3-dense-mi300", options=AnalysisOptions(capture_traces=[capture]))
     step = result.step_rows[0]

@@ -137,7 +137,7 @@ def test_report_on_the_bundled_real_sglang_trace_directory(tmp_path, capsys):
 
 
 def test_report_takes_the_sol_settings_an_analysis_saved(tmp_path, capsys):
-    from analysis.api import AnalysisOptions, analyze, write_outputs
+    from analysis.pipeline import AnalysisOptions, analyze, write_outputs
     from analysis.attribution.signature import load_signature
     from analysis.sol.estimate import Deployment, SolSettings, sol_for_d4_rows
     from synthetic_deepseek import write_rank_trace

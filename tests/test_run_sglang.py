@@ -12,7 +12,9 @@ import psutil
 import pytest
 import yaml
 
-from analysis.api import AnalysisOptions, analyze, read_kernel_rows
+from analysis.pipeline import AnalysisOptions, analyze
+
+from analysis.tables.kernel_table import read_kernel_rows
 from analysis.tables.d4 import render_markdown
 from harness.run import run
 from harness.scenario import parse_scenario
@@ -550,7 +552,7 @@ def test_expert_load_is_recorded_over_the_profiled_window_and_shown_per_moe_laye
     assert "| 0 | " not in d4.split("Per layer")[-1]  # the dense layer has no expert load line
     assert "busiest expert (tokens)" in d4 and "tokens per rank" in d4
     # compare reads it back from analysis.json
-    from analysis.api import load_column
+    from analysis.pipeline import load_column
     column = load_column(run_dir / "analysis")
     assert [r.layer for r in column.expert_load.layers] == [1, 2, 3]
     assert "| expert load | layer 2 |" in render_markdown([column, column])

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST
 from analysis.tables.self_checks import FAIL, PASS, run_checks
 

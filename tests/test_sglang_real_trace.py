@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.signature import load_signature
 
 ROOT = Path(__file__).resolve().parents[1]

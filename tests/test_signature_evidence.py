@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from analysis.api import analyze
+from analysis.pipeline import analyze
 from analysis.attribution.signature import UNVERIFIED, builtin_signatures, load_signature
 from analysis.tables.d4 import render_markdown
 from synthetic_deepseek import write_rank_trace

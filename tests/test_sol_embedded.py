@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze, load_column, write_outputs
 from analysis.sol.hardware import load_hardware
 from analysis.sol.estimate import sol_for_d4_rows
 from harness.scenario import load_scenario, parse_scenario, scenario_to_yaml

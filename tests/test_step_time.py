@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, render_markdown
+from analysis.pipeline import AnalysisOptions, analyze, render_markdown
 from inject_gaps import kernels, launches, read_events, step_windows, stretch, write_events
 from synthetic_idle import write_idle_ranks
 

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.errors import AnalysisError
 from analysis.attribution.signature import load_signature
 from synthetic_deepseek import write_rank_trace

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, render_markdown
+from analysis.pipeline import AnalysisOptions, analyze, render_markdown
 from analysis.attribution.signature import load_signature
 from harness.cli import main
 from synthetic_deepseek import write_rank_trace

@@ -16,7 +16,9 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from analysis.api import AnalysisOptions, analyze, load_column, load_trace, read_kernel_rows
+from analysis.pipeline import AnalysisOptions, analyze, load_column, load_trace
+
+from analysis.tables.kernel_table import read_kernel_rows
 from analysis.report.page.layer_bars import layer_bars
 from analysis.report.page.step_timeline import pick_step
 from analysis.tables.comm_table import used_steps

@@ -97,3 +97,32 @@ def load_expert_load(path: str | Path) -> ExpertLoad:
             layers.append(row)
     return ExpertLoad(source=raw.source, mode=raw.mode, forward_passes=raw.forward_passes, ep_size=raw.ep_size,
                       layers=sorted(layers, key=lambda r: r.layer))
+
+
+def expert_load_doc(counts: list[list[list[int]]], ep_size: int, placement_known: bool, source: str) -> dict:
+    """This file's document from a recorder's counts [passes][layers][experts] (SGLang's
+    logical_count): summed over the passes, per layer; tokens_per_rank where the experts sit in the
+    contiguous default placement (placement_known: no flag moved them) and divide evenly over the
+    EP ranks (expert e on rank e // (experts / ep_size))."""
+    layers = len(counts[0]) if counts else 0
+    experts = len(counts[0][0]) if layers else 0
+    by_rank = placement_known and ep_size > 1 and experts % ep_size == 0
+    out = []
+    for layer in range(layers):
+        per_expert = [sum(p[layer][e] for p in counts) for e in range(experts)]
+        per_rank = ([sum(per_expert[r * (experts // ep_size):(r + 1) * (experts // ep_size)]) for r in range(ep_size)]
+                    if by_rank else [])
+        out.append({"layer": layer, "tokens_per_expert": per_expert, "tokens_per_rank": per_rank})
+    return {"format": FORMAT, "source": source, "mode": "stat", "forward_passes": len(counts),
+            "ep_size": ep_size, "layers": out}
+
+
+def write_expert_load(folder: str | Path, counts: list[list[list[int]]], ep_size: int, placement_known: bool,
+                      source: str) -> Path:
+    """FILE_NAME in folder (written aside, on disk, then moved in) from a recorder's counts (expert_load_doc)."""
+    import json
+
+    from analysis.atomic_files import write_atomically
+
+    doc = expert_load_doc(counts, ep_size, placement_known, source)
+    return write_atomically(Path(folder) / FILE_NAME, json.dumps(doc) + "\n", durable=True)

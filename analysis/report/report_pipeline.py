@@ -60,7 +60,20 @@ def source_from_analysis_dir(adir: Path) -> ReportSource:
     return got
 
 
-def kernel_report(got: ReportSource, options: ReportOptions) -> tuple[list, str]:
+@dataclass
+class KernelReport:
+    """A report made (its blocks and title), written by write into a folder."""
+    blocks: list
+    title: str
+
+    def write(self, folder: Path) -> dict[str, Path]:
+        """kernel_report.md, its PNGs and kernel_report.html in folder; {name: path}."""
+        from analysis.report.kernel_report import write_report
+
+        return write_report(self.blocks, folder, self.title)
+
+
+def kernel_report(got: ReportSource, options: ReportOptions) -> KernelReport:
     """The report's blocks and title: top kernels per stage, SOL rows and what-ifs where the D4 rows
     and SOL settings allow, Nsight Compute kernels classed on the roofline where a CSV is given."""
     from analysis.report.ncu import classify, read_ncu_csv
@@ -99,7 +112,7 @@ def kernel_report(got: ReportSource, options: ReportOptions) -> tuple[list, str]
         inputs.sources.append(shown_path(options.ncu))
         if inputs.sol_rows and got.kernel_rows:
             inputs.sol_checks = row_checks(inputs.sol_rows, got.kernel_rows, inputs.ncu)
-    return build_report(inputs), inputs.title
+    return KernelReport(build_report(inputs), inputs.title)
 
 
 def _read_d4_detail(path: Path) -> list[dict]:

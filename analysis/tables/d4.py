@@ -462,3 +462,12 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
 
     return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
                      + step_time.markdown_section(columns)) + "\n"
+
+
+def write_table_csv(path, columns: list[D4Column], lang: str = "en") -> None:
+    """The table of the columns as CSV (d4.csv, compare.csv): the rows of table_rows."""
+    import csv
+
+    from analysis.atomic_files import write_atomically
+
+    write_atomically(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)), binary=False)

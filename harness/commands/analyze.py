@@ -29,9 +29,9 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
                         "(exit 1, files still written) when a self-check fails (default: keep such steps, flag "
                         "mismatches and failed checks in the notes, problems.csv and checks.csv)")
     p.add_argument("--rank-policy", default="mean", type=rank_policy, help="combine ranks by mean, max, or rank:LABEL (default: mean)")
-    from analysis.api import step_statistics
+    from analysis.api import list_builtins
 
-    p.add_argument("--stat", default="mean", choices=list(step_statistics()),
+    p.add_argument("--stat", default="mean", choices=list(list_builtins("statistic")),
                    help="statistic over each rank's steps (analysis/data/tables/step_statistics.yaml; default: mean)")
     p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
     p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
@@ -109,17 +109,14 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
 
 
 def run(args) -> int:
-    from analysis.api import (AnalysisError, analyze, builtin_models, builtin_signatures, render_markdown,
-                              write_outputs)
+    from analysis.api import AnalysisError, analyze, list_builtins, write_outputs
 
     given = options_given(args)
     if args.list_signatures:
-        from analysis.api import load_signature
-
         print("signatures:")
-        for name in builtin_signatures():
-            print(f"  {name}: {load_signature(name).evidence or 'evidence not stated'}")
-        print("models:", ", ".join(builtin_models()))
+        for name, evidence in list_builtins("signature").items():
+            print(f"  {name}: {evidence}")
+        print("models:", ", ".join(list_builtins("model")))
         return 0
     if not args.traces:
         print("moe-harness analyze: give at least one trace file or directory", file=sys.stderr)
@@ -138,13 +135,13 @@ def run(args) -> int:
             return 2
         labels[path] = label
     name = args.name or Path(args.traces[0]).name.split(".trace")[0].split(".json")[0]  # shown escaped if not UTF-8
-    from analysis.api import load_expert_load, load_request_chunks
+    from analysis.api import check_input
 
-    for flag, value, read in (("--expert-load", args.expert_load, load_expert_load),
-                              ("--load-records", args.load_records, load_request_chunks)):
+    for flag, value, kind in (("--expert-load", args.expert_load, "expert_load"),
+                              ("--load-records", args.load_records, "load_records")):
         if value:
             try:
-                read(value)  # a bad file is the user's input: exit 2 before any trace is read
+                check_input(kind, value)  # a bad file is the user's input: exit 2 before any trace is read
             except AnalysisError as exc:
                 print(f"moe-harness analyze: {flag}: {exc}", file=sys.stderr)
                 return 2
@@ -166,7 +163,7 @@ def run(args) -> int:
     except AnalysisError as exc:
         print(f"moe-harness analyze: {exc}", file=sys.stderr)
         return 2
-    print_result(result, render_markdown([result.d4], args.lang))
+    print_result(result, result.markdown(args.lang))
     if out is not None:
         written, files = out.write_or_say(lambda folder: write_outputs(result, folder, args.lang))
         if not written:

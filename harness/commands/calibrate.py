@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from analysis.api import AnalysisError, calibrate, render_calibration_markdown as render_markdown
+    from analysis.api import AnalysisError, calibrate
 
     if (args.truth is None) == (not args.capture_trace):
         print("moe-harness calibrate: give either --truth TRACE or --decode TRACE with --capture-trace", file=sys.stderr)
@@ -47,7 +47,7 @@ def run(args) -> int:
     except AnalysisError as exc:
         print(f"moe-harness calibrate: {exc}", file=sys.stderr)
         return 2
-    text = render_markdown(cal)
+    text = cal.markdown()
     print(text)
     if out is not None:
         def fill(folder: Path) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from harness.commands import COMMANDS
 from harness.commands.analyze import add_analysis_options, add_overwrite_argument, options_from
 from harness.output_dir import OutputError, prepare_output
-from harness.commands.saved_analysis import open_saved
 from harness.commands.sol_options import sol_settings_from
 
 
@@ -34,16 +33,16 @@ def register(subparsers) -> None:
 
 
 def _column(name: str, paths: list[str], args, notes: list[str]):
-    from analysis.api import ANALYSIS_FILE, analyze
+    from analysis.api import analyze, open_saved, saved_file
     from harness.recorded_run import is_run_dir
 
     if len(paths) == 1:
-        for candidate in (Path(paths[0]), Path(paths[0]) / "analysis"):
-            if (candidate / ANALYSIS_FILE).exists():
-                _check_as_written(candidate / ANALYSIS_FILE)
-                saved = open_saved(paths[0], kernels=False)  # spreads derived for an older analysis
-                notes += saved.notes
-                return _as_saved(name, saved.column, args)
+        analysis_file = saved_file(paths[0])
+        if analysis_file is not None:
+            _check_as_written(analysis_file)
+            saved = open_saved(paths[0], kernels=False)  # spreads derived for an older analysis
+            notes += saved.notes
+            return _as_saved(name, saved.column, args)
         if is_run_dir(paths[0]):  # a run without its analysis.json: analysed again as it was
             from harness.reanalysis import reanalysed
 
@@ -52,46 +51,10 @@ def _column(name: str, paths: list[str], args, notes: list[str]):
     return analyze(paths, signature=args.signature, model=args.model, options=options_from(args, name)).d4
 
 
-def changes_of(columns) -> list:
-    """Each column after the first against the first (analysis.tables.d4_diff)."""
-    from analysis.api import diff_columns
-
-    return [diff_columns(columns[0], other) for other in columns[1:]]
-
-
-CHANGE_FIELDS = ("base", "other", "group", "module", "kernel", "base_us", "other_us", "diff_us", "base_sd_us",
-                 "other_sd_us", "band_us", "effect_us", "verdict")
-
-
-def write_changes_csv(path: Path, all_changes: list) -> None:
-    """changes.csv: one line per (comparison, row), the end-to-end line first with group `end-to-end` (its
-    values in ms, its effect in us)."""
-    import csv
-
-    from analysis.files import write_atomically
-
-    def write(fh):
-        out = csv.writer(fh)
-        out.writerow(CHANGE_FIELDS)
-        for changes in all_changes:
-            step = changes.step
-            for row, group in [(step, "end-to-end"), *((r, r.group) for r in changes.rows)]:
-                out.writerow([changes.base, changes.other, group, row.module, row.kernel,
-                              *("" if v is None else v for v in (row.base_us, row.other_us, row.diff_us, row.base_sd_us,
-                                                                  row.other_sd_us, row.band_us, row.effect_us)),
-                              row.verdict])
-
-    write_atomically(path, write, binary=False)
-
-
 def _as_saved(name: str, column, args):
-    """A column analysed before (or as its run did) under this name; SOL options given here apply to it too."""
+    """A column analysed before (or as its run did) under this name (compare_columns gives it the SOL
+    columns of the options given here)."""
     column.name = name
-    settings = sol_settings_from(args, model=args.model)
-    if settings is not None:
-        from analysis.api import with_sol
-
-        column = with_sol(column, settings)
     return column
 
 
@@ -106,21 +69,8 @@ def _check_as_written(path: Path) -> None:
         raise AnalysisError(str(exc)) from None
 
 
-def layer_count_note(columns) -> str:
-    """A note (also on stderr) when the columns' models have different layer counts: per-layer rows
-    compare, the all-layers and end-to-end lines do not."""
-    counts = {c.name: round(c.num_layers) for c in columns}
-    if len(set(counts.values())) < 2:
-        return ""
-    note = ("- LAYER COUNTS DIFFER: " + ", ".join(f"{name} {n:g}" for name, n in counts.items())
-            + " layers per step; the per-layer rows compare, the all-layers and end-to-end lines do not\n")
-    print(f"moe-harness compare: warning: {note[2:].strip()}", file=sys.stderr)
-    return note
-
-
 def run(args) -> int:
-    from analysis.files import write_atomically
-    from analysis.api import AnalysisError, render_changes_markdown, render_markdown, write_table_csv
+    from analysis.api import AnalysisError, compare_columns
     from harness.recorded_run import RunDirError
 
     columns, notes = [], []
@@ -136,25 +86,20 @@ def run(args) -> int:
                 print(f"moe-harness compare: a column is NAME=PATH[,PATH...], got {spec!r}", file=sys.stderr)
                 return 2
             columns.append(_column(name, paths.split(","), args, notes))
+        comparison = compare_columns(columns, args.lang, notes, sol=sol_settings_from(args, model=args.model))
     except (AnalysisError, RunDirError) as exc:
         print(f"moe-harness compare: {exc}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"moe-harness compare: note: {note}", file=sys.stderr)
-    all_changes = changes_of(columns)
-    table = render_markdown(columns, args.lang) + layer_count_note(columns) + "".join(f"- {n}\n" for n in notes)
-    table += "".join("\n" + render_changes_markdown(changes, args.lang) for changes in all_changes)
-    print(table)
+    for warning in comparison.warnings:
+        print(f"moe-harness compare: warning: {warning}", file=sys.stderr)
+    print(comparison.markdown)
     if out is not None:
-        def fill(folder: Path) -> None:
-            write_atomically(folder / "compare.md", table)
-            write_table_csv(folder / "compare.csv", columns, args.lang)
-            if all_changes:
-                write_changes_csv(folder / "changes.csv", all_changes)
-
-        if not out.write_or_say(fill)[0]:
+        if not out.write_or_say(comparison.write)[0]:
             return 2
-        print(f"wrote compare.md, compare.csv{' and changes.csv' if all_changes else ''} to {args.out}", file=sys.stderr)
+        print(f"wrote compare.md, compare.csv{' and changes.csv' if comparison.changes else ''} to {args.out}",
+              file=sys.stderr)
     failing = [f"{c.name}: {', '.join(c.failed_checks)}" for c in columns if c.failed_checks]
     if args.strict and failing:
         print(f"moe-harness compare: --strict: self-check failed in {'; '.join(failing)}", file=sys.stderr)

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import yaml
 
-    from analysis.api import AnalysisError, learn_signature, load_signature, load_trace
+    from analysis.api import AnalysisError, learn_signature
 
     out = Path(args.out)
     if os.path.lexists(out):  # a link too, dangling or not: the file is created, never written through one
@@ -36,7 +36,7 @@ def run(args) -> int:
         return 2
     steps = {int(s) for s in args.steps.split(",")} if args.steps else None
     try:
-        learned = learn_signature(load_trace(args.trace), load_signature(args.base), args.name,
+        learned = learn_signature(args.trace, args.base, args.name,
                                   args.description or f"learned from {Path(args.trace).name} by module ranges",
                                   steps)
     except (AnalysisError, ValueError) as exc:

@@ -18,7 +18,6 @@ from harness.arg_types import positive_float, positive_int
 from harness.commands import COMMANDS
 from harness.commands.sol_options import add_sol_options, sol_settings_from
 
-TRACE_SUFFIXES = (".json", ".json.gz")
 REPORT_NAMES = ("kernel_report.md", "kernel_report.html", "kernel_report_files")  # what write_report writes
 
 
@@ -57,35 +56,35 @@ def _new_out_dir() -> Path:
     return out
 
 
-def _checked(adir: Path) -> None:
+def _checked(reads: list[Path]) -> None:
     """The analysis files the report reads are the ones written (harness/recorded_files.py); inside a
     run directory, the run must have its manifest."""
-    from analysis.api import KERNEL_TABLES, AnalysisError
+    from analysis.api import AnalysisError
     from harness.recorded_files import RecordError, check_as_written
 
-    for name in (*KERNEL_TABLES, "d4_detail.csv", "analysis.json"):
-        if (adir / name).exists():
-            try:
-                check_as_written(adir / name, need_record=True)
-            except RecordError as exc:
-                raise AnalysisError(str(exc)) from None
+    for path in reads:
+        try:
+            check_as_written(path, need_record=True)
+        except RecordError as exc:
+            raise AnalysisError(str(exc)) from None
 
 
-def _from_analysis_dir(adir: Path):
+def _from_analysis_dir(adir: Path, reads: list[Path]):
     """An analysis folder's tables, once checked to be the ones written (analysis reads them)."""
-    from analysis.api import source_from_analysis_dir
+    from analysis.api import report_source
 
-    _checked(adir)
-    return source_from_analysis_dir(adir)
+    _checked(reads)
+    return report_source([adir], "generic")
 
 
 def _from_run_dir(run_dir: Path):
     """A run directory whose analysis/ lacks a kernel table (left out, or never written): its traces
     analysed again as the run analysed them (harness/reanalysis.py), read as an analysis folder."""
+    from analysis.api import report_reads
     from harness.reanalysis import reanalysed
 
     with reanalysed(run_dir) as (run, _, adir):
-        got = _from_analysis_dir(adir)
+        got = _from_analysis_dir(adir, report_reads(adir) or [])
     got.sources = list(run.traces)
     got.notes.append(f"Analysed again from the run's {len(run.traces)} trace(s) with the options it recorded "
                      f"({run_dir / 'analysis'} has no kernel table).")
@@ -94,34 +93,25 @@ def _from_run_dir(run_dir: Path):
 
 
 def _load_inputs(paths: list[Path], signature: str):
-    """What the report reads (analysis.api's ReportSource): an analysis or run directory's tables, or
+    """What the report reads (analysis.api.report_source): an analysis or run directory's tables, or
     trace files analysed (a folder of them, or the files given)."""
-    from analysis.api import KERNEL_TABLE, AnalysisError, kernel_table_in, report_source_from_traces
+    from analysis.api import report_reads, report_source
 
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise AnalysisError(f"no such file or directory: {', '.join(missing)}")
     if len(paths) == 1 and paths[0].is_dir():
         for adir in (paths[0], paths[0] / "analysis"):  # an analysis directory, or a run directory
-            if kernel_table_in(adir) is not None:
-                return _from_analysis_dir(adir)
+            reads = report_reads(adir)
+            if reads is not None:
+                return _from_analysis_dir(adir, reads)
         from harness.recorded_run import is_run_dir
 
         if is_run_dir(paths[0]):
             return _from_run_dir(paths[0])
-        traces = sorted(p for p in paths[0].rglob("*") if p.name.endswith(TRACE_SUFFIXES) and p.is_file())
-        if not traces:
-            raise AnalysisError(f"{paths[0]}: neither {KERNEL_TABLE} (or analysis/{KERNEL_TABLE}, or an older "
-                                "analysis's kernels_long.csv) nor trace files inside")
-        paths = traces
-    bad = [str(p) for p in paths if not p.name.endswith(TRACE_SUFFIXES)]
-    if bad:
-        raise AnalysisError(f"not trace files (.json/.json.gz): {', '.join(bad)}")
-    return report_source_from_traces(paths, signature)
+    return report_source(paths, signature)
 
 
-def build(args) -> tuple[list, str]:
-    """The report's blocks and title (analysis.api.kernel_report) from the inputs and the options."""
+def build(args):
+    """The report (analysis.api.kernel_report: its blocks and title, written by .write) from the inputs
+    and the options."""
     from analysis.api import ReportOptions, kernel_report
 
     got = _load_inputs([Path(p) for p in args.inputs], args.signature)
@@ -132,11 +122,11 @@ def build(args) -> tuple[list, str]:
 
 def _analysis_dir_of(inputs: list[str]) -> Path | None:
     """The analysis folder a single input stands for (itself or a run's analysis/), else None."""
-    from analysis.api import kernel_table_in
+    from analysis.api import report_reads
 
     if len(inputs) == 1 and Path(inputs[0]).is_dir():
         for adir in (Path(inputs[0]), Path(inputs[0]) / "analysis"):
-            if kernel_table_in(adir) is not None:
+            if report_reads(adir) is not None:
                 return adir
     return None
 
@@ -152,15 +142,15 @@ def prepare_out(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.api import AnalysisError, write_report
+    from analysis.api import AnalysisError
     from harness.output_dir import OutputError
     from harness.recorded_run import RunDirError
 
     try:
         out = prepare_out(args)
         out.check_names(REPORT_NAMES)  # beside an analysis: never over a user's report, refused before the work
-        blocks, title = build(args)
-        files = out.write(lambda folder: write_report(blocks, folder, title))
+        report = build(args)
+        files = out.write(report.write)
     except (AnalysisError, OutputError, RunDirError) as exc:
         print(f"moe-harness report: {exc}", file=sys.stderr)
         return 2

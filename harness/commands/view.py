@@ -3,7 +3,7 @@
 Input is a run directory (analysis/ inside) or an analysis folder, and optionally runs to compare
 it with. The page (analysis/report/page/) needs per-kernel timing for its layer bars, timeline and
 heat map: the folder's kernel table (kernels_long.parquet, or an older analysis's kernels_long.csv)
-where it has one, else the run's traces analysed again (harness/commands/saved_analysis.py says how,
+where it has one, else the run's traces analysed again (analysis/saved_analysis.py says how,
 and the page says which). Writes into --out (default RUN_OR_ANALYSIS_DIR/view, a folder of its
 own): view.html; with a run directory's traces, each trace with its attribution added
 (annotated-<trace name>); and kernels_long.parquet when the kernels were derived from the traces, so
@@ -12,17 +12,11 @@ the page's links hold.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from harness.commands import COMMANDS
-from harness.commands.saved_analysis import SavedAnalysis, open_saved
 from harness.output_dir import OutputError, prepare_output
-
-ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.parquet", "kernels_long.csv", "steps.csv",
-                  "streams.csv", "comm.csv", "checks.csv", "problems.csv", "analysis.json")
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -49,7 +43,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _unique_names(runs: list[SavedAnalysis]) -> None:
+def _unique_names(runs: list) -> None:
     """Columns are told apart by name: a repeated one gets ' (2)', ' (3)'."""
     seen: dict[str, int] = {}
     for saved in runs:
@@ -59,32 +53,16 @@ def _unique_names(runs: list[SavedAnalysis]) -> None:
             saved.column.name = f"{name} ({seen[name]})"
 
 
-def _fill(folder: Path, final: Path, args, runs: list[SavedAnalysis], changes: list) -> list[str]:
-    """Write the page and its companions into folder (moved to `final` afterwards); the names written.
-    The page links the first run's analysis files by their path from `final`."""
-    from analysis.api import ViewRun, write_view_files
-
-    run = runs[0]
-    links = [(f"{name}", os.path.relpath(run.analysis_dir / name, final)) for name in ANALYSIS_FILES
-             if (run.analysis_dir / name).is_file()]
-    view_run = ViewRun(analysis_dir=run.analysis_dir, kernel_rows=run.kernel_rows, step_rows=run.step_rows,
-                       kernels_from=run.kernels_from, traces=run.traces,
-                       no_kernels_why="; ".join(run.notes) or "not recorded")
-    return write_view_files(folder, [saved.column for saved in runs], view_run, changes, links,
-                            [n for saved in runs for n in saved.notes], lang=args.lang, rank=args.rank,
-                            step=args.step, annotated=not args.no_annotated_trace)
-
-
 def run(args: argparse.Namespace) -> int:
-    from analysis.api import AnalysisError, diff_columns
+    from analysis.api import AnalysisError, open_saved, write_view
 
     try:
         out_path = Path(args.out) if args.out else Path(args.run) / "view"
         out = prepare_output(out_path, "view", args.overwrite)
         runs = [open_saved(args.run, kernels=True)] + [open_saved(p, kernels=False) for p in args.compare_with]
         _unique_names(runs)
-        changes = [diff_columns(runs[0].column, other.column) for other in runs[1:]]
-        names = out.write(lambda folder: _fill(folder, out.path, args, runs, changes))
+        names = out.write(lambda folder: write_view(folder, out.path, runs, lang=args.lang, rank=args.rank,
+                                                    step=args.step, annotated=not args.no_annotated_trace))
     except (AnalysisError, OutputError) as exc:
         print(f"moe-harness view: {exc}", file=sys.stderr)
         return 2

@@ -73,10 +73,10 @@ def _columns_of(entry: dict) -> list[Column]:
     rows keep beside value_us (analysis's statistics file says which, and what each means)."""
     if not entry.get("step_statistics"):
         return [Column(**entry)]
-    from analysis.api import step_statistics
+    from analysis.api import list_builtins
 
-    return [Column(f"{name}_us", "float64", "microseconds", s.column)
-            for name, s in step_statistics().items() if s.column is not None]
+    return [Column(f"{name}_us", "float64", "microseconds", meaning)
+            for name, meaning in list_builtins("statistic").items() if meaning]
 
 
 def _convert(column: Column, text: str, where: str):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.api import (Analysis, AnalysisOptions, ExpertLoad, RankProblem, SolSettings,
-                          attribute, combine_rows, load_model_spec, load_request_chunks, load_signature)
+import msgspec
+
+from analysis.api import AnalysisOptions, attribute, combine_nodes
 
 
 def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
@@ -65,7 +66,7 @@ def analyze_node(paths: list[str], options: dict) -> dict:
                      options=AnalysisOptions(run=options.get("run", "run"), tbo=bool(options.get("tbo", False)),
                                              jobs=options.get("jobs"), capture_traces=captures))
     kept = _as_kept(paths, captures, options.get("node"))
-    problems = [RankProblem(path=kept(p.path), rank=p.rank, message=kept(p.message)) for p in rows.problems]
+    problems = [msgspec.structs.replace(p, path=kept(p.path), message=kept(p.message)) for p in rows.problems]
     return {"kernel_rows": rows.kernel_rows, "step_rows": rows.step_rows, "problems": problems,
             "failed_files": [kept(f) for f in rows.failed_files]}
 
@@ -74,7 +75,7 @@ def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
     """The run's signature checked against the node's first decode trace named by its capture traces
     (analysis.api.calibrate), or why it could not be; `signature_after_calibration` picks from these.
     Shared by the actor and `moe-harness analyze RUN_DIR`, like analyze_node (traces named alike)."""
-    from analysis.api import AnalysisError, calibrate, render_calibration_markdown
+    from analysis.api import AnalysisError, calibrate
 
     asked = options.get("capture_traces") or []
     captures = captures_with_files(asked)
@@ -87,7 +88,7 @@ def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
         cal = calibrate(options.get("signature", "generic"), decode_trace=decode_path, capture_refs=captures)
     except AnalysisError as exc:
         return {**where, "error": kept(str(exc))}
-    return {**where, "result": _kept_strings(cal.to_dict(), kept), "markdown": kept(render_calibration_markdown(cal))}
+    return {**where, "result": _kept_strings(cal.to_dict(), kept), "markdown": kept(cal.markdown())}
 
 
 def captures_with_files(refs: list[str]) -> list[str]:
@@ -145,21 +146,14 @@ def calibration_report(calibrations: list[dict], used: str) -> tuple[str, list[d
     return "\n".join(md), entries, "; ".join(lines) + f"; the table uses {used}"
 
 
-def combine(node_results: list[dict], options: dict, accept_length: float | None = None,
-            sol: SolSettings | None = None, expert_load: ExpertLoad | None = None,
-            load_records: str | None = None, window_start_s: float | None = None) -> Analysis:
-    """Every node's rows into one analysis, through the same tail as `analyze` (analysis.api.combine_rows):
-    the D4 column, with `sol` its SOL columns, the collectives split into wait and transfer over every
-    node's ranks with the expert load, and with `load_records` (the run's load/requests.jsonl) the
-    profiled steps against the load."""
-    sig = load_signature(options["signature"])
-    model = load_model_spec(options["model"]) if options.get("model") else None
-    kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
-    step_rows = [r for part in node_results for r in part["step_rows"]]
-    problems = [p for part in node_results for p in part["problems"]]  # the self-checks add theirs over every node
+def combine(node_results: list[dict], options: dict, accept_length: float | None = None, sol=None,
+            expert_load: str | None = None, load_records: str | None = None, window_start_s: float | None = None):
+    """Every node's rows into one analysis (analysis.api.Analysis), through the same tail as `analyze`
+    (analysis.api.combine_nodes): the D4 column, with `sol` (SolSettings) its SOL columns, the
+    collectives split into wait and transfer over every node's ranks with the expert load (the run's
+    expert_load.json), and with `load_records` (the run's load/requests.jsonl) the profiled steps
+    against the load."""
     run_options = AnalysisOptions(run=options["run"], rank_policy=options["rank_policy"], accept_length=accept_length,
-                                  sol=sol, window_start_s=window_start_s)
-    requests = load_request_chunks(load_records) if load_records is not None else None
-    failed_files = [f for part in node_results for f in part.get("failed_files", [])]
-    return combine_rows(kernel_rows, step_rows, problems, run_options, sig, model, failed_files=failed_files,
-                        requests=requests, expert_load=expert_load)
+                                  sol=sol, window_start_s=window_start_s, load_records=load_records,
+                                  expert_load=expert_load)
+    return combine_nodes(node_results, run_options, options["signature"], options.get("model"))

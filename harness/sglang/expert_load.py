@@ -14,12 +14,10 @@ table says why the expert load is missing.
 from __future__ import annotations
 
 import io
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.api import EXPERT_LOAD_FILE_NAME as FILE_NAME, EXPERT_LOAD_FORMAT as FORMAT
 from harness.run_dir import write_atomic
 from harness.sglang.http_post import post_json
 from harness.sglang.plan import expert_record_dir
@@ -96,22 +94,14 @@ def logical_count(dump: Path) -> list[list[list[int]]]:
     return counts.tolist()
 
 
-def expert_load_doc(counts: list[list[list[int]]], ep: int, extra_args: tuple[str, ...], source: str) -> dict:
-    """The analysis's expert_load.json from the dump's counts: summed over the passes, per layer."""
-    layers = len(counts[0]) if counts else 0
-    experts = len(counts[0][0]) if layers else 0
-    placement = ep > 1 and experts % ep == 0 and not any(a.split("=")[0] in PLACEMENT_FLAGS for a in extra_args)
-    out = []
-    for layer in range(layers):
-        per_expert = [sum(p[layer][e] for p in counts) for e in range(experts)]
-        per_rank = ([sum(per_expert[r * (experts // ep):(r + 1) * (experts // ep)]) for r in range(ep)]
-                    if placement else [])
-        out.append({"layer": layer, "tokens_per_expert": per_expert, "tokens_per_rank": per_rank})
-    return {"format": FORMAT, "source": source, "mode": "stat", "forward_passes": len(counts),
-            "ep_size": ep, "layers": out}
+def placement_known(extra_args: tuple[str, ...]) -> bool:
+    """Do the experts sit in the contiguous default placement (no PLACEMENT_FLAGS among the server's flags)."""
+    return not any(a.split("=")[0] in PLACEMENT_FLAGS for a in extra_args)
 
 
 def record_files(dump: Path, ep: int, extra_args: tuple[str, ...]) -> Path:
-    """expert_load.json beside the copied dump."""
-    doc = expert_load_doc(logical_count(dump), ep, extra_args, f"SGLang expert distribution recorder ({dump.name})")
-    return write_atomic(dump.parent / FILE_NAME, json.dumps(doc) + "\n")
+    """expert_load.json beside the copied dump (analysis.api.write_expert_load)."""
+    from analysis.api import write_expert_load
+
+    return write_expert_load(dump.parent, logical_count(dump), ep, placement_known(extra_args),
+                             f"SGLang expert distribution recorder ({dump.name})")

@@ -57,11 +57,9 @@ def finish_analysis(parts: list[dict], options: dict, calibrations: list[dict] |
     calibrations: calibrate_node per node, or None when the capture traces were not used (then
     facts.capture_note says why). Returns the table with the run's notes and the manifest entries
     `profiled_batch` and `calibration`."""
-    from analysis.api import load_expert_load
-
     sol, no_sol_reason = sol_settings_for(facts.scenario)  # SOL columns where the scenario says enough
     recorded = facts.expert_load or {}
-    load = load_expert_load(facts.run_dir / recorded["file"]) if "file" in recorded else None
+    load = str(facts.run_dir / recorded["file"]) if "file" in recorded else None  # its expert_load.json
     records = facts.run_dir / "load" / "requests.jsonl"  # the profiled steps against the load (load_compare.py)
     result = combine(parts, options, accept_length=facts.accept_length, sol=sol, expert_load=load,
                      load_records=str(records) if records.is_file() else None, window_start_s=facts.load_window_s)
@@ -88,11 +86,7 @@ def finish_analysis(parts: list[dict], options: dict, calibrations: list[dict] |
 def _check_profiled_batch(result, scheduler_batch, manifest: dict) -> str:
     """Every profiled decode/verify step's bs against the scenario's batch per scheduler: the steps
     outside it become problems (problems.csv) and the line under the table names them."""
-    from analysis.api import RankProblem, check_profiled_batch
-
-    check = check_profiled_batch(result.step_rows, scheduler_batch)
-    result.problems.extend(RankProblem(path="", rank=rank, message=f"profiled batch: {message}")
-                           for rank, message in check.problems())
+    check = result.check_profiled_batch(scheduler_batch)
     manifest["profiled_batch"] = check.summary()
     return f"\n{check.note()}\n"
 

@@ -45,6 +45,10 @@ class Calibration:
     reason: str
     notes: list[str] = field(default_factory=list)
 
+    def markdown(self) -> str:
+        """calibration.md (render_markdown)."""
+        return render_markdown(self)
+
     def to_dict(self) -> dict:
         return {
             "truth": self.truth, "chosen": self.chosen, "reason": self.reason, "notes": self.notes,

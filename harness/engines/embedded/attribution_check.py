@@ -11,13 +11,14 @@ import argparse
 import sys
 from collections import defaultdict
 
-from analysis.api import RankOptions, attribute_rank, load_signature, load_trace
+from analysis.api import AnalysisOptions, attribute
 
 
-def per_module_us(trace, sig, mode: str) -> dict[tuple[str, str], float]:
-    rows, _steps = attribute_rank(trace, sig, None, RankOptions(attribution=mode))
+def per_module_us(trace: str, signature: str, mode: str) -> dict[tuple[str, str], float]:
+    """Layer busy time per (group, module) of the trace file attributed in one mode (template or modules)."""
+    rows = attribute([trace], signature=signature, options=AnalysisOptions(attribution=mode, jobs=1))
     total: dict[tuple[str, str], float] = defaultdict(float)
-    for r in rows:
+    for r in rows.kernel_rows:
         if r.section == "layer":
             total[(r.group, r.module)] += r.busy_us
     return total
@@ -29,9 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--signature", default="embedded-hf-deepseek-v3-cuda")
     parser.add_argument("--tolerance-pct", type=float, default=2.0)
     args = parser.parse_args(argv)
-    trace = load_trace(args.trace)
-    sig = load_signature(args.signature)
-    template, modules = per_module_us(trace, sig, "template"), per_module_us(trace, sig, "modules")
+    template = per_module_us(args.trace, args.signature, "template")
+    modules = per_module_us(args.trace, args.signature, "modules")
     worst = 0.0
     print("| group | module | template us | module ranges us | diff % |\n|---|---|---|---|---|")
     for key in sorted(set(template) | set(modules)):

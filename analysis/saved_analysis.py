@@ -20,6 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.errors import AnalysisError
+from analysis.pipeline import ANALYSIS_FILE, AnalysisOptions, analyze, load_column, saved_rows
+from analysis.tables.d4_diff import has_spreads
+from analysis.tables.d4_spread import with_spreads
+
 TRACE_SUFFIXES = (".trace.json", ".trace.json.gz")
 
 
@@ -28,7 +33,7 @@ class SavedAnalysis:
     given: Path  # the path as the user gave it
     analysis_dir: Path
     run_dir: Path | None  # the run directory around analysis/, when the user gave one
-    column: object  # analysis.api's D4Column
+    column: object  # a D4Column
     kernel_rows: list | None = None
     step_rows: list | None = None
     kernels_from: str = ""  # where the kernels came from, for the page and the notes
@@ -38,8 +43,6 @@ class SavedAnalysis:
 
 def locate(path: str | Path) -> tuple[Path, Path | None]:
     """(analysis folder, run directory or None) for a run directory or an analysis folder."""
-    from analysis.api import ANALYSIS_FILE, AnalysisError
-
     given = Path(path)
     if not given.exists():
         raise AnalysisError(f"{given}: no such file or directory")
@@ -50,6 +53,14 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
         return given / "analysis", given
     raise AnalysisError(f"{given}: neither an analysis folder ({ANALYSIS_FILE} inside) nor a run directory "
                         f"(analysis/{ANALYSIS_FILE} inside)")
+
+
+def saved_file(path: str | Path) -> Path | None:
+    """The analysis.json a path stands for (an analysis folder's, or a run directory's analysis/), or None."""
+    for folder in (Path(path), Path(path) / "analysis"):
+        if (folder / ANALYSIS_FILE).is_file():
+            return folder / ANALYSIS_FILE
+    return None
 
 
 def run_traces(run_dir: Path | None) -> list[Path]:
@@ -71,8 +82,6 @@ def capture_folders(run_dir: Path | None) -> list[str]:
 def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
     """The saved column (with spreads derived when it lacks them and kernels are at hand); with
     `kernels`, its kernel and step rows too."""
-    from analysis.api import has_spreads, load_column
-
     analysis_dir, run_dir = locate(path)
     saved = SavedAnalysis(given=Path(path), analysis_dir=analysis_dir, run_dir=run_dir,
                           column=load_column(analysis_dir), traces=run_traces(run_dir))
@@ -82,8 +91,6 @@ def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
 
 
 def _load_kernels(saved: SavedAnalysis) -> None:
-    from analysis.api import AnalysisError, AnalysisOptions, analyze, has_spreads, saved_rows, with_spreads
-
     column = saved.column
     from_table = saved_rows(saved.analysis_dir, like=column)
     if from_table is not None:
@@ -111,3 +118,30 @@ def _load_kernels(saved: SavedAnalysis) -> None:
         saved.notes.append(f"{saved.given}: the kernels ({saved.kernels_from}) do not reproduce "
                            f"{len(disagree)} saved row(s) of analysis.json: {', '.join(disagree[:5])}"
                            + (" ..." if len(disagree) > 5 else ""))
+
+
+# What the page links of the first run's analysis folder, where present.
+ANALYSIS_FILES = ("d4.md", "d4.csv", "d4_detail.csv", "kernels_long.parquet", "kernels_long.csv", "steps.csv",
+                  "streams.csv", "comm.csv", "checks.csv", "problems.csv", ANALYSIS_FILE)
+
+
+def write_view(folder: Path, final: Path, runs: list[SavedAnalysis], lang: str = "en", rank: str | None = None,
+               step: int | None = None, annotated: bool = True) -> list[str]:
+    """`view`'s files in folder (moved to `final` afterwards): the page of the first run against the
+    others (analysis/report/page/view_files.py), its annotated traces; the names written. The page
+    links the first run's analysis files by their path from `final`."""
+    import os
+
+    from analysis.report.page.view_files import ViewRun, write_view_files
+    from analysis.tables.d4_diff import diff_columns
+
+    run = runs[0]
+    changes = [diff_columns(run.column, other.column) for other in runs[1:]]
+    links = [(name, os.path.relpath(run.analysis_dir / name, final)) for name in ANALYSIS_FILES
+             if (run.analysis_dir / name).is_file()]
+    view_run = ViewRun(analysis_dir=run.analysis_dir, kernel_rows=run.kernel_rows, step_rows=run.step_rows,
+                       kernels_from=run.kernels_from, traces=run.traces,
+                       no_kernels_why="; ".join(run.notes) or "not recorded")
+    return write_view_files(folder, [saved.column for saved in runs], view_run, changes, links,
+                            [n for saved in runs for n in saved.notes], lang=lang, rank=rank, step=step,
+                            annotated=annotated)
