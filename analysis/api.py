@@ -9,7 +9,7 @@ import the attribution pipeline, nor `analyze` the report and calibration code.
     analyse:    analyze (traces -> Analysis: .markdown(), .check_profiled_batch()), write_outputs,
                 AnalysisOptions, AnalysisError
     nodes:      attribute (one node's ranks), combine_nodes (every node's rows, the same tail as analyze)
-    saved:      saved_file, open_saved (a saved analysis, with its kernels when asked), write_view
+    saved:      open_saved (a saved analysis, with its kernels when asked), write_view
     compare:    compare_columns (tables, changes, files)
     report:     report_reads, report_source, kernel_report (.write), ReportOptions
     calibrate:  calibrate (.markdown()), learn_signature
@@ -25,7 +25,7 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.pipeline", name) for name in (
         "AnalysisOptions", "analyze", "write_outputs", "attribute", "combine_nodes", "report_reads", "report_source")},
     "learn_signature": ("analysis.pipeline", "learn_signature_from"),
-    **{name: ("analysis.saved_analysis", name) for name in ("saved_file", "open_saved", "write_view")},
+    **{name: ("analysis.saved_analysis", name) for name in ("open_saved", "write_view")},
     "compare_columns": ("analysis.tables.comparison", "compare_columns"),
     **{name: ("analysis.report.report_pipeline", name) for name in ("ReportOptions", "kernel_report")},
     "calibrate": ("analysis.attribution.rank.calibration", "calibrate"),

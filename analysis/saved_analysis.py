@@ -17,6 +17,7 @@ Without either, the column is used as saved: no spreads, and no per-kernel pictu
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,10 +80,17 @@ def capture_folders(run_dir: Path | None) -> list[str]:
     return [str(f) for f in folders if any(p.is_file() and p.name.endswith((".json", ".json.gz")) for p in f.iterdir())]
 
 
-def open_saved(path: str | Path, kernels: bool) -> SavedAnalysis:
+def open_saved(path: str | Path, kernels: bool = False, check: Callable[[Path], None] | None = None,
+               required: bool = True) -> SavedAnalysis | None:
     """The saved column (with spreads derived when it lacks them and kernels are at hand); with
-    `kernels`, its kernel and step rows too."""
+    `kernels`, its kernel and step rows too. `check` is called with the analysis.json before it is
+    read (the caller's check that it is the file written); not `required`: None where the path holds
+    no saved analysis (an AnalysisError otherwise)."""
+    if not required and saved_file(path) is None:
+        return None
     analysis_dir, run_dir = locate(path)
+    if check is not None:
+        check(analysis_dir / ANALYSIS_FILE)
     saved = SavedAnalysis(given=Path(path), analysis_dir=analysis_dir, run_dir=run_dir,
                           column=load_column(analysis_dir), traces=run_traces(run_dir))
     if kernels or not has_spreads(saved.column):

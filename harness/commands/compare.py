@@ -33,14 +33,13 @@ def register(subparsers) -> None:
 
 
 def _column(name: str, paths: list[str], args, notes: list[str]):
-    from analysis.api import analyze, open_saved, saved_file
+    from analysis.api import analyze, open_saved
     from harness.recorded_run import is_run_dir
 
     if len(paths) == 1:
-        analysis_file = saved_file(paths[0])
-        if analysis_file is not None:
-            _check_as_written(analysis_file)
-            saved = open_saved(paths[0], kernels=False)  # spreads derived for an older analysis
+        # spreads derived for an older analysis; None where the path holds no analysis.json
+        saved = open_saved(paths[0], kernels=False, check=_check_as_written, required=False)
+        if saved is not None:
             notes += saved.notes
             return _as_saved(name, saved.column, args)
         if is_run_dir(paths[0]):  # a run without its analysis.json: analysed again as it was
