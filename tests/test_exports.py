@@ -153,3 +153,18 @@ def test_docs_list_every_column():
         assert documented == [SCHEMA_VERSION_COLUMN] + [c.name for c in spec.columns], name
         for column in spec.columns:
             assert column.meaning in section, (name, column.name)
+
+
+def test_each_export_schema_is_its_writers_columns_in_order():
+    """One schema per table: what the analysis writes (the kernel table and steps.csv: their row
+    structs' fields; d4_detail.csv: its header, statistics from their file) is what columns.yaml
+    exports and docs/exports.md documents (test_docs_list_every_column), in the same order; a field
+    added to a row struct without its schema entry fails here, not in a user's export."""
+    from analysis.attribution.rows import KernelRow, StepRow
+    from analysis.tables.d4_detail import HEADER
+
+    writers = {"kernels_long": list(KernelRow.__struct_fields__), "steps": list(StepRow.__struct_fields__), "d4": HEADER}
+    _, specs = load_schema()
+    assert set(specs) == set(writers)
+    for name, spec in specs.items():
+        assert [c.name for c in spec.columns] == writers[name], name
