@@ -46,6 +46,7 @@ from analysis.attribution.rows import KernelRow, RankProblem, StepRow
 from analysis.ingest.trace_loader import load_trace
 
 if TYPE_CHECKING:
+    from analysis.ingest.expert_load import ExpertLoad
     from analysis.report.report_pipeline import ReportSource
 
 ANALYSIS_FILE = "analysis.json"

@@ -13,7 +13,6 @@ import enum
 import sys
 import types
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

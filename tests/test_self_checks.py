@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.pipeline import AnalysisOptions, analyze, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.errors import AnalysisError
 from analysis.ingest.model_spec import load_model_spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 from pathlib import Path
 
 import pytest
