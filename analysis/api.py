@@ -13,9 +13,10 @@ import the attribution pipeline, nor `analyze` the report and calibration code.
     compare:    compare_columns (tables, changes, files)
     report:     report_reads, report_source, kernel_report (.write), ReportOptions
     calibrate:  calibrate (.markdown()), learn_signature
-    inputs:     list_builtins (signatures, models, hardware, step statistics), check_input,
-                sol_settings, shapes_mismatch
-    files:      read_parquet_table, read_ncu_csv, load_metric_config, write_expert_load (the file the
+    inputs:     list_builtins (signatures, models, hardware, step statistics, the Nsight Compute
+                metrics the report reads), check_input, sol_settings (checked against an engine's
+                model config where given)
+    files:      read_parquet_table, ncu_launches, write_expert_load (the file the
                 run makes of SGLang's expert-distribution dump, in the form analysis reads)
 """
 from __future__ import annotations
@@ -30,9 +31,9 @@ _DOOR: dict[str, tuple[str, str]] = {
     **{name: ("analysis.report.report_pipeline", name) for name in ("ReportOptions", "kernel_report")},
     "calibrate": ("analysis.attribution.rank.calibration", "calibrate"),
     **{name: ("analysis.catalog", name) for name in ("list_builtins", "check_input")},
-    **{name: ("analysis.sol.settings", name) for name in ("sol_settings", "shapes_mismatch")},
+    "sol_settings": ("analysis.sol.settings", "sol_settings"),
     "read_parquet_table": ("analysis.tables.parquet_reader", "read_parquet_file"),
-    **{name: ("analysis.report.ncu", name) for name in ("load_metric_config", "read_ncu_csv")},
+    "ncu_launches": ("analysis.report.ncu", "ncu_launches"),
     "write_expert_load": ("analysis.ingest.expert_load", "write_expert_load"),
 }
 

@@ -1,5 +1,5 @@
 """What the harness may ask of analysis's data before any trace is read: the built-in names of a
-kind (signatures, models, hardware peaks, step statistics), and whether a reference (a built-in name or a file) loads
+kind (signatures, models, hardware peaks, step statistics, Nsight Compute metrics), and whether a reference (a built-in name or a file) loads
 as its kind. One verb each, so a scenario check or an option's check is not a loader per kind."""
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ KINDS = ("signature", "model", "hardware", "sol_shapes", "expert_load", "load_re
 
 
 def list_builtins(kind: str) -> dict[str, str]:
-    """The built-in names of a kind (signature, model, hardware or statistic), each with a line about
-    it (a signature's evidence; a step statistic's column meaning, empty for one without a column;
-    empty for the others): in name order, the statistics in their file's order."""
+    """The built-in names of a kind (signature, model, hardware, statistic, or ncu_metric: the
+    Nsight Compute metrics the report's roofline counts FLOPs from), each with a line about it (a
+    signature's evidence; a step statistic's column meaning, empty for one without a column; a
+    metric's FLOPs per count; empty for the others): in name order, statistics and metrics in their
+    file's order."""
     if kind == "signature":
         from analysis.attribution.signature import builtin_signatures, load_signature
 
@@ -22,11 +24,15 @@ def list_builtins(kind: str) -> dict[str, str]:
         from analysis.sol.hardware import list_hardware
 
         return dict.fromkeys(list_hardware(), "")
+    if kind == "ncu_metric":
+        from analysis.report.ncu import load_metric_config
+
+        return {name: f"flops x {weight:g}" for name, weight in load_metric_config().flop_metrics.items()}
     if kind == "statistic":
         from analysis.tables.d4_cells import step_statistics
 
         return {name: s.column or "" for name, s in step_statistics().items()}
-    raise ValueError(f"no built-ins of kind {kind!r}: signature, model, hardware or statistic")
+    raise ValueError(f"no built-ins of kind {kind!r}: signature, model, hardware, statistic or ncu_metric")
 
 
 def check_input(kind: str, ref: str) -> None:

@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import math
 
-from analysis.api import AnalysisError, check_input, list_builtins, shapes_mismatch, sol_settings
+from analysis.api import AnalysisError, check_input, list_builtins, sol_settings
 from harness.scenario import EmbeddedEngine, Scenario, embedded_model_config
-
-# DeepseekV3Config keyword -> ModelShapes field, where the names differ
-_CONFIG_TO_SHAPES = {"num_hidden_layers": "num_layers"}
 
 
 def _kv_dtype(extra_args: list[str]) -> str:
@@ -50,12 +47,11 @@ def sol_settings_for(scenario: Scenario) -> tuple[object | None, str]:
     if gpu not in known:
         return None, f"cluster.gpu_type {scenario.cluster.gpu_type!r} has no peaks file (known: {', '.join(known)})"
     engine, w = scenario.engine, scenario.workload
+    engine_config = None
     if isinstance(engine, EmbeddedEngine):
         if engine.dtype != "bfloat16":
             return None, f"embedded engine dtype {engine.dtype} is neither fp8 nor bf16"
-        mismatch = shapes_mismatch(model, embedded_model_config(scenario), _CONFIG_TO_SHAPES)
-        if mismatch:
-            return None, f"model {model!r} shapes differ from engine.preset {engine.preset!r}: {mismatch}"
+        engine_config = embedded_model_config(scenario)  # its shapes must be the model's (sol_settings checks)
         tp, dp, ep, draft, weights, kv, form = 1, 1, 1, 0, "bf16", "bf16", "expanded"
     else:
         if engine.dp > 1 and not engine.dp_attention:
@@ -65,8 +61,8 @@ def sol_settings_for(scenario: Scenario) -> tuple[object | None, str]:
         draft = engine.speculative.num_draft_tokens - 1 if engine.speculative else 0
         weights, kv, form = "fp8", _kv_dtype(engine.extra_args), "absorbed"
     try:
-        return sol_settings(gpu, model, batch_per_rank=math.ceil(w.batch_size / dp), kv_len=w.input_len + w.warmup_steps,
-                            tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
+        return sol_settings(gpu, model, engine_config=engine_config, batch_per_rank=math.ceil(w.batch_size / dp),
+                            kv_len=w.input_len + w.warmup_steps, tp=tp, dp=dp, ep=ep, mtp_draft_tokens=draft, weight_dtype=weights, kv_dtype=kv,
                             mla_form=form), ""
     except AnalysisError as exc:
         return None, str(exc)

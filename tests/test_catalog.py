@@ -51,3 +51,11 @@ def test_the_step_statistics_are_those_of_their_file_in_its_order():
     statistics = list_builtins("statistic")
     assert list(statistics) == ["mean", "median", "p90"]
     assert statistics["mean"] == "" and "median" in statistics["median"] and "90th" in statistics["p90"]
+
+
+def test_the_ncu_metrics_are_the_flop_metrics_the_report_reads_in_their_order():
+    from analysis.report.ncu import load_metric_config
+
+    metrics = list_builtins("ncu_metric")
+    assert list(metrics) == list(load_metric_config().flop_metrics) and metrics
+    assert all(line.startswith("flops x ") for line in metrics.values())

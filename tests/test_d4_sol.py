@@ -149,3 +149,18 @@ def test_sglang_driver_combine_adds_the_scenario_sol(trace):
     assert combined.sol == settings and render_markdown([combined]) == render_markdown([direct])
     assert sum(r.sol_us is not None for r in combined.rows) >= 20
     assert combine(parts, options).d4.sol is None  # no settings: no columns
+
+
+def test_an_embedded_scenario_gets_sol_settings_only_where_its_preset_has_the_models_shapes():
+    """demo_gpu runs the wide-gpu preset as deepseek-v3-wide4, whose SOL shapes it has; told to take
+    deepseek-v3's (61 layers, 256 experts), the SOL columns are refused, naming the keys that differ."""
+    from harness.scenario import load_scenario, parse_scenario, scenario_to_yaml
+    from harness.scenario_sol import sol_settings_for
+
+    settings, why = sol_settings_for(load_scenario("demo_gpu")[0])
+    assert why == "" and settings.model == "deepseek-v3-wide4" and settings.deployment.mla_form == "expanded"
+    text = scenario_to_yaml(load_scenario("demo_gpu")[0])
+    assert "\n  model: null\n" in text  # the analysis section's model: the scenario's own
+    other = parse_scenario(text.replace("\n  model: null\n", "\n  model: deepseek-v3\n"), "t.yaml")
+    settings, why = sol_settings_for(other)
+    assert settings is None and "shapes differ" in why and "num_hidden_layers 4 != 61" in why, why

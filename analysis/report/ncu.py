@@ -244,3 +244,9 @@ def class_counts(kernels: list[NcuKernel]) -> dict[str, int]:
     for k in kernels:
         counts[k.classification] = counts.get(k.classification, 0) + 1
     return counts
+
+
+def ncu_launches(path: str | Path) -> list[tuple[str, float]]:
+    """(kernel symbol, duration us) of every launch in an ncu CSV export, in launch order: what the
+    `ncu` command ranks a scan by and counts a detail pass's coverage with (read_ncu_csv)."""
+    return [(k.symbol, k.values.get("duration_us", 0.0)) for k in read_ncu_csv(path)]

@@ -12,12 +12,21 @@ from analysis.sol.estimate import Deployment, SolSettings
 from analysis.sol.model_shapes import ModelShapes, load_model_shapes
 
 DEPLOYMENT_FIELDS = Deployment.__struct_fields__  # batch_per_rank, kv_len, tp, dp, ep, mtp_draft_tokens, dtypes, mla_form
+# A Hugging Face DeepseekV3Config keyword -> the ModelShapes field, where the names differ.
+CONFIG_TO_SHAPES = {"num_hidden_layers": "num_layers"}
 
 
-def sol_settings(hardware: str, model: str, checked: bool = True, **deployment) -> SolSettings:
+def sol_settings(hardware: str, model: str, checked: bool = True, engine_config: dict | None = None,
+                 **deployment) -> SolSettings:
     """The settings of these deployment fields (DEPLOYMENT_FIELDS); `checked`: once the deployment is
     valid, else an AnalysisError (SolInputError) says which field is not (unchecked, the analysis
-    checks them before any trace is read)."""
+    checks them before any trace is read). engine_config: the model config the engine runs (an
+    embedded preset with its overrides, DeepseekV3Config keywords); where a key differs from the
+    model's SOL shapes, an AnalysisError names each one."""
+    if engine_config is not None:
+        mismatch = shapes_mismatch(model, engine_config, CONFIG_TO_SHAPES)
+        if mismatch:
+            raise AnalysisError(f"model {model!r} shapes differ from the engine's model config: {mismatch}")
     unknown = sorted(set(deployment) - set(DEPLOYMENT_FIELDS))
     if unknown:
         raise AnalysisError(f"unknown deployment fields: {', '.join(unknown)}")

@@ -108,9 +108,9 @@ def detail_launch_count(scan_order: list[str], names: list[str], instances: int,
 
 def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], launch_count: int,
                    nvtx_range: str = DEFAULT_NVTX_RANGE) -> list[str]:
-    from analysis.api import load_metric_config
+    from analysis.api import list_builtins
 
-    metrics = list(dict.fromkeys([*load_metric_config().flop_metrics, *EXTRA_METRICS]))
+    metrics = list(dict.fromkeys([*list_builtins("ncu_metric"), *EXTRA_METRICS]))
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--csv", "--page", "raw",
            "--print-kernel-base", "mangled"]
     for section in SECTIONS:
@@ -125,9 +125,9 @@ def detail_command(ncu: str, workload: list[str], log: Path, names: list[str], l
 
 def scan_launches(scan_csv: Path) -> list[tuple[str, float]]:
     """(kernel symbol, duration us) of every launch in a scan export, in launch order."""
-    from analysis.api import read_ncu_csv
+    from analysis.api import ncu_launches
 
-    return [(k.symbol, k.values.get("duration_us", 0.0)) for k in read_ncu_csv(scan_csv)]
+    return ncu_launches(scan_csv)
 
 
 def top_kernel_names(launches: list[tuple[str, float]], top: int) -> list[tuple[str, float, int]]:
@@ -143,12 +143,12 @@ def top_kernel_names(launches: list[tuple[str, float]], top: int) -> list[tuple[
 
 def coverage(detail_csv: Path, names: list[str]) -> dict[str, int]:
     """Profiled launches per requested top kernel in a detail export (0 = not selected)."""
-    from analysis.api import read_ncu_csv
+    from analysis.api import ncu_launches
 
     got = {n: 0 for n in names}
-    for k in read_ncu_csv(detail_csv):
-        if k.symbol in got:
-            got[k.symbol] += 1
+    for symbol, _ in ncu_launches(detail_csv):
+        if symbol in got:
+            got[symbol] += 1
     return got
 
 
