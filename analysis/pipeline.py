@@ -216,12 +216,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     options = _shown_options(options or AnalysisOptions())
     if options.stat not in STATS:
         raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
-    sig: Signature = load_signature(signature)  # fail fast on a bad signature or model
-    spec: ModelSpec | None = load_model_spec(model) if model else None
-    if options.sol is not None:
-        _check_sol(options.sol)
-    load = load_expert_load(options.expert_load) if options.expert_load else None
-    requests = load_request_chunks(options.load_records) if options.load_records else None
+    sig, spec, requests, load = _tail_inputs(signature, model, options, check_sol=True)  # fail fast on a bad one
     rows = _attribute(paths, signature, model, options, progress, checked=True)
     return combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
                         total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
@@ -338,19 +333,30 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
         digest=digest)
 
 
+def _tail_inputs(signature: str, model: str | None, options: AnalysisOptions, check_sol: bool = False):
+    """What the pipeline's tail reads besides the rows, by reference: (the signature, the model spec
+    or None, the load's request log or None, the expert load or None); `analyze` reads them before
+    any trace (and with check_sol its SOL settings are checked, after the model), `combine_nodes`
+    before joining the nodes' rows."""
+    sig: Signature = load_signature(signature)
+    spec: ModelSpec | None = load_model_spec(model) if model else None
+    if check_sol and options.sol is not None:
+        _check_sol(options.sol)
+    load = load_expert_load(options.expert_load) if options.expert_load else None
+    requests = load_request_chunks(options.load_records) if options.load_records else None
+    return sig, spec, requests, load
+
+
 def combine_nodes(node_results: list[dict], options: AnalysisOptions, signature: str,
                   model: str | None = None) -> Analysis:
     """Rows attributed node by node (`attribute`'s, one dict per node: kernel_rows, step_rows, problems,
     failed_files) into one analysis through combine_rows, the tail `analyze` uses; the signature, the
     model, options.load_records and options.expert_load are loaded here, as `analyze` loads them."""
-    sig = load_signature(signature)
-    spec = load_model_spec(model) if model else None
+    sig, spec, requests, load = _tail_inputs(signature, model, options)
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
     problems = [p for part in node_results for p in part["problems"]]  # the self-checks add theirs over every node
     failed_files = [f for part in node_results for f in part.get("failed_files", [])]
-    requests = load_request_chunks(options.load_records) if options.load_records else None
-    load = load_expert_load(options.expert_load) if options.expert_load else None
     return combine_rows(kernel_rows, step_rows, problems, options, sig, spec, failed_files=failed_files,
                         requests=requests, expert_load=load)
 

@@ -47,11 +47,12 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
     given = Path(path)
     if not given.exists():
         raise AnalysisError(f"{given}: no such file or directory")
-    if (given / ANALYSIS_FILE).is_file():
+    found = saved_file(given)
+    if found is not None and found.parent == given:
         run_dir = given.parent if (given.parent / "traces").is_dir() and given.name == "analysis" else None
         return given, run_dir
-    if (given / "analysis" / ANALYSIS_FILE).is_file():
-        return given / "analysis", given
+    if found is not None:
+        return found.parent, given
     raise AnalysisError(f"{given}: neither an analysis folder ({ANALYSIS_FILE} inside) nor a run directory "
                         f"(analysis/{ANALYSIS_FILE} inside)")
 

@@ -36,15 +36,6 @@ def sol_settings(hardware: str, model: str, checked: bool = True, engine_config:
     return settings
 
 
-def has_sol_shapes(model: str) -> bool:
-    """Does the model have SOL shapes (analysis/data/models/<name>.yaml `shapes:`)."""
-    try:
-        load_model_shapes(model)
-    except AnalysisError:
-        return False
-    return True
-
-
 def shapes_mismatch(model: str, config: dict, renamed: dict[str, str] | None = None) -> str:
     """The config keys (a preset with its overrides) whose value differs from the model's SOL shapes,
     as 'key a != b' (renamed: config key -> shapes field where they differ)."""
