@@ -23,6 +23,7 @@ from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, write_table_csv
 from analysis.tables.d4_cells import flat_stats, nested_stats
 from analysis.tables.d4_detail import write_detail
+from analysis.tables.encoded_rows import EncodedRows
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.parquet_writer import RowGroup
 from analysis.tables.rank_digest import Digest, RankDigest
@@ -154,16 +155,18 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
 
 def _analyze_one_in_worker(*args) -> _RankResult:
     """_analyze_one in a worker process, which also makes the rank's digest there, beside the other
-    ranks' workers (analysis/tables/rank_digest.py); the rows go back as columns
-    (analysis/attribution/row_columns.py), cheaper to pickle. args: _analyze_one's, then --strict."""
+    ranks' workers (analysis/tables/rank_digest.py). The rows go back as columns
+    (analysis/attribution/row_columns.py), cheaper to pickle, or, with send_rows False, not at all:
+    the digest's encoded kernel table holds them (analysis/tables/encoded_rows.py).
+    args: _analyze_one's, then --strict and send_rows."""
     from analysis.attribution.row_columns import RowColumns
     from analysis.tables.rank_digest import digest_rank
 
-    *rank_args, strict = args
+    *rank_args, strict, send_rows = args
     with gc_paused():
         value = _load_and_attribute(*rank_args)
         digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict)
-        return value._replace(kernel_rows=RowColumns(value.kernel_rows), digest=digest)
+        return value._replace(kernel_rows=RowColumns(value.kernel_rows) if send_rows else None, digest=digest)
 
 
 def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
@@ -217,7 +220,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     if options.stat not in STATS:
         raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
     sig, spec, requests, load = _tail_inputs(signature, model, options, check_sol=True)  # fail fast on a bad one
-    rows = _attribute(paths, signature, model, options, progress, checked=True)
+    rows = _attribute(paths, signature, model, options, progress, checked=True, send_rows=False)
     return combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
                         total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
                         expert_load=load, chains=rows.chains, rank_files=rows.rank_files, digest=rows.digest)
@@ -261,8 +264,9 @@ def _shown_options(options: AnalysisOptions) -> AnalysisOptions:
 
 
 def _attribute(paths: list[str], signature: str, model: str | None, options: AnalysisOptions,
-               progress: bool, checked: bool = False) -> AttributedRows:
-    """`checked`: the caller has read the signature and model already."""
+               progress: bool, checked: bool = False, send_rows: bool = True) -> AttributedRows:
+    """`checked`: the caller has read the signature and model already. `send_rows` False: rank
+    workers keep their rows in their digests' encoded kernel table, decoded only where read."""
     if options.attribution not in ATTRIBUTION_MODES:
         raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
     if not checked:  # fail fast on a bad signature or model, before any trace is read
@@ -296,11 +300,13 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict)): i
+                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict, send_rows)): i
                            for i, a in enumerate(args)}
                 for fut in as_completed(futures):
                     ok, value = fut.result()
-                    results[futures[fut]] = (ok, value._replace(kernel_rows=value.kernel_rows.take_rows()) if ok else value)
+                    if ok and value.kernel_rows is not None:
+                        value = value._replace(kernel_rows=value.kernel_rows.take_rows())
+                    results[futures[fut]] = (ok, value)
                     advance()
     _refuse_the_same_trace_twice(files, results)
     digest: Digest | None = Digest()
@@ -313,7 +319,8 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
             elif digest is not None:
                 digest.add(label, rank_digest)
             chains.update({(label, step): chain for step, chain in rank_chains.items()})
-            kernel_rows.extend(k_rows)
+            if k_rows is not None:
+                kernel_rows.extend(k_rows)
             step_rows.extend(s_rows)
             total_bytes += nbytes
             problems.extend(RankProblem(path=shown_path(files[i]), rank=label, message=shown_path(note)) for note in notes)
@@ -326,6 +333,8 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
+    if not send_rows and digest is not None and digest.rows and not kernel_rows:
+        kernel_rows = EncodedRows(digest.kernel_table, digest.rows)
     return AttributedRows(
         kernel_rows, step_rows, problems, total_bytes,
         failed_files=[shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok],
@@ -379,7 +388,8 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
                       accept_length=options.accept_length, row_order=sig.template_order(), signature=sig.name,
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict,
-                      cells=digest.cells if digest is not None else None)
+                      cells=digest.cells if digest is not None else None,
+                      share=digest.share if digest is not None else None)
     d4.failed_files = list(failed_files or [])
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
@@ -391,9 +401,10 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
         from analysis.tables.d4_sol import with_sol
 
         d4 = with_sol(d4, options.sol)
-    comm_rows = split_collectives(kernel_rows, step_rows)
+    collectives = digest.collectives if digest is not None else None
+    comm_rows = split_collectives(kernel_rows, step_rows, collectives)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, expert_load)
-    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict)
+    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict, collectives)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
                     comm_rows=comm_rows, checks=checks, digest=digest)
 

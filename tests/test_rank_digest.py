@@ -15,10 +15,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.pipeline import AnalysisOptions, analyze, combine_rows, write_outputs
+from analysis.pipeline import AnalysisOptions, analyze, attribute, combine_rows, write_outputs
+from analysis.attribution.comm_split import rank_collectives, rows_by_rank, split_collectives
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 from analysis.tables.d4 import main_stage
+from analysis.tables.encoded_rows import EncodedRows
 from analysis.tables.kernel_table import read_kernel_rows
 from analysis.tables.rank_digest import Digest, digest_rank
 from analysis.tables.self_check_parts import rank_checks, rows_by_step
@@ -59,6 +61,32 @@ def test_the_stream_summary_follows_the_rank_labels_not_the_worker_order(tmp_pat
     one_by_one = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=1, labels=labels))
     assert [s.rank for s in workers.streams] == sorted(s.rank for s in workers.streams)
     assert workers.streams == one_by_one.streams
+
+
+def test_workers_rows_stay_encoded_until_read_and_read_back_equal(tmp_path):
+    """`analyze` with workers keeps the rows in the digests' encoded kernel table: the tables and
+    every file are made without decoding them, and read, they are the rows of one process."""
+    workers = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=2))
+    write_outputs(workers, tmp_path)
+    rows = workers.kernel_rows
+    assert isinstance(rows, EncodedRows) and rows._rows is None  # nothing on the command's path read them
+    one_by_one = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=1)).kernel_rows
+    assert len(rows) == len(one_by_one) and rows._rows is None  # the count needs no decoding
+    assert rows == one_by_one and list(rows) == one_by_one and rows[5] == one_by_one[5]
+    sent = pickle.loads(pickle.dumps(rows))  # to another process (a node's result) as the plain rows
+    assert type(sent) is list and sent == one_by_one
+    assert isinstance(attribute([str(p) for p in EP4], options=AnalysisOptions(jobs=2)).kernel_rows, list)
+
+
+def test_the_split_leaves_the_workers_parts_as_they_came():
+    result = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=1))
+    rows, steps = result.kernel_rows, result.step_rows
+    parts = {rank: rank_collectives(rank, own) for rank, own in rows_by_rank(rows).items()}
+    before = pickle.dumps(parts)
+    first = split_collectives(rows, steps, parts)
+    assert any(c.wait_us is not None for c in first)  # it did split
+    assert first == split_collectives(rows, steps, parts) == split_collectives(rows, steps)
+    assert pickle.dumps(parts) == before
 
 
 def test_a_digest_of_other_rows_is_not_used(tmp_path):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 
 import msgspec
 
@@ -81,10 +82,6 @@ def is_comm_kernel(row: KernelRow) -> bool:
     return class_test(COMMUNICATION)[row.kernel_name]
 
 
-def _key(row: KernelRow, occurrence: int) -> tuple:
-    return (row.step, row.stage, row.micro_batch, row.layer, row.module, occurrence)
-
-
 def _preceding(rows: list[KernelRow], index: int) -> tuple[str, int]:
     """The module (and layer) of the nearest earlier kernel of the same step outside the
     collective's own module: what held the rank up when it arrives last."""
@@ -102,46 +99,84 @@ _BY_STEP = operator.attrgetter("step")
 _BY_START = operator.attrgetter("start_us")
 
 
-def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None) -> list[CommRow]:
-    """Every communication kernel of every rank as a CommRow, split where all ranks have it."""
+@dataclass
+class RankCollectives:
+    """One rank's collectives before the split: its CommRows with wait / transfer not yet known, and
+    the section of its rows outside the layers at each collective's (step, start) there (fill_waits
+    places such a collective's wait by it). Made from one rank's rows alone, so a rank's worker
+    makes it beside the others (analysis/tables/rank_digest.py) and the split only matches them."""
+
+    rows: list[CommRow]
+    sections: dict[tuple[int, float], str]
+
+
+def rank_collectives(rank: str, rows: list[KernelRow]) -> RankCollectives:
+    """The rank's communication kernels (its rows, in row order) as unsplit CommRows, each with the
+    idle gap before it and what the rank ran just before it."""
+    is_comm = class_test(COMMUNICATION)  # is_comm_kernel, indexed by name in this hot loop
+    if not any(is_comm[name] for name in {row.kernel_name for row in rows}):
+        return RankCollectives([], {})  # no collective at all (one GPU): no walk over the rows
+    # by (step, start), ties in row order: two stable sorts on one key each (cheaper than on pairs)
+    ordered = sorted(rows, key=_BY_START)
+    ordered.sort(key=_BY_STEP)
+    counts: dict[tuple, int] = defaultdict(int)
+    found: list[CommRow] = []
+    step, busy_until = None, 0.0  # the latest kernel end so far in the step (any stream)
+    for i, row in enumerate(ordered):
+        start = row.start_us
+        if row.step != step:
+            step, busy_until = row.step, start
+        gap = start - busy_until
+        idle = gap if gap > 0.0 else 0.0
+        end = start + row.busy_us
+        if end > busy_until:
+            busy_until = end
+        if not is_comm[row.kernel_name]:
+            continue
+        base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
+        occurrence = counts[base]
+        counts[base] += 1
+        module, layer = _preceding(ordered, i)
+        found.append(CommRow(
+            step=row.step, layer=row.layer, module=row.module, rank=rank, busy_us=row.busy_us,
+            wait_us=None, transfer_us=None, last_rank=None, stage=row.stage, micro_batch=row.micro_batch,
+            group=row.group, occurrence=occurrence, kernel=row.kernel, start_us=row.start_us,
+            clock_offset_us=None, end_skew_us=None, preceding_module=module, preceding_layer=layer,
+            idle_before_us=idle))
+    outside = {(c.step, c.start_us) for c in found if c.layer < 0}
+    sections: dict[tuple[int, float], str] = {}
+    if outside:  # the last row outside the layers at that (step, start), in row order, as fill_waits read it
+        for row in rows:
+            if row.layer < 0 and (row.step, row.start_us) in outside:
+                sections[(row.step, row.start_us)] = row.section
+    return RankCollectives(found, sections)
+
+
+def rows_by_rank(kernel_rows: list[KernelRow]) -> dict[str, list[KernelRow]]:
+    """Each rank's rows in row order, ranks in the order of their first row."""
     by_rank: dict[str, list[KernelRow]] = defaultdict(list)
     for row in kernel_rows:
         by_rank[row.rank].append(row)
+    return by_rank
+
+
+def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None,
+                      parts: dict[str, RankCollectives] | None = None) -> list[CommRow]:
+    """Every communication kernel of every rank as a CommRow, split where all ranks have it.
+    `parts`: rank -> its RankCollectives where a worker made them (every rank of the rows)."""
+    if parts is None:
+        parts = {rank: rank_collectives(rank, rows) for rank, rows in rows_by_rank(kernel_rows).items()}
     ranks_of_step: dict[tuple[int, str], set[str]] = defaultdict(set)
     if step_rows is not None:
         for s in step_rows:
             ranks_of_step[(s.step, s.stage)].add(s.rank)
     out: dict[tuple, dict[str, CommRow]] = defaultdict(dict)
-    is_comm = class_test(COMMUNICATION)  # is_comm_kernel, indexed by name in this hot loop
-    for rank, rows in by_rank.items():
-        # by (step, start), ties in row order: two stable sorts on one key each (cheaper than on pairs)
-        rows.sort(key=_BY_START)
-        rows.sort(key=_BY_STEP)
-        counts: dict[tuple, int] = defaultdict(int)
-        step, busy_until = None, 0.0  # the latest kernel end so far in the step (any stream)
-        for i, row in enumerate(rows):
-            start = row.start_us
-            if row.step != step:
-                step, busy_until = row.step, start
-            gap = start - busy_until
-            idle = gap if gap > 0.0 else 0.0
-            end = start + row.busy_us
-            if end > busy_until:
-                busy_until = end
-            if not is_comm[row.kernel_name]:
-                continue
-            base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
-            occurrence = counts[base]
-            counts[base] += 1
-            module, layer = _preceding(rows, i)
+    for rank, part in parts.items():
+        for found in part.rows:
+            c = msgspec.structs.replace(found)  # the split fills it in: a worker's part stays as it came
             if step_rows is None:
-                ranks_of_step[(row.step, row.stage)].add(rank)
-            out[_key(row, occurrence)][rank] = CommRow(
-                step=row.step, layer=row.layer, module=row.module, rank=rank, busy_us=row.busy_us,
-                wait_us=None, transfer_us=None, last_rank=None, stage=row.stage, micro_batch=row.micro_batch,
-                group=row.group, occurrence=occurrence, kernel=row.kernel, start_us=row.start_us,
-                clock_offset_us=None, end_skew_us=None, preceding_module=module, preceding_layer=layer,
-                idle_before_us=idle)
+                ranks_of_step[(c.step, c.stage)].add(rank)
+            out[(c.step, c.stage, c.micro_batch, c.layer, c.module, c.occurrence)][rank] = c
     matched = {key: copies for key, copies in out.items()
                if len(copies) > 1 and set(copies) == ranks_of_step[(key[0], key[1])]}
     offsets = _clock_offsets(matched)

@@ -19,7 +19,7 @@ from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
-from analysis.tables.share_overlap import SHARE_GROUP, share_overlap_rows
+from analysis.tables.share_overlap import SHARE_GROUP, ShareCells, share_overlap_rows
 from analysis.tables import load_compare, measured_shape, step_time, token_cost
 from analysis.tables.measured_shape import MeasuredShape
 from analysis.tables.load_compare import LoadCompare
@@ -183,8 +183,10 @@ def build_column(
     strict: bool = False,
     signature_evidence: str = "",
     cells: dict[tuple[str, int], StepCells] | None = None,
+    share: ShareCells | None = None,
 ) -> D4Column:
-    """The column of these rows; `cells`: step_cells of the same rows where rank workers made them."""
+    """The column of these rows; `cells` and `share`: step_cells and share_cells of the same rows
+    where rank workers made them."""
     stage = main_stage(step_rows)
     usable = usable_statuses(strict)
     used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
@@ -271,7 +273,7 @@ def build_column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
         step_ms=step_us / 1000, layers_ms=layers_us / 1000, num_layers=num_layers,
         pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
-        share_rows=share_overlap_rows(kernel_rows, used, stat, rank_policy),
+        share_rows=share_overlap_rows(kernel_rows, used, stat, rank_policy, share),
         accept_length=accept_length, per_token_ms=per_token,
         steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
         steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),

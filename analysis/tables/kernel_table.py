@@ -20,7 +20,7 @@ from analysis.attribution.rows import KernelRow
 from analysis.errors import AnalysisError, shown_path
 from analysis.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_rows_csv import read_kernel_rows_csv
-from analysis.tables.parquet_reader import read_parquet_file
+from analysis.tables.parquet_reader import ParquetTable, read_parquet_file
 from analysis.tables.parquet_writer import FLOAT64, INT64, STRING, RowGroup, encode_row_groups, write_row_groups
 
 KERNEL_TABLE = "kernels_long.parquet"
@@ -31,7 +31,7 @@ COLUMNS = [(field.name, _KINDS[field.type]) for field in msgspec.structs.fields(
 _DEFAULTS = {field.name: field.default for field in msgspec.structs.fields(KernelRow) if not field.required}
 
 
-_METADATA = {"table": "kernels_long", "row_type": "KernelRow"}
+METADATA = {"table": "kernels_long", "row_type": "KernelRow"}
 
 
 def write_kernel_table(out: BinaryIO, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> int:
@@ -39,7 +39,7 @@ def write_kernel_table(out: BinaryIO, rows: list[KernelRow], encoded: list[RowGr
     `encoded`: the same rows already encoded (encode_kernel_table, in the ranks' worker processes),
     written as they are."""
     groups = encode_row_groups(rows, COLUMNS) if encoded is None else encoded
-    return write_row_groups(out, groups, COLUMNS, _METADATA)
+    return write_row_groups(out, groups, COLUMNS, METADATA)
 
 
 def encode_kernel_table(rows: list[KernelRow]) -> list[RowGroup]:
@@ -62,7 +62,11 @@ def read_kernel_rows(path: str | Path) -> list[KernelRow]:
     path = Path(path)
     if path.suffix == ".csv":
         return read_kernel_rows_csv(path)
-    table = read_parquet_file(path, TABLE_LIMIT_BYTES)
+    return rows_of_table(read_parquet_file(path, TABLE_LIMIT_BYTES), shown_path(path))
+
+
+def rows_of_table(table: ParquetTable, where: str) -> list[KernelRow]:
+    """A kernel table's rows; AnalysisError naming `where` when it is not one."""
     columns = []
     for name, kind in COLUMNS:
         values = table.columns.get(name)
@@ -70,9 +74,9 @@ def read_kernel_rows(path: str | Path) -> list[KernelRow]:
             values = [_DEFAULTS[name]] * table.rows
         elif values is None or table.kinds[name] != kind:
             found = "missing" if values is None else f"of type {table.kinds[name]}"
-            raise AnalysisError(f"{shown_path(path)}: not a kernel table: column {name} is {found}, not {kind} "
+            raise AnalysisError(f"{where}: not a kernel table: column {name} is {found}, not {kind} "
                                 f"({KERNEL_TABLE} has KernelRow's columns: docs/exports.md)")
         elif table.rows and None in values:
-            raise AnalysisError(f"{shown_path(path)}: column {name} has empty cells (row {values.index(None) + 1})")
+            raise AnalysisError(f"{where}: column {name} has empty cells (row {values.index(None) + 1})")
         columns.append(values)
     return list(map(KernelRow, *columns))

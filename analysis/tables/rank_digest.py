@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.attribution.comm_split import RankCollectives, rank_collectives
 from analysis.attribution.overlap import StreamSummary, stream_summary
 from analysis.attribution.rows import KernelRow, StepRow
 from analysis.tables.d4 import StepCells, main_stage, step_cells
@@ -19,6 +20,7 @@ from analysis.tables.kernel_table import encode_kernel_table
 from analysis.tables.parquet_writer import RowGroup
 from analysis.tables.self_check_parts import RankChecks, rank_checks, rows_by_step
 from analysis.tables.self_checks import thresholds
+from analysis.tables.share_overlap import ShareCells, share_cells
 
 
 @dataclass
@@ -30,6 +32,8 @@ class RankDigest:
     checks: RankChecks  # for the stage of the rank's own steps (the parent redoes it for another)
     cells: dict[tuple[str, int], StepCells]  # (rank, step) -> its D4 cells, every step
     streams: list[StreamSummary]  # busy and exposed time per stream
+    collectives: RankCollectives  # its collectives before the split (comm_split.py)
+    share: ShareCells  # its shared expert's layers and what ran beside them (share_overlap.py)
 
 
 @dataclass
@@ -39,15 +43,22 @@ class Digest:
     rows: int = 0
     kernel_table: list[RowGroup] = field(default_factory=list)
     checks: dict[str, RankChecks] = field(default_factory=dict)  # rank -> its part
-    cells: dict[tuple[str, int], StepCells] = field(default_factory=dict)
+    cells: dict[tuple[str, int], StepCells] | None = field(default_factory=dict)  # None: read the rows
     streams: list[StreamSummary] = field(default_factory=list)
+    collectives: dict[str, RankCollectives] | None = field(default_factory=dict)  # rank -> its part; None: read the rows
+    share: ShareCells | None = field(default_factory=dict)  # None: read the rows
 
     def add(self, label: str, part: RankDigest) -> None:
         self.rows += part.rows
         self.kernel_table += part.kernel_table
         self.checks[label] = part.checks
-        self.cells.update(part.cells)
+        if self.cells is not None:
+            self.cells.update(part.cells)
         self.streams = sorted([*self.streams, *part.streams], key=lambda s: (s.rank, s.stream))
+        if self.collectives is not None:
+            self.collectives[label] = part.collectives
+        if self.share is not None:
+            self.share.update(part.share)
 
     def holds(self, kernel_rows: list[KernelRow]) -> bool:
         """Made from as many rows as these (a caller that filtered the rows gets them built again)."""
@@ -60,4 +71,4 @@ def digest_rank(label: str, kernel_rows: list[KernelRow], step_rows: list[StepRo
     checks = rank_checks(label, step_rows, rows_by_step(kernel_rows), main_stage(step_rows), strict,
                          {(label, step): chain for step, chain in chains.items()}, thresholds())
     return RankDigest(len(kernel_rows), encode_kernel_table(kernel_rows), checks, step_cells(kernel_rows),
-                      stream_summary(kernel_rows))
+                      stream_summary(kernel_rows), rank_collectives(label, kernel_rows), share_cells(kernel_rows))

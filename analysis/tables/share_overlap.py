@@ -21,17 +21,20 @@ UNDER = {("moe", "dispatch"): 0, ("moe", "combine"): 1, (SHARE_GROUP, "combine")
 PARTS = ("busy", "exposed", "under dispatch", "under combine")
 
 
-def share_overlap_rows(kernel_rows: list[KernelRow], used: set[tuple[str, int]], stat: str,
-                       rank_policy: str) -> list[D4Row]:
-    """Per MoE layer (mean over the layers that run a shared expert): the shared expert's busy,
-    exposed, under-dispatch and under-combine microseconds, as D4 rows of the group; none without a
-    shared expert or without a dispatch or combine kernel in the layers."""
+# (rank, step, layer) -> [busy, exposed, shared spans, dispatch spans, combine spans], a span (stream, start, end)
+ShareCells = dict[tuple[str, int, int], list]
+
+
+def share_cells(kernel_rows: list[KernelRow]) -> ShareCells:
+    """Per layer of every step, in row order: the shared expert's busy and exposed us and the spans
+    (stream, start, end) of its kernels and of the dispatch and combine kernels; empty without a
+    shared expert. Made from one rank's rows alone: a rank's worker makes its own
+    (analysis/tables/rank_digest.py)."""
     if not any(row.module == SHARED_MODULE and row.group == SHARE_GROUP for row in kernel_rows):
-        return []  # no shared expert: nothing below would be kept (a layer's spans cost memory on a large trace)
-    # (rank, step, layer) -> [busy, exposed, shared spans, dispatch spans, combine spans]: (stream, start, end)
-    cells: dict[tuple[str, int, int], list] = {}
+        return {}  # no shared expert: nothing below would be kept (a layer's spans cost memory on a large trace)
+    cells: ShareCells = {}
     for row in kernel_rows:
-        if row.section != SECTION_LAYER or (row.rank, row.step) not in used:
+        if row.section != SECTION_LAYER:
             continue
         is_shared = row.group == SHARE_GROUP and row.module == SHARED_MODULE
         under = UNDER.get((row.group, row.module))
@@ -45,6 +48,17 @@ def share_overlap_rows(kernel_rows: list[KernelRow], used: set[tuple[str, int]],
             cell[2].append(span)
         else:
             cell[3 + under].append(span)
+    return cells
+
+
+def share_overlap_rows(kernel_rows: list[KernelRow], used: set[tuple[str, int]], stat: str,
+                       rank_policy: str, cells: ShareCells | None = None) -> list[D4Row]:
+    """Per MoE layer (mean over the layers that run a shared expert): the shared expert's busy,
+    exposed, under-dispatch and under-combine microseconds, as D4 rows of the group; none without a
+    shared expert or without a dispatch or combine kernel in the layers. `cells`: share_cells of the
+    same rows where rank workers made them."""
+    every = share_cells(kernel_rows) if cells is None else cells
+    cells = {key: cell for key, cell in every.items() if (key[0], key[1]) in used}
     if not any(cell[3] or cell[4] for cell in cells.values()):
         return []  # no all-to-all in the layers (one GPU, or EP without DeepEP): nothing to hide under
     per_step: dict[tuple[str, int], list[list[float]]] = defaultdict(list)
