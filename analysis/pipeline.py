@@ -24,6 +24,7 @@ from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, w
 from analysis.tables.d4_cells import flat_stats, nested_stats
 from analysis.tables.d4_detail import write_detail
 from analysis.tables.encoded_rows import EncodedRows
+from analysis.tables.forked_encoding import ForkedEncoding, fork_is_safe
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.parquet_writer import RowGroup
 from analysis.tables.rank_digest import Digest, RankDigest
@@ -221,9 +222,28 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
         raise AnalysisError(f"stat must be one of {', '.join(STATS)}, not {options.stat!r}")
     sig, spec, requests, load = _tail_inputs(signature, model, options, check_sol=True)  # fail fast on a bad one
     rows = _attribute(paths, signature, model, options, progress, checked=True, send_rows=False)
-    return combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
-                        total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
-                        expert_load=load, chains=rows.chains, rank_files=rows.rank_files, digest=rows.digest)
+    helper = None
+    if rows.digest is None and rows.kernel_rows and _cores(options) > 1 and fork_is_safe():
+        helper = ForkedEncoding(rows.kernel_rows)  # one rank: its kernel table is encoded on the other core
+    try:
+        analysis = combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
+                                total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
+                                expert_load=load, chains=rows.chains, rank_files=rows.rank_files, digest=rows.digest)
+        if helper is not None:
+            kernel_table, streams = helper.result()
+            analysis.digest = Digest(rows=len(rows.kernel_rows), kernel_table=kernel_table, streams=streams,
+                                     cells=None, collectives=None, share=None)
+        return analysis
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+def _cores(options: AnalysisOptions) -> int:
+    """Processes the analysis may use: --jobs, else the cores this process may run on."""
+    if options.jobs:
+        return options.jobs
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass
