@@ -62,16 +62,25 @@ def _plain_strings(values: list[str]) -> bytes:
     return bytes(out)
 
 
-def _indices(ids: list[int], distinct: int) -> bytes:
-    """Dictionary indices as one bit-packed run of the RLE / bit-packing hybrid, after the byte that
-    gives the bit width; the last group of eight is padded with zeros (the page says how many count)."""
+def _indices(values: list, position: dict, distinct: int) -> bytes:
+    """The values' dictionary indices (position: value -> index) as one bit-packed run of the RLE /
+    bit-packing hybrid, after the byte that gives the bit width; the last group of eight is padded
+    with zeros (the page says how many count). Indices of one byte are packed straight into bytes,
+    and a column of one value needs no lookups at all (its indices are all 0)."""
     width, code = next((w, c) for w, c in _INDEX_ARRAYS if distinct <= 1 << w)
-    groups = (len(ids) + 7) // 8
-    packed = array(code, ids)
-    packed.extend(bytes(groups * 8 - len(ids)))
+    groups = (len(values) + 7) // 8
+    pad = groups * 8 - len(values)
+    if distinct == 1:
+        packed = bytes(groups * 8 * width // 8)
+    elif width == 8:
+        packed = bytes(map(position.__getitem__, values)) + bytes(pad)
+    else:
+        ids = array(code, list(map(position.__getitem__, values)))
+        ids.extend(bytes(pad))
+        packed = _little_endian(ids)
     header = bytearray([width])
     tc._varint((groups << 1) | 1, header)
-    return bytes(header) + _little_endian(packed)
+    return bytes(header) + packed
 
 
 class _Chunk:
@@ -88,7 +97,7 @@ class _Chunk:
         distinct = list(position)
         plain = _plain_strings(distinct) if kind == STRING else _little_endian(array("q", distinct))
         self._page(_DICTIONARY_PAGE, plain, _PLAIN, len(distinct))
-        self._page(_DATA_PAGE, _indices(list(map(position.__getitem__, values)), len(distinct)), _RLE_DICTIONARY)
+        self._page(_DATA_PAGE, _indices(values, position, len(distinct)), _RLE_DICTIONARY)
 
     def _page(self, page_type: int, body: bytes, encoding: int, dictionary_values: int = 0) -> None:
         packed = _compress(body)
