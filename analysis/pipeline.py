@@ -24,7 +24,8 @@ from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, w
 from analysis.tables.d4_cells import flat_stats, nested_stats
 from analysis.tables.d4_detail import write_detail
 from analysis.tables.encoded_rows import EncodedRows
-from analysis.tables.forked_encoding import ForkedEncoding, fork_is_safe
+from analysis.forked_call import fork_allowed
+from analysis.tables.forked_encoding import ForkedEncoding
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.parquet_writer import RowGroup
 from analysis.tables.rank_digest import Digest, RankDigest
@@ -223,7 +224,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
     sig, spec, requests, load = _tail_inputs(signature, model, options, check_sol=True)  # fail fast on a bad one
     rows = _attribute(paths, signature, model, options, progress, checked=True, send_rows=False)
     helper = None
-    if rows.digest is None and rows.kernel_rows and _cores(options) > 1 and fork_is_safe():
+    if rows.digest is None and rows.kernel_rows and _cores(options) > 1 and fork_allowed():
         helper = ForkedEncoding(rows.kernel_rows)  # one rank: its kernel table is encoded on the other core
     try:
         analysis = combine_rows(rows.kernel_rows, rows.step_rows, rows.problems, options, sig, spec,
@@ -301,7 +302,8 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     check_numbers(options)
     check_rank_identity(files, options.labels or {})
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
-                               attribution=options.attribution, layers=options.layers)
+                               attribution=options.attribution, layers=options.layers,
+                               helpers=len(files) == 1 and _cores(options) > 1)  # one rank: a second core names steps
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), os.cpu_count() or 1)
     chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
@@ -511,7 +513,8 @@ def _guarded(fn, args):
 
 
 class _progress:
-    """A rich progress bar on stderr over ranks, or nothing."""
+    """A rich progress bar on stderr over ranks, or nothing. Redrawn when a rank is done, by no thread
+    of its own: a running thread would keep a rank's helper process from being forked (forked_call.py)."""
 
     def __init__(self, enabled: bool, total: int):
         self.enabled = enabled and total > 0
@@ -522,10 +525,15 @@ class _progress:
             return lambda: None
         from rich.progress import Progress
 
-        self._bar = Progress(transient=True)
+        self._bar = Progress(transient=True, auto_refresh=False)
         self._bar.__enter__()
         task = self._bar.add_task(f"analysing {self.total} rank trace(s)", total=self.total)
-        return lambda: self._bar.advance(task)
+        self._bar.refresh()
+
+        def advance() -> None:
+            self._bar.advance(task)
+            self._bar.refresh()
+        return advance
 
     def __exit__(self, *exc):
         if self.enabled:

@@ -1,4 +1,5 @@
-"""Cases of tests/test_forked_encoding.py, each in a fresh interpreter (no threads left by other tests).
+"""Cases of tests/test_forked_encoding.py and tests/test_forked_naming.py, each in a fresh interpreter
+(no threads left by other tests).
 
     python tests/forked_encoding_driver.py CASE TRACE [ARGS]
 
@@ -11,10 +12,13 @@ import json
 import os
 import signal
 import sys
+import _thread
 import threading
 import time
 
-from analysis import pipeline
+from analysis import forked_call, pipeline
+from analysis.attribution.rank import attribute as rank_attribute
+from analysis.attribution.rank import forked_naming
 from analysis.tables import forked_encoding
 from analysis.tables.kernel_table import COLUMNS, METADATA
 from analysis.tables.parquet_writer import write_row_groups
@@ -29,6 +33,21 @@ class Counting(forked_encoding.ForkedEncoding):
         self.exit_codes: list[int | None] = []
         super().__init__(rows)
         made.append(self)
+
+    def _reap(self):
+        code = super()._reap()
+        self.exit_codes.append(code)
+        return code
+
+
+naming: list[forked_naming.ForkedNaming] = []
+
+
+class CountingNaming(forked_naming.ForkedNaming):
+    def __init__(self, namers, steps, first):
+        self.exit_codes: list[int | None] = []
+        super().__init__(namers, steps, first)
+        naming.append(self)
 
     def _reap(self):
         code = super()._reap()
@@ -59,6 +78,20 @@ def rows_of(trace: str):
 def main() -> dict:
     case, trace, *args = sys.argv[1:]
     pipeline.ForkedEncoding = Counting
+    rank_attribute.ForkedNaming = CountingNaming
+    if case in ("name", "name-child-fails"):  # the steps named partly by a child, every file written
+        out, jobs = args
+        if case == "name-child-fails":
+            parent = os.getpid()
+            real = forked_naming.name_steps
+            forked_naming.name_steps = lambda n, s: real(n, s) if os.getpid() == parent else 1 / 0
+        result = pipeline.analyze([trace], options=pipeline.AnalysisOptions(jobs=int(jobs) or None))
+        pipeline.write_outputs(result, out)
+        return {"naming_helpers": len(naming), "child_exits": [c for h in naming for c in h.exit_codes],
+                "children_left": children_left()}
+    if case == "progress":  # analyze's progress bar on: the steps are still named by two processes
+        pipeline.analyze([trace], progress=True)
+        return {"naming_helpers": len(naming), "children_left": children_left()}
     if case == "analyze":
         out, jobs = args
         result = pipeline.analyze([trace], options=pipeline.AnalysisOptions(jobs=int(jobs) or None))
@@ -97,17 +130,27 @@ def main() -> dict:
             error = str(exc)
         return {"error": error, "helpers": len(made), "reaped": all(h.pid is None for h in made),
                 "children_left": children_left()}
-    if case == "thread-running":
+    if case in ("thread-running", "native-thread-running"):
         stop = threading.Event()
-        other = threading.Thread(target=stop.wait)
-        other.start()
+        if case == "thread-running":
+            other = threading.Thread(target=stop.wait)
+            other.start()
+        else:  # a thread the threading module does not know of, as a C++ library's (Ray's) would be
+            _thread.start_new_thread(stop.wait, ())
+            assert threading.active_count() == 1
         try:
             pipeline.analyze([trace])
-            safe = forked_encoding.fork_is_safe()
+            safe = forked_call.fork_is_safe()
         finally:
             stop.set()
-            other.join()
-        return {"helpers": len(made), "fork_is_safe": safe, "children_left": children_left()}
+            if case == "thread-running":
+                other.join()
+        return {"helpers": len(made) + len(naming), "fork_is_safe": safe, "children_left": children_left()}
+    if case == "no-room":  # the machine has less memory available than twice this process's
+        forked_call._proc_kib = lambda path, key: 1 if key == "MemAvailable" else 1000
+        pipeline.analyze([trace])
+        return {"helpers": len(made) + len(naming), "room": forked_call.room_for_a_copy(),
+                "children_left": children_left()}
     raise SystemExit(f"unknown case {case}")
 
 

@@ -1,7 +1,8 @@
 """One rank's kernel table encoded by a forked child while the parent builds the other tables
 (analysis/tables/forked_encoding.py): the same files as in one process; a child that fails or is
 killed costs only its time; no child outlives the analysis, even when the analysis fails; no fork
-where another thread runs or --jobs 1 says one process.
+where another thread runs (one the threading module started or not), where the machine lacks room for
+the child's copy, or where --jobs 1 says one process.
 
 Each case runs in a fresh interpreter (tests/forked_encoding_driver.py): a fork from the test
 process would copy whatever threads earlier tests left running, which is what the module refuses
@@ -22,9 +23,9 @@ TRACE = ROOT / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h20
 DRIVER = ROOT / "tests" / "forked_encoding_driver.py"
 
 
-def _drive(case: str, *args: str) -> dict:
+def _drive(case: str, *args: str, trace=TRACE) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    done = subprocess.run([sys.executable, str(DRIVER), case, str(TRACE), *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(DRIVER), case, str(trace), *args], capture_output=True, text=True,
                           timeout=300, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -64,6 +65,12 @@ def test_no_child_outlives_an_analysis_that_fails_after_the_fork():
                    "helpers": 1, "reaped": True, "children_left": 0}
 
 
-def test_no_fork_while_another_thread_runs():
-    got = _drive("thread-running")
+@pytest.mark.parametrize("case", ["thread-running", "native-thread-running"])
+def test_no_fork_while_another_thread_runs(case):
+    got = _drive(case)
     assert got == {"helpers": 0, "fork_is_safe": False, "children_left": 0}
+
+
+def test_no_fork_without_room_for_the_childs_copy():
+    got = _drive("no-room")
+    assert got == {"helpers": 0, "room": False, "children_left": 0}

@@ -11,6 +11,8 @@ from analysis.attribution.structure import cut_structural
 
 
 class TemplateNamer(Namer):
+    forkable = True
+
     def __init__(self, sig: Signature):
         self.sig = sig
 
@@ -19,12 +21,16 @@ class TemplateNamer(Namer):
 
 
 class StructureNamer(Namer):
+    forkable = True
+
     def name(self, step: Step) -> Naming:
         cut = cut_structural(step.kernels)
         return Naming(cut, "structure" if cut is not None else "")
 
 
 class GenericNamer(Namer):
+    forkable = True
+
     def __init__(self, sig: Signature):
         self.sig = sig
 

@@ -12,9 +12,10 @@ from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
+from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
-from analysis.attribution.steps import DEFAULT_GAP_US, segment_steps
+from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
 from analysis.ingest.model_spec import ModelSpec
 from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
@@ -35,6 +36,8 @@ class RankOptions:
     # the trace is not read again: each step's kernels are let go once its rows are built, so a large
     # trace's kernels and its rows are never all held at once (peak memory: docs/performance.md)
     release_kernels: bool = False
+    # a second process may name the later steps (forked_naming.py): one rank, a second core allowed
+    helpers: bool = False
 
 
 def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
@@ -72,7 +75,6 @@ def attribute_rank(
 ) -> tuple[list[KernelRow], list[StepRow]]:
     """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
     traces named by the standard roles. What a capture could not do is added to options.notes."""
-    per = 2 if options.tbo else 1
     steps = segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template")
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
@@ -80,11 +82,35 @@ def attribute_rank(
     clock = LaunchClock(trace.launches, trace.syncs)
     if options.release_kernels:
         trace.kernels = []  # the steps hold them now
+    first_child = len(steps)  # steps from here on are named by a forked child, where one helps
+    helper = None
+    if options.helpers and can_fork_naming(namers, steps):
+        first_child = first_child_step(steps)
+        helper = ForkedNaming(namers, steps, first_child) if first_child < len(steps) else None
+    try:
+        return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child)
+    finally:
+        if helper is not None:
+            helper.close()
+
+
+def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
+                   clock: LaunchClock, model: ModelSpec | None, options: RankOptions, helper: ForkedNaming | None,
+                   first_child: int) -> tuple[list[KernelRow], list[StepRow]]:
+    """Each step named (here, or from steps[first_child:] on by the helper), then its rows."""
+    per = 2 if options.tbo else 1
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     previous_end: float | None = None
-    for step in steps:
-        cut, how, reasons = name_step(namers, step)
+    named_by_child: list | None = None
+    for position, step in enumerate(steps):
+        if position < first_child or helper is None:
+            cut, how, reasons = name_step(namers, step)
+            exposed = exposed_durations(step.kernels)
+        else:
+            if named_by_child is None:
+                named_by_child = helper.result()
+            cut, how, reasons, exposed = named_by_child[position - first_child]
         capture_note = "; ".join(reasons)
         if annotations is not None:
             annotations.apply(step, cut)
@@ -99,7 +125,6 @@ def attribute_rank(
             stage = DRAFT
         expected = _expected_units(stage, model, per, options.layers)
         status, mismatch = _layer_check(units_found, expected, cut.moe_layers, stage, model, options, per)
-        exposed = exposed_durations(step.kernels)
         rank = trace.rank.label
         run, index = options.run, step.index
         # the step's and its layers' first start and last end, in the same pass as the rows
