@@ -22,8 +22,10 @@ from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.steps import Step
 from analysis.forked_call import ForkedCall, fork_allowed
 
-# Of the kernels, the share the child names: the parent also builds every step's rows, so it names fewer.
-CHILD_SHARE = 0.55
+# Of the kernels, the share the child names. The parent also builds every step's rows, but the child
+# pickles its cuts: half each was measured as fast as 55% for the child where steps repeat a chain and
+# 2.5% faster where none does (docs/performance.md).
+CHILD_SHARE = 0.5
 _BYTES_PER_KERNEL = 1024  # bounds the child's message: a kernel's slot, chain position and exposed time
 StepNames = tuple[LayerCut, str, list[str], "list[float] | array"]  # name_step's answer and the exposed times
 
