@@ -17,6 +17,7 @@ import pytest
 
 from analysis.pipeline import AnalysisOptions, analyze
 from analysis.attribution.kernel_classes import class_of_name
+from analysis.attribution.rows import KernelRow
 from analysis.errors import AnalysisError
 from analysis.ingest.model_spec import load_model_spec
 from analysis.tables.self_checks import FAIL, PASS, run_checks, verdict_line
@@ -286,3 +287,39 @@ def test_the_verdict_line_names_each_failed_check():
             CheckRow("c", "s", "", "", "n/a")]
     line = verdict_line(rows)
     assert line.startswith("self-checks: 1 passed, 1 failed, 1 not applicable: b (TP0): 3 of 4, expected 0")
+
+
+def _row(start_us: float, busy_us: float, name: str) -> KernelRow:
+    return KernelRow("run", "TP0", 0, "decode", "layer", 0, 0, "moe", "m", name, name, 7, start_us, busy_us, busy_us,
+                     "structure")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_far_gap_found_in_the_durations_pass_is_the_one_sorting_finds(seed):
+    """SYNTHETIC rows, random: one wide idle gap among small ones, found in the durations check's own
+    pass while the rows come by start; _far_gap, which sorts them first, gives the answer (rows out of
+    order, a negative or non-finite first duration, ties, a first row ending after the gap)."""
+    import random
+
+    from analysis.attribution.rows import StepRow
+    from analysis.tables.self_check_parts import RankChecks, _durations, _far_gap
+
+    rng = random.Random(seed)
+    count = rng.randint(3, 40)
+    wide_at = rng.randrange(1, count)
+    rows, t = [], 1e12
+    for i in range(count):
+        t += 1e6 if i == wide_at else rng.choice([0.0, 1.0, 5.0])
+        busy = rng.choice([10.0, 10.0, -3.0, math.inf, math.nan, 3e6]) if i == 0 else rng.choice([2.0, 10.0])
+        rows.append(_row(t, busy, f"k{i}"))
+    if seed % 3 == 0:  # one row out of start order
+        i = rng.randrange(1, count)
+        rows[i] = _row(rows[0].start_us - rng.choice([0.5, 2e6]), 10.0, "late")
+    limits = {"slack_us": 10.0, "far_gap_s": 0.1, "far_gap_ratio": 0.5}
+    step = StepRow("run", "TP0", 0, "decode", rows[0].start_us, rows[-1].start_us, 1.0, 1.0, 1.0, 1.0, count, 1, 1,
+                   "ok", "gap")
+    part = RankChecks("TP0", "decode", False)
+    _durations(part, [step], {("TP0", 0): rows}, limits)
+    said = [b for b in part.first_bad_durations if "from the rest of its step" in b]
+    expected = _far_gap(rows, limits["far_gap_s"] * 1e6, limits["far_gap_ratio"])
+    assert said == ([f"TP0 step 0: {expected}"] if expected else [])

@@ -237,17 +237,27 @@ def step_layer_mixes(s: StepRow, by_step: dict) -> dict[str, list[tuple[int, dic
     """kind -> [(layer, {(group, module, kernel): busy us})] of one step, by layer: what each layer
     computes, communication left out (a collective's time is mostly waiting for other ranks, which
     differs from layer to layer for reasons outside the layer)."""
-    layers: dict[int, list[KernelRow]] = defaultdict(list)
+    # one pass: each layer's mix and whether it is MoE (layer_kind), its rows added in row order as
+    # grouping them by layer first would add them
+    mixes: dict[int, dict[tuple[str, str, str], float]] = {}
+    moe: dict[int, bool] = {}
+    layer = mix = None  # a layer's rows mostly come together: its mix is looked up once
     for r in by_step.get((s.rank, s.step), []):
-        if r.section == SECTION_LAYER:
-            layers[r.layer].append(r)
+        if r.section != SECTION_LAYER:
+            continue
+        if r.layer != layer:
+            layer = r.layer
+            mix = mixes.get(layer)
+            if mix is None:
+                mix = mixes[layer] = defaultdict(float)
+                moe[layer] = False
+        if not moe[layer] and (r.group in _MOE_GROUPS or r.module in _MOE_MODULES):
+            moe[layer] = True
+        if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
+            mix[(r.group, r.module, r.kernel)] += r.busy_us
     out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
-    for layer, rows in sorted(layers.items()):
-        mix: dict[tuple[str, str, str], float] = defaultdict(float)
-        for r in rows:
-            if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
-                mix[(r.group, r.module, r.kernel)] += r.busy_us
-        out[layer_kind(rows)].append((layer, mix))
+    for layer in sorted(mixes):
+        out["MoE" if moe[layer] else "dense"].append((layer, mixes[layer]))
     return out
 
 
@@ -373,7 +383,10 @@ def _far_gap(rows: list, far_us: float, far_ratio: float) -> str:
         if r.start_us - end > widest:
             widest, after = r.start_us - end, r
         end = max(end, r.start_us + r.busy_us)
-    rest = (end - first) - widest
+    return _far_gap_said(widest, after, (end - first) - widest, far_us, far_ratio)
+
+
+def _far_gap_said(widest: float, after, rest: float, far_us: float, far_ratio: float) -> str:
     if widest > far_us and widest > far_ratio * rest:
         return (f"{after.kernel_name[:60]} lies {widest / 1e6:.3g} s from the rest of its step, which runs "
                 f"{rest / 1e3:.3g} ms (an event far outside the step)")
@@ -393,9 +406,25 @@ def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: di
         # fast path: a float duration >= 0, a finite start, and the kernel ends before the next step
         # starts (or starts after it); anything else goes through the checks below, which name it
         limit = nxt.start_us + slack if nxt is not None else _INF
+        # the widest idle gap inside the step (_far_gap), found in the same pass while the rows come by
+        # start (they do but for a few steps: then _far_gap sorts them); term by term as _far_gap finds it
+        head = rows[0] if rows else None
+        in_order, widest, after = True, 0.0, None
+        latest = end = 0.0
+        if head is not None:
+            latest, end = head.start_us, head.start_us + head.busy_us
         for r in rows:
             dur = r.busy_us
             start = r.start_us
+            if in_order and r is not head:
+                if not start >= latest:  # out of start order (or not a number): sorted below instead
+                    in_order = False
+                else:
+                    latest = start
+                    if start - end > widest:
+                        widest, after = start - end, r
+                    if start + dur > end:
+                        end = start + dur
             if dur.__class__ is float and 0.0 <= dur < _INF and -_INF < start < _INF and start + dur <= limit:
                 continue
             if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
@@ -410,7 +439,10 @@ def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: di
             elif nxt is not None and r.start_us + dur > nxt.start_us + slack:
                 bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
                            f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
-        gap = _far_gap(rows, far_us, far_ratio)
+        if in_order and len(rows) >= 2:
+            gap = _far_gap_said(widest, after, (end - head.start_us) - widest, far_us, far_ratio)
+        else:
+            gap = _far_gap(rows, far_us, far_ratio)
         if gap:
             bad.append(f"{rank} step {s.step}: {gap}")
     part.bad_durations = len(bad)
