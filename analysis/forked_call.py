@@ -8,8 +8,9 @@ for the steps' names (analysis/attribution/rank/forked_naming.py) and the kernel
 
 Safe by construction: a child is made only where fork is safe (POSIX, no other thread running in this
 process: not inside a Ray worker or under a progress bar) and the machine has room for the pages the
-child copies (fork_allowed), and it is always reaped by `close()` (the callers' `finally`). A child that fails, dies, or sends more than `limit_bytes` or something `valid`
-refuses costs its time, never the result: `result()` then calls the function here.
+child copies (fork_allowed), and it is always reaped by `close()` (the callers' `finally`). A child that cannot be made (fork or pipe refused), fails, dies, or sends more than
+`limit_bytes` or something `valid` refuses costs its time, never the result: `result()` then calls
+the function here.
 """
 from __future__ import annotations
 
@@ -71,8 +72,16 @@ class ForkedCall:
         self.fn, self.args, self.valid, self.limit_bytes = fn, args, valid, limit_bytes
         self.pid: int | None = None
         self._read_fd: int | None = None
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError:  # out of file descriptors: no child, result() calls it here
+            return
+        try:
+            pid = os.fork()
+        except OSError:  # no memory or process left for a child: result() calls it here
+            os.close(read_fd)
+            os.close(write_fd)
+            return
         if pid == 0:  # the child: compute, send, and leave without running the parent's exit handlers
             code = 1
             try:

@@ -92,6 +92,15 @@ def main() -> dict:
     if case == "progress":  # analyze's progress bar on: the steps are still named by two processes
         pipeline.analyze([trace], progress=True)
         return {"naming_helpers": len(naming), "children_left": children_left()}
+    if case == "fork-refused":  # the system refuses the fork (no memory, no process left): one process
+        out = args[0]
+
+        def refused():
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forked_call.os.fork = refused
+        result = pipeline.analyze([trace])
+        pipeline.write_outputs(result, out)
+        return {"helpers": len(made) + len(naming), "children_left": children_left()}
     if case == "analyze":
         out, jobs = args
         result = pipeline.analyze([trace], options=pipeline.AnalysisOptions(jobs=int(jobs) or None))

@@ -54,6 +54,13 @@ def test_a_child_that_cannot_deliver_costs_only_its_time(case):
     assert got["children_left"] == 0
 
 
+def test_a_refused_fork_leaves_the_work_to_this_process(tmp_path):
+    refused = _drive("fork-refused", str(tmp_path / "refused"))
+    assert refused == {"helpers": 2, "children_left": 0}  # both helpers asked, neither got a child
+    _drive("analyze", str(tmp_path / "alone"), "1")
+    assert _files(tmp_path / "refused") == _files(tmp_path / "alone")
+
+
 def test_a_result_never_taken_is_stopped_and_reaped_on_close():
     got = _drive("close-unread")
     assert got == {"reaped": True, "children_left": 0, "closed_within_10_s": True, "child_exit": [-9]}
