@@ -27,14 +27,15 @@ _PROC_READ_BYTES = 1 << 16  # /proc/meminfo and /proc/self/status are a few KiB
 
 def fork_is_safe() -> bool:
     """fork() copies only the calling thread: with another thread running (Ray's C++ threads, a
-    progress bar's), a lock it held stays locked in the child forever. On Linux every thread of the
-    process counts (/proc/self/task), not only those Python's threading module started."""
+    progress bar's), a lock it held stays locked in the child forever. Every thread of the process
+    counts (/proc/self/task), not only those Python's threading module started; where there is no
+    /proc to ask (not Linux: macOS's system libraries are not fork-safe either), no fork."""
     if not hasattr(os, "fork"):
         return False
     try:
-        return len(os.listdir("/proc/self/task")) == 1
+        return len(os.listdir("/proc/self/task")) == 1 and threading.active_count() == 1
     except OSError:
-        return threading.active_count() == 1
+        return False
 
 
 def _proc_kib(path: str, key: str) -> int | None:
@@ -103,7 +104,7 @@ class ForkedCall:
                 self._read_fd = None
                 data = pipe.read(self.limit_bytes + 1)  # bounded: more than the caller allows is refused
         code = self._reap()
-        if code == 0 and data and len(data) <= self.limit_bytes:
+        if code in (0, None) and data and len(data) <= self.limit_bytes:  # None: SIGCHLD ignored, no status
             try:
                 value = pickle.loads(data)
             except Exception:  # noqa: BLE001  a truncated or foreign message: computed here instead
@@ -114,10 +115,15 @@ class ForkedCall:
         return self.fn(*self.args)
 
     def _reap(self) -> int | None:
+        """The child's exit code once it is gone; None where there is no child, or no status to read (a
+        process that ignores SIGCHLD has its children reaped by the system)."""
         if self.pid is None:
             return None
-        _pid, status = os.waitpid(self.pid, 0)
-        self.pid = None
+        pid, self.pid = self.pid, None
+        try:
+            _pid, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return None
         return os.waitstatus_to_exitcode(status)
 
     def close(self) -> None:

@@ -92,6 +92,13 @@ def main() -> dict:
     if case == "progress":  # analyze's progress bar on: the steps are still named by two processes
         pipeline.analyze([trace], progress=True)
         return {"naming_helpers": len(naming), "children_left": children_left()}
+    if case == "sigchld-ignored":  # the system reaps the children: no exit status, the answers still count
+        out = args[0]
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        result = pipeline.analyze([trace])
+        pipeline.write_outputs(result, out)
+        return {"helpers": len(made) + len(naming), "exit_codes": [c for h in made + naming for c in h.exit_codes],
+                "children_left": children_left()}
     if case == "fork-refused":  # the system refuses the fork (no memory, no process left): one process
         out = args[0]
 

@@ -54,6 +54,13 @@ def test_a_child_that_cannot_deliver_costs_only_its_time(case):
     assert got["children_left"] == 0
 
 
+def test_a_process_that_ignores_sigchld_still_gets_the_files(tmp_path):
+    ignored = _drive("sigchld-ignored", str(tmp_path / "ignored"))
+    assert ignored == {"helpers": 2, "exit_codes": [None, None], "children_left": 0}
+    _drive("analyze", str(tmp_path / "alone"), "1")
+    assert _files(tmp_path / "ignored") == _files(tmp_path / "alone")
+
+
 def test_a_refused_fork_leaves_the_work_to_this_process(tmp_path):
     refused = _drive("fork-refused", str(tmp_path / "refused"))
     assert refused == {"helpers": 2, "children_left": 0}  # both helpers asked, neither got a child
