@@ -33,5 +33,4 @@ class ForkedEncoding(ForkedCall):
     """The rows' kernel table and stream summary, made in a forked child; `result()` waits for them."""
 
     def __init__(self, rows: list[KernelRow]):
-        self.rows = rows
         super().__init__(_encoded, (rows,), _is_encoding, TABLE_LIMIT_BYTES)
