@@ -16,7 +16,7 @@ import msgspec
 
 from analysis.attribution.rank.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
-from analysis.attribution.comm_split import CommRow, split_collectives
+from analysis.attribution.comm_split import CommRow, collectives_of, split_collectives
 from analysis.ingest.expert_load import load_expert_load
 from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
@@ -24,7 +24,6 @@ from analysis.tables.d4 import STATS, D4Column, build_column, render_markdown, w
 from analysis.tables.d4_cells import flat_stats, nested_stats
 from analysis.tables.d4_detail import write_detail
 from analysis.tables.encoded_rows import EncodedRows
-from analysis.forked_call import fork_allowed
 from analysis.tables.forked_encoding import ForkedEncoding
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
 from analysis.tables.parquet_writer import RowGroup
@@ -36,6 +35,7 @@ from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
 from analysis.atomic_files import write_atomically
 from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
+from analysis.forked_call import fork_allowed
 from analysis.gc_paused import gc_paused
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
@@ -305,7 +305,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
                                attribution=options.attribution, layers=options.layers,
                                helpers=len(files) == 1 and _cores(options) > 1)  # one rank: a second core names steps
     labels = options.labels or {}
-    jobs = options.jobs or min(len(files), os.cpu_count() or 1)
+    jobs = options.jobs or min(len(files), _cores(options))
     chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
@@ -423,10 +423,13 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
         from analysis.tables.d4_sol import with_sol
 
         d4 = with_sol(d4, options.sol)
+    # each rank's collectives before the split, made once: the split and the step time's waits read them
     collectives = digest.collectives if digest is not None else None
+    if collectives is None:
+        collectives = collectives_of(kernel_rows)
     comm_rows = split_collectives(kernel_rows, step_rows, collectives)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, expert_load)
-    d4 = with_step_time(d4, step_rows, comm_rows, kernel_rows, options.strict, collectives)
+    d4 = with_step_time(d4, step_rows, comm_rows, collectives, options.strict)
     return Analysis(options.run, sig.name, spec.name if spec else None, kernel_rows, step_rows, problems, d4, total_bytes,
                     comm_rows=comm_rows, checks=checks, digest=digest)
 

@@ -160,12 +160,17 @@ def rows_by_rank(kernel_rows: list[KernelRow]) -> dict[str, list[KernelRow]]:
     return by_rank
 
 
+def collectives_of(kernel_rows: list[KernelRow]) -> dict[str, RankCollectives]:
+    """rank -> its RankCollectives, made here from the rows (what rank workers send otherwise)."""
+    return {rank: rank_collectives(rank, rows) for rank, rows in rows_by_rank(kernel_rows).items()}
+
+
 def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None,
                       parts: dict[str, RankCollectives] | None = None) -> list[CommRow]:
     """Every communication kernel of every rank as a CommRow, split where all ranks have it.
-    `parts`: rank -> its RankCollectives where a worker made them (every rank of the rows)."""
+    `parts`: rank -> its RankCollectives (collectives_of the rows, where not given)."""
     if parts is None:
-        parts = {rank: rank_collectives(rank, rows) for rank, rows in rows_by_rank(kernel_rows).items()}
+        parts = collectives_of(kernel_rows)
     ranks_of_step: dict[tuple[int, str], set[str]] = defaultdict(set)
     if step_rows is not None:
         for s in step_rows:

@@ -13,7 +13,7 @@ from collections import defaultdict
 import msgspec
 
 from analysis.attribution.comm_split import CommRow, RankCollectives
-from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow
+from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, StepRow
 from analysis.tables.comm_table import used_steps
 from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, column_stats
 
@@ -42,22 +42,19 @@ RANK_COLUMNS = (("step", "step_us"), ("GPU busy", "busy_any_us"), ("wait before 
                 ("after host sync", "idle_host_sync_us"), ("queued", "idle_queued_us"))
 
 
-def fill_waits(step_rows: list[StepRow], comm_rows: list[CommRow], kernel_rows: list[KernelRow],
-               collectives: dict[str, RankCollectives] | None = None) -> None:
+def fill_waits(step_rows: list[StepRow], comm_rows: list[CommRow], collectives: dict[str, RankCollectives]) -> None:
     """Each step's collective wait by place (before, inside, after the layers), from the split; left
-    None where none of the step's collectives could be split (a single rank). `collectives`: rank ->
-    its RankCollectives where workers made them (their sections spare reading the rows)."""
+    None where none of the step's collectives could be split (a single rank). A collective outside
+    the layers is placed by the section its rank's RankCollectives recorded at its (step, start)."""
     waits: dict[tuple[str, int], list[float]] = {}
-    section: dict[tuple[str, int, float], str] | None = None  # read once, where a split collective is outside the layers
     for c in comm_rows:
         if c.wait_us is None:
             continue
         if c.layer >= 0:
             where = SECTION_LAYER
         else:
-            if section is None:
-                section = _sections(kernel_rows, collectives)
-            where = section.get((c.rank, c.step, c.start_us), SECTION_PRE)
+            part = collectives.get(c.rank)
+            where = part.sections.get((c.step, c.start_us), SECTION_PRE) if part is not None else SECTION_PRE
         cell = waits.setdefault((c.rank, c.step), [0.0, 0.0, 0.0])
         cell[0 if where == SECTION_PRE else 1 if where == SECTION_LAYER else 2] += c.wait_us
     for s in step_rows:
@@ -66,18 +63,11 @@ def fill_waits(step_rows: list[StepRow], comm_rows: list[CommRow], kernel_rows: 
             s.wait_pre_us, s.wait_layers_us, s.wait_post_us = cell
 
 
-def _sections(kernel_rows: list[KernelRow], parts: dict[str, RankCollectives] | None) -> dict[tuple[str, int, float], str]:
-    """(rank, step, start) -> the section of the last row outside the layers there, in row order."""
-    if parts is None:
-        return {(r.rank, r.step, r.start_us): r.section for r in kernel_rows if r.layer < 0}
-    return {(rank, step, start): where for rank, part in parts.items() for (step, start), where in part.sections.items()}
-
-
-def with_step_time(column, step_rows: list[StepRow], comm_rows: list[CommRow], kernel_rows: list[KernelRow],
-                   strict: bool = False, collectives: dict[str, RankCollectives] | None = None):
+def with_step_time(column, step_rows: list[StepRow], comm_rows: list[CommRow],
+                   collectives: dict[str, RankCollectives], strict: bool = False):
     """The D4 column with its step-time rows and each rank's figures (mean over the used steps); the
-    steps' collective waits are filled in first (fill_waits; `collectives` as it takes them)."""
-    fill_waits(step_rows, comm_rows, kernel_rows, collectives)
+    steps' collective waits are filled in first (fill_waits, from the split's `collectives`)."""
+    fill_waits(step_rows, comm_rows, collectives)
     used = used_steps(step_rows, column.stage, strict)
     steps = [s for s in step_rows if (s.rank, s.step) in used]
     rows = []
