@@ -26,33 +26,34 @@ from analysis.tables.parquet_writer import write_row_groups
 made: list[forked_encoding.ForkedEncoding] = []
 
 
-class Counting(forked_encoding.ForkedEncoding):
-    """Counts the helpers the pipeline makes and keeps each child's exit code."""
+class _Recorded:
+    """Keeps each child's exit code as the helper reaps it."""
+
+    def _reap(self):
+        code = super()._reap()
+        self.exit_codes.append(code)
+        return code
+
+
+class Counting(_Recorded, forked_encoding.ForkedEncoding):
+    """The encoding helpers the pipeline makes."""
 
     def __init__(self, rows):
         self.exit_codes: list[int | None] = []
         super().__init__(rows)
         made.append(self)
 
-    def _reap(self):
-        code = super()._reap()
-        self.exit_codes.append(code)
-        return code
-
 
 naming: list[forked_naming.ForkedNaming] = []
 
 
-class CountingNaming(forked_naming.ForkedNaming):
+class CountingNaming(_Recorded, forked_naming.ForkedNaming):
+    """The naming helpers the attribution makes."""
+
     def __init__(self, namers, steps, first):
         self.exit_codes: list[int | None] = []
         super().__init__(namers, steps, first)
         naming.append(self)
-
-    def _reap(self):
-        code = super()._reap()
-        self.exit_codes.append(code)
-        return code
 
 
 def children_left() -> int:
