@@ -323,3 +323,65 @@ def test_the_far_gap_found_in_the_durations_pass_is_the_one_sorting_finds(seed):
     said = [b for b in part.first_bad_durations if "from the rest of its step" in b]
     expected = _far_gap(rows, limits["far_gap_s"] * 1e6, limits["far_gap_ratio"])
     assert said == ([f"TP0 step 0: {expected}"] if expected else [])
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
+    """SYNTHETIC rows, random (sections, groups and modules mixed, starts with ties): the one pass over
+    a used step (_read_step) gives what each check read in a pass of its own, written out plainly
+    here: a kernel outside the layers at or after the first layer kernel, the step-time sums added in
+    row order across steps, the routed and shared experts' time, each layer's kind and mix."""
+    import random
+    from collections import defaultdict
+
+    from analysis.tables.self_check_parts import _read_step, _StepTimeSums
+
+    rng = random.Random(seed)
+    groups = ["moe", "attention", "communication", "other", "unattributed", "combine/share overlap"]
+    modules = ["shared_experts", "dispatch", "combine", "router", "topk", "experts", "attn"]
+    sums, expected_sums = _StepTimeSums(), dict.fromkeys(("busy", "in_layers", "other", "unattributed", "waiting"), 0.0)
+    for _step in range(3):  # the sums run on across the steps
+        rows = []
+        for i in range(rng.randint(0, 30)):
+            section = rng.choice(["pre", "layer", "layer", "layer", "post"])
+            layer = rng.randrange(4) if section == "layer" else -1
+            rows.append(KernelRow("run", "TP0", 0, "decode", section, layer, 0, rng.choice(groups), rng.choice(modules),
+                                  f"k{rng.randrange(3)}", f"name{i}", 7, rng.choice([0.0, 1.0, 2.0, 3.0, 5.0]),
+                                  rng.uniform(0.1, 9.9), 0.0, "structure"))
+        layer_starts = [r.start_us for r in rows if r.section == "layer"]
+        if seed % 2 and layer_starts and any(r.section != "layer" for r in rows):  # a tie at the first layer kernel
+            next(r for r in rows if r.section != "layer").start_us = min(layer_starts)
+        first = min(layer_starts) if layer_starts else math.inf
+        after = any(r.section != "layer" and r.start_us >= first for r in rows)
+        routed = shared = 0.0
+        mixes: dict[int, dict] = {}
+        moe: dict[int, bool] = {}
+        for r in rows:
+            expected_sums["busy"] += r.busy_us
+            if r.group == "unattributed":
+                expected_sums["unattributed"] += r.busy_us
+            if r.section != "layer" and r.group == "communication":
+                expected_sums["waiting"] += r.busy_us
+            if r.section == "layer":
+                expected_sums["in_layers"] += r.busy_us
+                if r.group == "other":
+                    expected_sums["other"] += r.busy_us
+                if r.module == "shared_experts":
+                    shared += r.busy_us
+                elif r.group == "moe" and r.module not in ("dispatch", "combine"):
+                    routed += r.busy_us
+                moe[r.layer] = moe.get(r.layer, False) or r.group in ("moe", "combine/share overlap") \
+                    or r.module in ("router", "topk", "shared_experts")
+                mix = mixes.setdefault(r.layer, defaultdict(float))
+                if r.group != "communication" and r.module not in ("dispatch", "combine"):
+                    mix[(r.group, r.module, r.kernel)] += r.busy_us
+        by_kind: dict[str, list] = {}
+        for layer in sorted(mixes):
+            by_kind.setdefault("MoE" if moe[layer] else "dense", []).append((layer, dict(mixes[layer])))
+        reading = _read_step(rows, sums)
+        assert reading.after_layers == after
+        assert (reading.routed_us, reading.shared_us) == (routed, shared)
+        assert {kind: [(layer, dict(mix)) for layer, mix in members] for kind, members in reading.mixes.items()} \
+            == by_kind
+        assert list(reading.mixes) == list(by_kind)
+        assert {name: getattr(sums, name) for name in expected_sums} == expected_sums

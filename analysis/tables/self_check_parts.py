@@ -18,6 +18,7 @@ import operator
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name, class_test
@@ -96,13 +97,99 @@ def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, stri
     part.used_steps = len(used)
     if stage != UNKNOWN:
         _layer_sequence(part, table_steps, by_step, limits["layer_sequence"], chains)
-        _layer_time(part, used, by_step, limits["layer_time"])
-        _after_layers(part, used, by_step)
+    _used_steps(part, used, by_step, limits["layer_time"] if stage != UNKNOWN else None)
     _attention_cores(part, steps, by_step)
-    _expert_sizes(part, used, by_step)
-    _step_time(part, used, by_step)
     _durations(part, steps, by_step, limits["durations"])
     return part
+
+
+class _StepTimeSums:
+    """step_time_shares' sums over the used steps' rows, each added in row order across the steps."""
+
+    __slots__ = ("busy", "in_layers", "other", "unattributed", "waiting")
+
+    def __init__(self):
+        self.busy = self.in_layers = self.other = self.unattributed = self.waiting = 0.0
+
+
+class _StepReading(NamedTuple):
+    """What one pass over a used step's rows gives the checks."""
+
+    mixes: dict[str, list[tuple[int, dict]]]  # step_layer_mixes
+    routed_us: float  # routed experts' busy us (expert sizes)
+    shared_us: float  # shared experts' busy us
+    after_layers: bool  # a kernel outside the layers starts at or after the first layer kernel
+
+
+def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
+    """One used step's rows read once for the layer-time, after-layers, expert-size and step-time
+    checks (four passes before; each sum is still added term by term in row order)."""
+    busy, in_layers, other, unattributed, waiting = sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting
+    routed = shared = 0.0
+    mixes: dict[int, dict[tuple[str, str, str], float]] = {}
+    moe: dict[int, bool] = {}
+    layer = mix = None  # a layer's rows mostly come together: its mix is looked up once
+    first_layer_start = None  # as min() finds it: the first, then each one below it
+    outside_starts = []
+    for r in rows:
+        us = r.busy_us
+        group = r.group
+        busy += us
+        if group == UNATTRIBUTED:
+            unattributed += us
+        if r.section != SECTION_LAYER:
+            if group == _COMMUNICATION:
+                waiting += us  # a collective before or after the layers absorbs the ranks' skew
+            outside_starts.append(r.start_us)
+            continue
+        in_layers += us
+        if group == "other":
+            other += us
+        module = r.module
+        if module == _SHARED:
+            shared += us
+        elif group == "moe" and module not in _NOT_ROUTED:
+            routed += us
+        start = r.start_us
+        if first_layer_start is None or start < first_layer_start:
+            first_layer_start = start
+        if r.layer != layer:
+            layer = r.layer
+            mix = mixes.get(layer)
+            if mix is None:
+                mix = mixes[layer] = defaultdict(float)
+                moe[layer] = False
+        if not moe[layer] and (group in _MOE_GROUPS or module in _MOE_MODULES):
+            moe[layer] = True
+        if group != _COMMUNICATION and module not in _NOT_ROUTED:
+            mix[(group, module, r.kernel)] += us
+    sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting = busy, in_layers, other, unattributed, waiting
+    by_kind: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for layer in sorted(mixes):
+        by_kind["MoE" if moe[layer] else "dense"].append((layer, mixes[layer]))
+    first = _INF if first_layer_start is None else first_layer_start
+    return _StepReading(by_kind, routed, shared, any(start >= first for start in outside_starts))
+
+
+def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limits: dict | None) -> None:
+    """The checks that read each used step's rows (one pass per step, _read_step): layer_time and
+    after_layers (where the stage is known: time_limits given), expert sizes and step time shares."""
+    sums = _StepTimeSums()
+    empty: list[tuple[StepRow, dict]] = []  # the steps with nothing after their layers, and their mixes
+    for place, s in enumerate(used):
+        reading = _read_step(by_step.get((s.rank, s.step), []), sums)
+        part.routed_us += reading.routed_us
+        part.shared_us += reading.shared_us
+        if reading.shared_us:
+            part.routed_to_shared.append(reading.routed_us / reading.shared_us)
+        if time_limits is not None:
+            _layer_time(part, s, place, reading.mixes, time_limits)
+            if not reading.after_layers:
+                empty.append((s, reading.mixes))
+    part.busy_us, part.in_layers_us, part.other_us = sums.busy, sums.in_layers, sums.other
+    part.unattributed_us, part.waiting_us = sums.unattributed, sums.waiting
+    if time_limits is not None:
+        _after_layers(part, empty)
 
 
 # ---------------------------------------------------------------- layer_kernel_sequence
@@ -192,25 +279,24 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
         rows = by_step.get((s.rank, s.step), [])
         known = chains.get((s.rank, s.step))
         chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
-        layer_rows: dict[int, list[KernelRow]] = {}
-        kinds: dict[int, list[KernelRow]] = {}
-        layer = members = on_chain = None  # a layer's rows mostly come together: look its lists up once
+        layer_rows: dict[int, list[KernelRow]] = {}  # each layer's rows on the chain
+        moe: dict[int, bool] = {}  # each layer's kind (layer_kind), found in the same pass
+        layer = on_chain = None  # a layer's rows mostly come together: look its list up once
         for i, r in enumerate(rows):
             if r.section == SECTION_LAYER:
                 if r.layer != layer:
                     layer = r.layer
-                    members = kinds.get(layer)
-                    if members is None:
-                        members = kinds[layer] = []
+                    on_chain = layer_rows.get(layer)
+                    if on_chain is None:
                         on_chain = layer_rows[layer] = []
-                    else:
-                        on_chain = layer_rows[layer]
-                members.append(r)
+                        moe[layer] = False
+                if not moe[layer] and (r.group in _MOE_GROUPS or r.module in _MOE_MODULES):
+                    moe[layer] = True
                 if i in chain:
                     on_chain.append(r)
         previous = "none"
-        for layer in sorted(kinds):
-            kind = layer_kind(kinds[layer])
+        for layer in sorted(layer_rows):
+            kind = "MoE" if moe[layer] else "dense"
             # a layer's prologue depends on the layer before it (after a MoE layer the tokens are
             # gathered from the expert-parallel ranks first): layers compare with those of the same
             # kind after the same kind
@@ -237,28 +323,7 @@ def step_layer_mixes(s: StepRow, by_step: dict) -> dict[str, list[tuple[int, dic
     """kind -> [(layer, {(group, module, kernel): busy us})] of one step, by layer: what each layer
     computes, communication left out (a collective's time is mostly waiting for other ranks, which
     differs from layer to layer for reasons outside the layer)."""
-    # one pass: each layer's mix and whether it is MoE (layer_kind), its rows added in row order as
-    # grouping them by layer first would add them
-    mixes: dict[int, dict[tuple[str, str, str], float]] = {}
-    moe: dict[int, bool] = {}
-    layer = mix = None  # a layer's rows mostly come together: its mix is looked up once
-    for r in by_step.get((s.rank, s.step), []):
-        if r.section != SECTION_LAYER:
-            continue
-        if r.layer != layer:
-            layer = r.layer
-            mix = mixes.get(layer)
-            if mix is None:
-                mix = mixes[layer] = defaultdict(float)
-                moe[layer] = False
-        if not moe[layer] and (r.group in _MOE_GROUPS or r.module in _MOE_MODULES):
-            moe[layer] = True
-        if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
-            mix[(r.group, r.module, r.kernel)] += r.busy_us
-    out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
-    for layer in sorted(mixes):
-        out["MoE" if moe[layer] else "dense"].append((layer, mixes[layer]))
-    return out
+    return _read_step(by_step.get((s.rank, s.step), []), _StepTimeSums()).mixes
 
 
 def foreign_kernels(mix: dict, others: list[dict]) -> list[tuple[tuple[str, str, str], float]]:
@@ -272,40 +337,33 @@ def describe(key: tuple[str, str, str], us: float) -> str:
     return f"{kernel[:60]} ({us:.0f} us, named {group} / {module})"
 
 
-def _layer_time(part: RankChecks, used: list[StepRow], by_step: dict, limits: dict) -> None:
-    """The rank's layers whose compute is far above the median of its kind's layers in their step."""
+def _layer_time(part: RankChecks, s: StepRow, place: int, mixes: dict[str, list[tuple[int, dict]]],
+                limits: dict) -> None:
+    """The step's layers whose compute is far above the median of its kind's layers in the step
+    (`place`: the step's among the rank's used steps)."""
     factor, slack = float(limits["max_to_median"]), float(limits["slack_us"])
-    for place, s in enumerate(used):  # one step's layers at a time: never every layer's mix at once
-        for kind, members in step_layer_mixes(s, by_step).items():
-            if len(members) < 3:  # too few layers of the kind in a step to say what is usual
-                continue
-            times = [sum(mix.values()) for _layer, mix in members]
-            median = statistics.median(times)
-            part.time_layers += len(members)
-            last_layer = max(layer for layer, _mix in members)
-            for (layer, mix), t in zip(members, times):
-                if t > factor * median + slack:
-                    others = [m for other_layer, m in members if other_layer != layer]
-                    part.time_outliers.append(((s.rank, kind), place, (s.rank, kind, s.step, layer, t, median,
-                                                                        foreign_kernels(mix, others), layer == last_layer)))
+    for kind, members in mixes.items():
+        if len(members) < 3:  # too few layers of the kind in a step to say what is usual
+            continue
+        times = [sum(mix.values()) for _layer, mix in members]
+        median = statistics.median(times)
+        part.time_layers += len(members)
+        last_layer = max(layer for layer, _mix in members)
+        for (layer, mix), t in zip(members, times):
+            if t > factor * median + slack:
+                others = [m for other_layer, m in members if other_layer != layer]
+                part.time_outliers.append(((s.rank, kind), place, (s.rank, kind, s.step, layer, t, median,
+                                                                    foreign_kernels(mix, others), layer == last_layer)))
 
 
-def _after_last_layer(rows: list[KernelRow]) -> bool:
-    """A kernel outside the layers starts at or after the earliest start of a layer kernel (the bound
-    is found once per step; it was found again for every such kernel)."""
-    starts = [r.start_us for r in rows if r.section == SECTION_LAYER]
-    first = min(starts) if starts else _INF
-    return any(r.section != SECTION_LAYER and r.start_us >= first for r in rows)
-
-
-def _after_layers(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
-    """The rank's used steps with nothing after their layers, and why that is a failure where it is:
-    their last layer runs kernels that the other layers of its kind do not."""
-    empty = [s for s in used if not _after_last_layer(by_step.get((s.rank, s.step), []))]
+def _after_layers(part: RankChecks, empty: list[tuple[StepRow, dict]]) -> None:
+    """The rank's used steps with nothing after their layers (no kernel outside the layers starts at
+    or after the first layer kernel), and why that is a failure where it is: their last layer runs
+    kernels that the other layers of its kind do not."""
     part.empty_after_steps = len(empty)
     mixes: dict[str, list[tuple[int, int, dict]]] = defaultdict(list)
-    for s in empty:
-        for kind, members in step_layer_mixes(s, by_step).items():
+    for s, by_kind in empty:
+        for kind, members in by_kind.items():
             mixes[kind] += [(s.step, layer, mix) for layer, mix in members]
     for kind, layers in sorted(mixes.items()):
         last_layer = max(layer for _step, layer, _mix in layers)
@@ -336,39 +394,6 @@ def _attention_cores(part: RankChecks, steps: list[StepRow], by_step: dict) -> N
                 if not part.cores_outside:
                     part.first_core_outside = f"first: {s.rank} step {s.step}, {r.section} section, {r.kernel_name[:80]}"
                 part.cores_outside += 1
-
-
-def _expert_sizes(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
-    for s in used:
-        step_routed = step_shared = 0.0
-        for r in by_step.get((s.rank, s.step), []):
-            if r.section != SECTION_LAYER:
-                continue
-            if r.module == _SHARED:
-                step_shared += r.busy_us
-            elif r.group == "moe" and r.module not in _NOT_ROUTED:
-                step_routed += r.busy_us
-        part.routed_us += step_routed
-        part.shared_us += step_shared
-        if step_shared:
-            part.routed_to_shared.append(step_routed / step_shared)
-
-
-def _step_time(part: RankChecks, used: list[StepRow], by_step: dict) -> None:
-    busy = in_layers = other = unattributed = waiting = 0.0
-    for s in used:
-        for r in by_step.get((s.rank, s.step), []):
-            busy += r.busy_us
-            if r.section != SECTION_LAYER and r.group == _COMMUNICATION:
-                waiting += r.busy_us  # a collective before or after the layers absorbs the ranks' skew
-            if r.group == UNATTRIBUTED:
-                unattributed += r.busy_us
-            if r.section == SECTION_LAYER:
-                in_layers += r.busy_us
-                if r.group == "other":
-                    other += r.busy_us
-    part.busy_us, part.in_layers_us, part.other_us = busy, in_layers, other
-    part.unattributed_us, part.waiting_us = unattributed, waiting
 
 
 def _far_gap(rows: list, far_us: float, far_ratio: float) -> str:
