@@ -231,8 +231,8 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
                                 total_bytes=rows.total_bytes, failed_files=rows.failed_files, requests=requests,
                                 expert_load=load, chains=rows.chains, rank_files=rows.rank_files, digest=rows.digest)
         if helper is not None:
-            kernel_table, streams = helper.result()
-            analysis.digest = Digest(rows=len(rows.kernel_rows), kernel_table=kernel_table, streams=streams,
+            streams = stream_summary(rows.kernel_rows)  # here: the child's share of the work is the larger
+            analysis.digest = Digest(rows=len(rows.kernel_rows), kernel_table=helper.result(), streams=streams,
                                      cells=None, collectives=None, share=None)
         return analysis
     finally:
