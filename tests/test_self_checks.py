@@ -325,37 +325,62 @@ def test_the_far_gap_found_in_the_durations_pass_is_the_one_sorting_finds(seed):
     assert said == ([f"TP0 step 0: {expected}"] if expected else [])
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
-    """SYNTHETIC rows, random (sections, groups and modules mixed, starts with ties): the one pass over
-    a used step (_read_step) gives what each check read in a pass of its own, written out plainly
-    here: a kernel outside the layers at or after the first layer kernel, the step-time sums added in
-    row order across steps, the routed and shared experts' time, each layer's kind and mix."""
-    import random
-    from collections import defaultdict
-
-    from analysis.tables.self_check_parts import _read_step, _StepTimeSums
-
-    rng = random.Random(seed)
+def _random_step_rows(rng, step: int, count: int) -> list[KernelRow]:
+    """SYNTHETIC rows of one step: sections, groups and modules mixed, starts with ties."""
     groups = ["moe", "attention", "communication", "other", "unattributed", "combine/share overlap"]
     modules = ["shared_experts", "dispatch", "combine", "router", "topk", "experts", "attn"]
+    rows = []
+    for i in range(count):
+        section = rng.choice(["pre", "layer", "layer", "layer", "layer", "post"])
+        layer = rng.randrange(5) if section == "layer" else -1
+        rows.append(KernelRow("run", "TP0", step, "decode", section, layer, 0, rng.choice(groups), rng.choice(modules),
+                              f"k{rng.randrange(3)}", f"name{i}", 7, rng.choice([0.0, 1.0, 2.0, 3.0, 5.0]),
+                              rng.choice([rng.uniform(0.1, 9.9), rng.uniform(50.0, 90.0), 0.1, 0.2, 0.7]), 0.0,
+                              "structure"))
+    return rows
+
+
+def _mixes_written_out(rows: list[KernelRow]) -> dict[str, list[tuple[int, dict]]]:
+    """Each layer's kind and its kernels' compute, plainly: what step_layer_mixes must give."""
+    from collections import defaultdict
+
+    mixes: dict[int, dict] = {}
+    moe: dict[int, bool] = {}
+    for r in rows:
+        if r.section != "layer":
+            continue
+        moe[r.layer] = moe.get(r.layer, False) or r.group in ("moe", "combine/share overlap") \
+            or r.module in ("router", "topk", "shared_experts")
+        mix = mixes.setdefault(r.layer, defaultdict(float))
+        if r.group != "communication" and r.module not in ("dispatch", "combine"):
+            mix[(r.group, r.module, r.kernel)] += r.busy_us
+    by_kind: dict[str, list] = {}
+    for layer in sorted(mixes):
+        by_kind.setdefault("MoE" if moe[layer] else "dense", []).append((layer, dict(mixes[layer])))
+    return by_kind
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
+    """SYNTHETIC rows, random: the one pass over a used step (_read_step) gives what each check read
+    in a pass of its own, written out plainly here: a kernel outside the layers at or after the first
+    layer kernel, the step-time sums added in row order across steps, the routed and shared experts'
+    time, each layer's kind and compute, and step_layer_mixes each layer's kernels."""
+    import random
+
+    from analysis.attribution.rows import StepRow
+    from analysis.tables.self_check_parts import _read_step, _StepTimeSums, step_layer_mixes
+
+    rng = random.Random(seed)
     sums, expected_sums = _StepTimeSums(), dict.fromkeys(("busy", "in_layers", "other", "unattributed", "waiting"), 0.0)
-    for _step in range(3):  # the sums run on across the steps
-        rows = []
-        for i in range(rng.randint(0, 30)):
-            section = rng.choice(["pre", "layer", "layer", "layer", "post"])
-            layer = rng.randrange(4) if section == "layer" else -1
-            rows.append(KernelRow("run", "TP0", 0, "decode", section, layer, 0, rng.choice(groups), rng.choice(modules),
-                                  f"k{rng.randrange(3)}", f"name{i}", 7, rng.choice([0.0, 1.0, 2.0, 3.0, 5.0]),
-                                  rng.uniform(0.1, 9.9), 0.0, "structure"))
+    for step in range(3):  # the sums run on across the steps
+        rows = _random_step_rows(rng, step, rng.randint(0, 30))
         layer_starts = [r.start_us for r in rows if r.section == "layer"]
         if seed % 2 and layer_starts and any(r.section != "layer" for r in rows):  # a tie at the first layer kernel
             next(r for r in rows if r.section != "layer").start_us = min(layer_starts)
         first = min(layer_starts) if layer_starts else math.inf
         after = any(r.section != "layer" and r.start_us >= first for r in rows)
         routed = shared = 0.0
-        mixes: dict[int, dict] = {}
-        moe: dict[int, bool] = {}
         for r in rows:
             expected_sums["busy"] += r.busy_us
             if r.group == "unattributed":
@@ -370,18 +395,68 @@ def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
                     shared += r.busy_us
                 elif r.group == "moe" and r.module not in ("dispatch", "combine"):
                     routed += r.busy_us
-                moe[r.layer] = moe.get(r.layer, False) or r.group in ("moe", "combine/share overlap") \
-                    or r.module in ("router", "topk", "shared_experts")
-                mix = mixes.setdefault(r.layer, defaultdict(float))
-                if r.group != "communication" and r.module not in ("dispatch", "combine"):
-                    mix[(r.group, r.module, r.kernel)] += r.busy_us
-        by_kind: dict[str, list] = {}
-        for layer in sorted(mixes):
-            by_kind.setdefault("MoE" if moe[layer] else "dense", []).append((layer, dict(mixes[layer])))
+        mixes = _mixes_written_out(rows)
         reading = _read_step(rows, sums)
         assert reading.after_layers == after
         assert (reading.routed_us, reading.shared_us) == (routed, shared)
-        assert {kind: [(layer, dict(mix)) for layer, mix in members] for kind, members in reading.mixes.items()} \
-            == by_kind
-        assert list(reading.mixes) == list(by_kind)
+        assert {kind: [layer for layer, _us in members] for kind, members in reading.layer_us.items()} \
+            == {kind: [layer for layer, _mix in members] for kind, members in mixes.items()}
+        assert list(reading.layer_us) == list(mixes)
+        for kind, members in reading.layer_us.items():  # the same compute, summed in another order
+            assert [us for _layer, us in members] == pytest.approx([sum(m.values()) for _l, m in mixes[kind]], rel=1e-12)
+        step_row = StepRow("run", "TP0", step, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 1, 1, "ok", "gap")
+        got = step_layer_mixes(step_row, {("TP0", step): rows})
+        assert {kind: [(layer, dict(mix)) for layer, mix in members] for kind, members in got.items()} == mixes
         assert {name: getattr(sums, name) for name in expected_sums} == expected_sums
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_layer_time_outliers_are_judged_on_each_layers_kernel_sums(seed):
+    """SYNTHETIC steps, random, some layers far above the others and some right at the bound: the
+    layer-time part (judged from row-order sums, its mixes made only near or above the bound) holds
+    the outliers that the check written out plainly finds from each layer's kernel sums."""
+    import random
+    import statistics
+
+    from analysis.attribution.rows import StepRow
+    from analysis.tables.self_check_parts import RankChecks, _used_steps, foreign_kernels
+
+    rng = random.Random(seed)
+    limits = {"max_to_median": 1.5, "slack_us": 20.0}
+    used, by_step = [], {}
+    for step in range(4):
+        rows = _random_step_rows(rng, step, rng.randint(10, 60))
+        if rng.random() < 0.5:  # one layer far above
+            heavy = rng.randrange(5)
+            rows += [KernelRow("run", "TP0", step, "decode", "layer", heavy, 0, "attention", "attn", "big", "big", 7,
+                               9.0, rng.uniform(100.0, 400.0), 0.0, "structure")]
+        by_step[("TP0", step)] = rows
+        used.append(StepRow("run", "TP0", step, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 1, 1, "ok", "gap"))
+        mixes = _mixes_written_out(rows)
+        for kind, members in mixes.items():  # a layer at the bound, or a hair above or below it
+            if len(members) >= 3 and rng.random() < 0.7:
+                times = [sum(m.values()) for _l, m in members]
+                at = limits["max_to_median"] * statistics.median(times) + limits["slack_us"]
+                layer, mix = max(members, key=lambda lm: sum(lm[1].values()))
+                key = next(iter(mix))
+                lift = at + rng.choice([-1e-6, 0.0, 1e-6]) - sum(mix.values())
+                if lift > 0:
+                    rows.append(KernelRow("run", "TP0", step, "decode", "layer", layer, 0, key[0], key[1], key[2], "x",
+                                          7, 9.0, lift, 0.0, "structure"))
+    expected_layers, expected = 0, []
+    for place, s in enumerate(used):
+        for kind, members in _mixes_written_out(by_step[("TP0", s.step)]).items():
+            if len(members) < 3:
+                continue
+            expected_layers += len(members)
+            times = [sum(m.values()) for _l, m in members]
+            median = statistics.median(times)
+            last = max(layer for layer, _m in members)
+            for (layer, mix), t in zip(members, times):
+                if t > limits["max_to_median"] * median + limits["slack_us"]:
+                    others = [m for other, m in members if other != layer]
+                    expected.append((("TP0", kind), place, ("TP0", kind, s.step, layer, t, median,
+                                                            foreign_kernels(mix, others), layer == last)))
+    part = RankChecks("TP0", "decode", False)
+    _used_steps(part, used, by_step, limits)
+    assert (part.time_layers, part.time_outliers) == (expected_layers, expected)

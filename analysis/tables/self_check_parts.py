@@ -115,7 +115,9 @@ class _StepTimeSums:
 class _StepReading(NamedTuple):
     """What one pass over a used step's rows gives the checks."""
 
-    mixes: dict[str, list[tuple[int, dict]]]  # step_layer_mixes
+    # kind -> [(layer, its compute us)] by layer, kinds as step_layer_mixes orders them; the us summed
+    # in row order, where the check sums each kernel's us first (equal but for rounding: _layer_time)
+    layer_us: dict[str, list[tuple[int, float]]]
     routed_us: float  # routed experts' busy us (expert sizes)
     shared_us: float  # shared experts' busy us
     after_layers: bool  # a kernel outside the layers starts at or after the first layer kernel
@@ -123,12 +125,13 @@ class _StepReading(NamedTuple):
 
 def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
     """One used step's rows read once for the layer-time, after-layers, expert-size and step-time
-    checks (four passes before; each sum is still added term by term in row order)."""
+    checks (four passes before; each sum is still added term by term in row order). Each layer's
+    compute is one sum here: its mix of kernels (step_layer_mixes) is made only where one is needed."""
     busy, in_layers, other, unattributed, waiting = sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting
     routed = shared = 0.0
-    mixes: dict[int, dict[tuple[str, str, str], float]] = {}
+    layer_us: dict[int, float] = {}
     moe: dict[int, bool] = {}
-    layer = mix = None  # a layer's rows mostly come together: its mix is looked up once
+    layer = None
     first_layer_start = None  # as min() finds it: the first, then each one below it
     outside_starts = []
     for r in rows:
@@ -155,18 +158,17 @@ def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
             first_layer_start = start
         if r.layer != layer:
             layer = r.layer
-            mix = mixes.get(layer)
-            if mix is None:
-                mix = mixes[layer] = defaultdict(float)
+            if layer not in moe:
+                layer_us[layer] = 0.0
                 moe[layer] = False
         if not moe[layer] and (group in _MOE_GROUPS or module in _MOE_MODULES):
             moe[layer] = True
         if group != _COMMUNICATION and module not in _NOT_ROUTED:
-            mix[(group, module, r.kernel)] += us
+            layer_us[layer] += us
     sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting = busy, in_layers, other, unattributed, waiting
-    by_kind: dict[str, list[tuple[int, dict]]] = defaultdict(list)
-    for layer in sorted(mixes):
-        by_kind["MoE" if moe[layer] else "dense"].append((layer, mixes[layer]))
+    by_kind: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for layer in sorted(layer_us):
+        by_kind["MoE" if moe[layer] else "dense"].append((layer, layer_us[layer]))
     first = _INF if first_layer_start is None else first_layer_start
     return _StepReading(by_kind, routed, shared, any(start >= first for start in outside_starts))
 
@@ -175,7 +177,7 @@ def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limit
     """The checks that read each used step's rows (one pass per step, _read_step): layer_time and
     after_layers (where the stage is known: time_limits given), expert sizes and step time shares."""
     sums = _StepTimeSums()
-    empty: list[tuple[StepRow, dict]] = []  # the steps with nothing after their layers, and their mixes
+    empty: list[StepRow] = []  # the steps with nothing after their layers
     for place, s in enumerate(used):
         reading = _read_step(by_step.get((s.rank, s.step), []), sums)
         part.routed_us += reading.routed_us
@@ -183,13 +185,13 @@ def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limit
         if reading.shared_us:
             part.routed_to_shared.append(reading.routed_us / reading.shared_us)
         if time_limits is not None:
-            _layer_time(part, s, place, reading.mixes, time_limits)
+            _layer_time(part, s, place, reading.layer_us, by_step, time_limits)
             if not reading.after_layers:
-                empty.append((s, reading.mixes))
+                empty.append(s)
     part.busy_us, part.in_layers_us, part.other_us = sums.busy, sums.in_layers, sums.other
     part.unattributed_us, part.waiting_us = sums.unattributed, sums.waiting
     if time_limits is not None:
-        _after_layers(part, empty)
+        _after_layers(part, empty, by_step)
 
 
 # ---------------------------------------------------------------- layer_kernel_sequence
@@ -323,7 +325,26 @@ def step_layer_mixes(s: StepRow, by_step: dict) -> dict[str, list[tuple[int, dic
     """kind -> [(layer, {(group, module, kernel): busy us})] of one step, by layer: what each layer
     computes, communication left out (a collective's time is mostly waiting for other ranks, which
     differs from layer to layer for reasons outside the layer)."""
-    return _read_step(by_step.get((s.rank, s.step), []), _StepTimeSums()).mixes
+    mixes: dict[int, dict[tuple[str, str, str], float]] = {}
+    moe: dict[int, bool] = {}
+    layer = mix = None  # a layer's rows mostly come together: its mix is looked up once
+    for r in by_step.get((s.rank, s.step), []):
+        if r.section != SECTION_LAYER:
+            continue
+        if r.layer != layer:
+            layer = r.layer
+            mix = mixes.get(layer)
+            if mix is None:
+                mix = mixes[layer] = defaultdict(float)
+                moe[layer] = False
+        if not moe[layer] and (r.group in _MOE_GROUPS or r.module in _MOE_MODULES):
+            moe[layer] = True
+        if r.group != _COMMUNICATION and r.module not in _NOT_ROUTED:
+            mix[(r.group, r.module, r.kernel)] += r.busy_us
+    out: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for layer in sorted(mixes):
+        out["MoE" if moe[layer] else "dense"].append((layer, mixes[layer]))
+    return out
 
 
 def foreign_kernels(mix: dict, others: list[dict]) -> list[tuple[tuple[str, str, str], float]]:
@@ -337,33 +358,46 @@ def describe(key: tuple[str, str, str], us: float) -> str:
     return f"{kernel[:60]} ({us:.0f} us, named {group} / {module})"
 
 
-def _layer_time(part: RankChecks, s: StepRow, place: int, mixes: dict[str, list[tuple[int, dict]]],
-                limits: dict) -> None:
+_NEAR = 1e-9  # relative: farther than this below the bound, a layer's compute summed in another order is too
+
+
+def _layer_time(part: RankChecks, s: StepRow, place: int, layer_us: dict[str, list[tuple[int, float]]],
+                by_step: dict, limits: dict) -> None:
     """The step's layers whose compute is far above the median of its kind's layers in the step
-    (`place`: the step's among the rank's used steps)."""
+    (`place`: the step's among the rank's used steps). The check sums each layer's mix of kernels
+    (step_layer_mixes); summed row by row instead the times differ only by rounding (relative 1e-14
+    at most), so where every layer lies clearly below the bound, none is an outlier either way, and
+    only a step with a layer near or above it has its mixes made to judge and describe it."""
     factor, slack = float(limits["max_to_median"]), float(limits["slack_us"])
-    for kind, members in mixes.items():
+    mixes = None
+    for kind, members in layer_us.items():
         if len(members) < 3:  # too few layers of the kind in a step to say what is usual
             continue
-        times = [sum(mix.values()) for _layer, mix in members]
-        median = statistics.median(times)
         part.time_layers += len(members)
-        last_layer = max(layer for layer, _mix in members)
-        for (layer, mix), t in zip(members, times):
+        bound = factor * statistics.median([us for _layer, us in members]) + slack
+        if all(us < bound - _NEAR * (abs(us) + abs(bound)) for _layer, us in members):
+            continue
+        if mixes is None:
+            mixes = step_layer_mixes(s, by_step)
+        exact = mixes[kind]
+        times = [sum(mix.values()) for _layer, mix in exact]
+        median = statistics.median(times)
+        last_layer = max(layer for layer, _mix in exact)
+        for (layer, mix), t in zip(exact, times):
             if t > factor * median + slack:
-                others = [m for other_layer, m in members if other_layer != layer]
+                others = [m for other_layer, m in exact if other_layer != layer]
                 part.time_outliers.append(((s.rank, kind), place, (s.rank, kind, s.step, layer, t, median,
                                                                     foreign_kernels(mix, others), layer == last_layer)))
 
 
-def _after_layers(part: RankChecks, empty: list[tuple[StepRow, dict]]) -> None:
+def _after_layers(part: RankChecks, empty: list[StepRow], by_step: dict) -> None:
     """The rank's used steps with nothing after their layers (no kernel outside the layers starts at
     or after the first layer kernel), and why that is a failure where it is: their last layer runs
     kernels that the other layers of its kind do not."""
     part.empty_after_steps = len(empty)
     mixes: dict[str, list[tuple[int, int, dict]]] = defaultdict(list)
-    for s, by_kind in empty:
-        for kind, members in by_kind.items():
+    for s in empty:
+        for kind, members in step_layer_mixes(s, by_step).items():
             mixes[kind] += [(s.step, layer, mix) for layer, mix in members]
     for kind, layers in sorted(mixes.items()):
         last_layer = max(layer for _step, layer, _mix in layers)
