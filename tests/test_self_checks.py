@@ -460,3 +460,25 @@ def test_layer_time_outliers_are_judged_on_each_layers_kernel_sums(seed):
     part = RankChecks("TP0", "decode", False)
     _used_steps(part, used, by_step, limits)
     assert (part.time_layers, part.time_outliers) == (expected_layers, expected)
+
+
+def test_layer_time_judges_from_the_kernel_sums_where_a_time_is_negative():
+    """SYNTHETIC step: a layer whose kernel times cancel (1e18, 60, -1e18 us: a time no loader makes,
+    a table read back may hold). Summed row by row its compute rounds to 0 us; the check's sum per
+    kernel gives 60 us, far above the other layers' 5 us: judged from the kernel sums, it is the
+    outlier (the row-by-row shortcut holds only for times of 0 us or more)."""
+    from analysis.attribution.rows import StepRow
+    from analysis.tables.self_check_parts import RankChecks, _used_steps
+
+    def row(layer: int, kernel: str, busy: float) -> KernelRow:
+        return KernelRow("run", "TP0", 0, "decode", "layer", layer, 0, "attention", "attn", kernel, kernel, 7,
+                         float(layer), busy, 0.0, "structure")
+
+    rows = [row(0, "a", 1e18), row(0, "b", 60.0), row(0, "a", -1e18), row(1, "a", 5.0), row(2, "a", 5.0),
+            KernelRow("run", "TP0", 0, "decode", "post", -1, 0, "other", "lm_head", "h", "h", 7, 9.0, 1.0, 0.0,
+                      "structure")]
+    step = StepRow("run", "TP0", 0, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 3, 3, "ok", "gap")
+    part = RankChecks("TP0", "decode", False)
+    _used_steps(part, [step], {("TP0", 0): rows}, {"max_to_median": 1.5, "slack_us": 20.0})
+    assert part.time_layers == 3
+    assert [(outlier[2][3], outlier[2][4]) for outlier in part.time_outliers] == [(0, 60.0)]

@@ -121,6 +121,7 @@ class _StepReading(NamedTuple):
     routed_us: float  # routed experts' busy us (expert sizes)
     shared_us: float  # shared experts' busy us
     after_layers: bool  # a kernel outside the layers starts at or after the first layer kernel
+    unsigned: bool  # every layer kernel's busy us is a number >= 0 (what bounds the rounding: _layer_time)
 
 
 def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
@@ -132,6 +133,7 @@ def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
     layer_us: dict[int, float] = {}
     moe: dict[int, bool] = {}
     layer = None
+    unsigned = True
     first_layer_start = None  # as min() finds it: the first, then each one below it
     outside_starts = []
     for r in rows:
@@ -146,6 +148,8 @@ def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
             outside_starts.append(r.start_us)
             continue
         in_layers += us
+        if not us >= 0.0:  # negative or not a number
+            unsigned = False
         if group == "other":
             other += us
         module = r.module
@@ -170,7 +174,7 @@ def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
     for layer in sorted(layer_us):
         by_kind["MoE" if moe[layer] else "dense"].append((layer, layer_us[layer]))
     first = _INF if first_layer_start is None else first_layer_start
-    return _StepReading(by_kind, routed, shared, any(start >= first for start in outside_starts))
+    return _StepReading(by_kind, routed, shared, any(start >= first for start in outside_starts), unsigned)
 
 
 def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limits: dict | None) -> None:
@@ -185,7 +189,7 @@ def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limit
         if reading.shared_us:
             part.routed_to_shared.append(reading.routed_us / reading.shared_us)
         if time_limits is not None:
-            _layer_time(part, s, place, reading.layer_us, by_step, time_limits)
+            _layer_time(part, s, place, reading.layer_us if reading.unsigned else None, by_step, time_limits)
             if not reading.after_layers:
                 empty.append(s)
     part.busy_us, part.in_layers_us, part.other_us = sums.busy, sums.in_layers, sums.other
@@ -200,10 +204,6 @@ def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limit
 def _main_stream(rows: list[KernelRow]) -> int:
     counts = Counter(r.stream for r in rows)
     return max(counts, key=lambda s: (counts[s], -s))
-
-
-def layer_kind(rows: list[KernelRow]) -> str:
-    return "MoE" if any(r.group in _MOE_GROUPS or r.module in _MOE_MODULES for r in rows) else "dense"
 
 
 def _on_chain(rows: list[KernelRow]) -> set[int]:
@@ -282,7 +282,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
         known = chains.get((s.rank, s.step))
         chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
         layer_rows: dict[int, list[KernelRow]] = {}  # each layer's rows on the chain
-        moe: dict[int, bool] = {}  # each layer's kind (layer_kind), found in the same pass
+        moe: dict[int, bool] = {}  # each layer's kind (MoE where a row is), found in the same pass
         layer = on_chain = None  # a layer's rows mostly come together: look its list up once
         for i, r in enumerate(rows):
             if r.section == SECTION_LAYER:
@@ -361,23 +361,26 @@ def describe(key: tuple[str, str, str], us: float) -> str:
 _NEAR = 1e-9  # relative: farther than this below the bound, a layer's compute summed in another order is too
 
 
-def _layer_time(part: RankChecks, s: StepRow, place: int, layer_us: dict[str, list[tuple[int, float]]],
+def _layer_time(part: RankChecks, s: StepRow, place: int, layer_us: dict[str, list[tuple[int, float]]] | None,
                 by_step: dict, limits: dict) -> None:
     """The step's layers whose compute is far above the median of its kind's layers in the step
     (`place`: the step's among the rank's used steps). The check sums each layer's mix of kernels
-    (step_layer_mixes); summed row by row instead the times differ only by rounding (relative 1e-14
-    at most), so where every layer lies clearly below the bound, none is an outlier either way, and
-    only a step with a layer near or above it has its mixes made to judge and describe it."""
+    (step_layer_mixes); summed row by row instead (`layer_us`) the times of kernels that each take
+    0 us or more differ only by rounding (relative 1e-12 at most for a million kernels), so where
+    every layer lies clearly below the bound, none is an outlier either way, and only a step with a
+    layer near or above it has its mixes made to judge and describe it. `layer_us` None (a layer
+    kernel's time negative or not a number): every kind is judged from the mixes."""
     factor, slack = float(limits["max_to_median"]), float(limits["slack_us"])
-    mixes = None
-    for kind, members in layer_us.items():
+    mixes = step_layer_mixes(s, by_step) if layer_us is None else None
+    for kind, members in (mixes if layer_us is None else layer_us).items():
         if len(members) < 3:  # too few layers of the kind in a step to say what is usual
             continue
         part.time_layers += len(members)
-        bound = factor * statistics.median([us for _layer, us in members]) + slack
-        if all(us < bound - _NEAR * (abs(us) + abs(bound)) for _layer, us in members):
-            continue
         if mixes is None:
+            scaled = factor * statistics.median([us for _layer, us in members])
+            bound, scale = scaled + slack, abs(scaled) + abs(slack)
+            if all(us < bound - _NEAR * (abs(us) + scale) for _layer, us in members):
+                continue
             mixes = step_layer_mixes(s, by_step)
         exact = mixes[kind]
         times = [sum(mix.values()) for _layer, mix in exact]
