@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.real_traces import QWEN3_DECODE
 from benchmarks.same_outputs import compare_dirs
 from conftest import real_trace
@@ -158,3 +160,8 @@ def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_
     assert ranks["command"]["processes"] >= 2  # the ranks' worker processes were seen
     assert (tmp_path / "work" / "out-repeat" / "command" / "kernels_long.parquet").is_file()
     assert "load average" in done.stdout
+    capacity = json.loads((tmp_path / "bench.json").read_text())["parallel_capacity"]
+    for probe in capacity.values():  # what the cores did together against one alone, before and after
+        assert probe["alone_s"] > 0 and probe["together_s"] > 0
+        assert probe["capacity"] == pytest.approx(probe["cores"] * probe["alone_s"] / probe["together_s"])
+    assert done.stdout.count("parallel capacity") == 2
