@@ -6,13 +6,11 @@ from dataclasses import dataclass, field
 from analysis.attribution.capture import Capture
 from analysis.attribution.idle import LaunchClock, step_idle
 from analysis.attribution.module_attribution import CaptureMap
-from analysis.attribution.namers import name_step
 from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
-from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
-from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step
+from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step, step_names
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
@@ -105,8 +103,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     named_by_child: list | None = None
     for position, step in enumerate(steps):
         if position < first_child or helper is None:
-            cut, how, reasons = name_step(namers, step)
-            exposed = exposed_durations(step.kernels)
+            cut, how, reasons, exposed = step_names(namers, step)
         else:
             if named_by_child is None:
                 named_by_child = helper.result()

@@ -30,9 +30,15 @@ _BYTES_PER_KERNEL = 1024  # bounds the child's message: a kernel's slot, chain p
 StepNames = tuple[LayerCut, str, list[str], "list[float] | array"]  # name_step's answer and the exposed times
 
 
+def step_names(namers: list[Namer], step: Step) -> StepNames:
+    """The step's cut, how it was named, the namers' reasons before it, and its kernels' exposed us:
+    what the parent makes for its own steps and the child for the later ones, so both make it alike."""
+    return (*name_step(namers, step), exposed_durations(step.kernels))
+
+
 def name_steps(namers: list[Namer], steps: list[Step]) -> list[StepNames]:
-    """Each step's cut, how it was named, the namers' reasons before it, and its kernels' exposed us."""
-    return [(*name_step(namers, step), exposed_durations(step.kernels)) for step in steps]
+    """step_names of each step."""
+    return [step_names(namers, step) for step in steps]
 
 
 def _names_to_send(namers: list[Namer], steps: list[Step]) -> list[StepNames]:
