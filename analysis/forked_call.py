@@ -96,8 +96,9 @@ class ForkedCall:
         os.close(write_fd)
         self.pid, self._read_fd = pid, read_fd
 
-    def result(self) -> Any:
-        """The child's result, or this process's own where the child could not deliver one."""
+    def result(self, here: bool = True) -> Any:
+        """The child's result, or this process's own where the child could not deliver one (None
+        instead with `here` False: the caller has its own way on)."""
         data = b""
         if self._read_fd is not None:
             with os.fdopen(self._read_fd, "rb") as pipe:
@@ -112,7 +113,7 @@ class ForkedCall:
             else:
                 if self.valid(value):
                     return value
-        return self.fn(*self.args)
+        return self.fn(*self.args) if here else None
 
     def _reap(self) -> int | None:
         """The child's exit code once it is gone; None where there is no child, or no status to read (a

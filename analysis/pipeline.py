@@ -187,7 +187,7 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
                                     sig.module_ranges)
     elif capture_refs:
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
-    trace = load_trace(path, rank=rank)
+    trace = load_trace(path, rank=rank, second_core=rank_options.helpers)  # one rank: both cores read it
     options = dataclasses.replace(rank_options, notes=[], chains={}, release_kernels=True)
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
     return _RankResult(kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+import os
 import re
 import zlib
 from collections.abc import Callable
@@ -38,6 +39,8 @@ from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
+from analysis.ingest.second_half import (RANGE_LISTS, BadOperator, HalfRead, Longest, SecondHalf, encode_half,
+                                         half_cpu_ops, half_kernels, half_launches, half_ranges, start_second_half)
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
 CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
@@ -237,6 +240,26 @@ class _Collector:
                         self.longest_cpu_op = (dur, base, ev, events)
                     self.cpu_ops.append(self._range(ev))
 
+    def add_half(self, half: HalfRead) -> None:
+        """The events after this collector's, as a child collected them (second_half.py): appended in
+        file order, each name this collector's own string, and the longest kernel kept as add keeps it
+        (the first of the longest)."""
+        intern = self._names.setdefault
+        names = [intern(name, name) for name in half.names]
+        base = self.events_seen
+        if not self.kernels:  # operators are kept until the first kernel: the child's before its own first
+            self.cpu_ops.extend(half_cpu_ops(half, names))
+            if self.bad_cpu_op is None and half.bad_cpu_op is not None:
+                bad = half.bad_cpu_op
+                self.bad_cpu_op = _BadDuration(base + bad.index, _Event(ph="X", cat=bad.cat, name=bad.name, dur=bad.dur))
+            self.longest_cpu_op = _longer(self.longest_cpu_op, half.longest_cpu_op, base)
+        self.kernels.extend(half_kernels(half, names))
+        self.launches.extend(half_launches(half, names))
+        for name, items in zip(RANGE_LISTS, half_ranges(half, names)):
+            getattr(self, name).extend(items)
+        self.longest_kernel = _longer(self.longest_kernel, half.longest_kernel, base)
+        self.events_seen += half.events_seen
+
     def _range(self, ev: _Event) -> Range:
         name = ev.name
         return Range(
@@ -245,6 +268,23 @@ class _Collector:
             float(ev.dur or 0.0),
             ev.tid if ev.tid.__class__ is int else -1,
         )
+
+
+def _longer(kept: tuple[float, int, _Event | None, list[_Event] | None], child: Longest, base: int
+            ) -> tuple[float, int, _Event | None, list[_Event] | None]:
+    """The longest of this collector's (kept) and a later child's: the earlier where they tie, as add
+    keeps the first; the child's placed at `base` + its index among its events."""
+    if child.dur_us <= kept[0]:
+        return kept
+    event = _Event(ph="X", cat=child.cat, name=child.name)
+    return (child.dur_us, base + child.index, event, [event])
+
+
+def _longest(kept: tuple[float, int, _Event | None, list[_Event] | None]) -> Longest:
+    dur, base, event, events = kept
+    if event is None:
+        return Longest()
+    return Longest(dur, base + _index_in(events, event), event.cat, event.name)
 
 
 class _PlainSource:
@@ -271,6 +311,28 @@ class _PlainSource:
         buffer.end += got
         if self._on_bytes is not None:
             self._on_bytes(got)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _PreadSource:
+    """Reads a regular file from an offset with pread, so a forked child shares its parent's open file
+    without moving the parent's position (second_half.py)."""
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self._fd = fd
+        self.offset = offset
+
+    def fill(self, buffer: "_Buffer", want: int) -> bool:
+        buffer.reserve(want)
+        with memoryview(buffer.data) as view:
+            got = os.preadv(self._fd, [view[buffer.end : buffer.end + want]], self.offset)
+        if not got:
+            return False
+        buffer.end += got
+        self.offset += got
         return True
 
     def close(self) -> None:
@@ -443,50 +505,128 @@ def _open_source(path: str, on_bytes: Callable[[int], None] | None):
     return fh, _PlainSource(fh, on_bytes, magic)
 
 
-def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector) -> tuple[bytes, bytes, int]:
-    """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size)."""
+def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector,
+                 second_core: bool = False) -> tuple[bytes, bytes, int]:
+    """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size).
+    `second_core`: a forked child may read a large plain file's second half (second_half.py)."""
     chunk = max(1024, CHUNK_BYTES)
     fh, source = _open_source(path, on_bytes)
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
-    total = 0
+    half = None
     try:
+        if second_core and isinstance(source, _PlainSource):
+            half = start_second_half(fh.fileno(), _BOUNDARY, _read_second_half)
         # Header: everything before the traceEvents array (small; searched as it grows).
+        total = 0
         while True:
             before = buffer.end
-            more = source.fill(buffer, min(_READ_BYTES, chunk))
+            want = min(_READ_BYTES, chunk) if half is None else min(_READ_BYTES, chunk, half.start - total)
+            more = source.fill(buffer, want)
             total += buffer.end - before
             match = _EVENTS_KEY.search(buffer.data, 0, buffer.end)
             if match is not None:
                 break
+            if half is not None and total >= half.start:  # the cut lies in the header: no events before it
+                half.close()
+                half = None
             if not more:
                 _raise_not_a_trace(path, buffer)
             if buffer.end > _HEADER_LIMIT_BYTES:
                 raise TraceLoadError(path, "no traceEvents array in the first 64 MB: not a chrome trace")
         header = bytes(buffer.data[: match.start()])
+        # With a child, the header was read only up to its first event: the array starts before the cut.
         buffer.keep_from(match.end() - 1, 0)  # data[0] is now the array's "["
-        more = True
-        target = chunk
-        while more:
-            while more and buffer.end < target:
-                before = buffer.end
-                more = source.fill(buffer, min(_READ_BYTES, target - buffer.end))
-                total += buffer.end - before
-            if not more:
-                break
-            # No proven boundary: keep accumulating (bounded); the end of the file decodes the remainder whole.
-            if _decode_prefix(buffer, collector):
-                target = chunk
-            elif buffer.end > EVENT_SEARCH_LIMIT_BYTES:
-                raise TraceLoadError(path, f"event {collector.events_seen} (or the space after it) does not end "
-                                           f"within {EVENT_SEARCH_LIMIT_BYTES // (1024 * 1024)} MB, the most the loader "
-                                           "holds while looking for it (docs/analysis.md, bounds)")
-            else:
-                target = buffer.end + chunk
-        tail = _finish(path, buffer, collector)
+        tail, total, taken = _read_array(path, source, buffer, collector, total, half)
+        if taken is not None and on_bytes is not None:
+            on_bytes(taken)
+        return header, tail, total
     finally:
+        if half is not None:
+            half.close()
         source.close()
         fh.close()
-    return header, tail, total
+
+
+def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total: int,
+                half: SecondHalf | None = None) -> tuple[bytes, int, int | None]:
+    """Decode the events array from the buffer (which starts with its "[") and the source on; return
+    (the document's tail after it, the bytes read in all, the bytes the child read or None).
+
+    With `half`, reading stops at the child's first event: where the events up to the cut decode as
+    a whole array, the child's part is taken (its tail ends the document); otherwise this reads on."""
+    chunk = max(1024, CHUNK_BYTES)
+    stop = half.start if half is not None else None
+    more = True
+    target = chunk
+    while more:
+        while more and buffer.end < target:
+            want = min(_READ_BYTES, target - buffer.end)
+            if stop is not None:
+                want = min(want, stop - total)
+                if want <= 0:
+                    break
+            before = buffer.end
+            more = source.fill(buffer, want)
+            total += buffer.end - before
+        if stop is not None and total == stop:
+            stop = None  # whatever comes of the cut, this reads on without stopping again
+            part = _take_second_half(buffer, buffer.end - (half.start - half.cut), collector, half)
+            if part is not None:
+                return part.tail, total + part.json_bytes, part.json_bytes
+            continue
+        if not more:
+            break
+        # No proven boundary: keep accumulating (bounded); the end of the file decodes the remainder whole.
+        if _decode_prefix(buffer, collector):
+            target = chunk
+        elif buffer.end > EVENT_SEARCH_LIMIT_BYTES:
+            raise TraceLoadError(path, f"event {collector.events_seen} (or the space after it) does not end "
+                                       f"within {EVENT_SEARCH_LIMIT_BYTES // (1024 * 1024)} MB, the most the loader "
+                                       "holds while looking for it (docs/analysis.md, bounds)")
+        else:
+            target = buffer.end + chunk
+    return _finish(path, buffer, collector), total, None
+
+
+def _take_second_half(buffer: _Buffer, cut: int, collector: _Collector, half: SecondHalf) -> HalfRead | None:
+    """At the child's first event: prove the cut (the events before it decode as a whole array) and
+    take the child's part into the collector. None where the cut is not proven (the buffer is left as
+    it was, to be read on) or the child sent no part (the buffer then holds "[" alone: the events
+    before the cut are in the collector)."""
+    try:
+        events = _decode_cut(buffer, cut)
+    except _BAD_SLICE:
+        half.close()
+        return None
+    collector.add(events)
+    del events
+    buffer.keep_from(buffer.end, 1)
+    part = half.result()
+    half.close()
+    if part is None:
+        return None
+    collector.add_half(part)
+    return part
+
+
+def _read_second_half(fd: int, start: int) -> bytes | None:
+    """In the forked child: the events from file offset `start` (an event's "{") to the end, read into
+    a collector of its own, as second_half.HalfRead's bytes; None on any failure (the parent reads
+    the half itself and reports what it finds)."""
+    try:
+        collector = _Collector()
+        buffer = _Buffer(CHUNK_BYTES + _READ_BYTES)
+        buffer.append(b"[")
+        source = _PreadSource(fd, start)
+        tail, _total, _ = _read_array(str(fd), source, buffer, collector, 0)
+        bad = collector.bad_cpu_op
+        bad_cpu_op = None if bad is None else BadOperator(bad.index, bad.event.cat, bad.event.name, bad.event.dur)
+        ranges = [getattr(collector, name) for name in RANGE_LISTS]
+        return encode_half(collector.kernels, collector.launches, ranges, collector.cpu_ops, collector.events_seen,
+                           _longest(collector.longest_kernel), _longest(collector.longest_cpu_op), bad_cpu_op, tail,
+                           source.offset - start)
+    except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
+        return None
 
 
 def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
@@ -506,16 +646,18 @@ def load_trace(
     rank: RankId | None = None,
     on_bytes: Callable[[int], None] | None = None,
     require_kernels: bool = True,
+    second_core: bool = False,
 ) -> RankTrace:
     """Read one rank's trace file. Raises TraceLoadError naming the file and the problem.
 
     `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
-    are launched into the graph, not run)."""
+    are launched into the graph, not run). `second_core`: a forked child may read the second half of
+    a large plain file beside this process (second_half.py); the result is the same."""
     path = str(path)
     collector = _Collector()
     try:
         with gc_paused():  # the decoder allocates millions of short-lived objects; none form cycles
-            header_bytes, tail, total = _read_events(path, on_bytes, collector)
+            header_bytes, tail, total = _read_events(path, on_bytes, collector, second_core)
     except _BadDuration as exc:
         raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
                                    "negative (docs/analysis.md, durations)") from None
