@@ -153,8 +153,11 @@ def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     results = {r["set"]: r for r in json.loads((tmp_path / "bench.json").read_text())["results"]}
-    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader"}
+    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader",
+                                                                                   "loader-2cores"}
     assert "x_loader_median_of_ratios" in results["vary"]["summary"]["command"]
+    # the two-core loader beside the one-core baseline, judged against it
+    assert "x_loader_median_of_ratios" in results["vary"]["summary"]["loader-2cores"]
     ranks = results["ranks"]["summary"]
     assert set(ranks) == {"command", "command-j1"} and "x_command-j1_median_of_ratios" in ranks["command"]
     assert ranks["command"]["processes"] >= 2  # the ranks' worker processes were seen
