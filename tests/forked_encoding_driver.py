@@ -22,6 +22,7 @@ from analysis.attribution.rank import forked_naming
 from analysis.tables import forked_encoding
 from analysis.tables.kernel_table import COLUMNS, METADATA
 from analysis.tables.parquet_writer import write_row_groups
+from child_processes import children_left
 
 made: list[forked_encoding.ForkedEncoding] = []
 
@@ -54,15 +55,6 @@ class CountingNaming(_Recorded, forked_naming.ForkedNaming):
         self.exit_codes: list[int | None] = []
         super().__init__(namers, steps, first)
         naming.append(self)
-
-
-def children_left() -> int:
-    """This process's children still there (running or not yet reaped): 0 or 1."""
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return 0
-    return 1
 
 
 def encoded_bytes(groups) -> bytes:

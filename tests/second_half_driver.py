@@ -16,6 +16,7 @@ import msgspec
 
 from analysis.errors import TraceLoadError
 from analysis.ingest import second_half, trace_loader
+from child_processes import children_left
 
 taken: list[int] = []  # the kernels of each child's part the loader took
 real_add_half = trace_loader._Collector.add_half
@@ -27,14 +28,6 @@ def _counting_add_half(self, half):
 
 
 trace_loader._Collector.add_half = _counting_add_half
-
-
-def children_left() -> int:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return 0
-    return 1
 
 
 def _loaded(path: str, second_core: bool) -> str:

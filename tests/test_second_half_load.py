@@ -25,6 +25,7 @@ import pytest
 from bundled_traces import bundled_traces
 from conftest import ROOT, real_trace
 from real_traces import load_sources
+from test_trace_loader import _kernel, _launch
 
 DRIVER = ROOT / "tests" / "second_half_driver.py"
 SWEEP = [round(0.03 + 0.02 * i, 2) for i in range(48)]  # 0.03 .. 0.97 of the file to the child
@@ -75,16 +76,6 @@ def test_real_traces_load_the_same_cut_anywhere(tmp_path):
 
 
 # ---------------------------------------------------------------- synthetic traces (known contents)
-
-
-def _kernel(name: str, ts: float, dur: float, corr: int, stream: int = 7) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"stream": stream, "correlation": corr, "grid": [1, 1, 1]}}
-
-
-def _launch(corr: int, ts: float) -> dict:
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts, "dur": 2.0,
-            "args": {"correlation": corr, "cbid": 211}}
 
 
 def _events(count: int, tricky: bool = True) -> list[dict]:

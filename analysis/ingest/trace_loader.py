@@ -12,6 +12,10 @@ array's "[" (the byte after a slice's last event is briefly overwritten with "]"
 copied; the decoded event structs are not tracked by the garbage collector, and the collector
 is paused during the load; gzip is inflated in small blocks that are decoded while still in the
 CPU cache (measured faster on 2 cores than inflating in a second thread).
+
+With `second_core` (one-rank `analyze`), a forked child reads a large plain file's second half beside
+this process and its part is taken only after the cut is proven (second_half.py); the result is the
+same as in one process.
 """
 from __future__ import annotations
 
