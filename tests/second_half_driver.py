@@ -45,12 +45,12 @@ def _kind(error: str) -> str:
 
 def compare(paths: list[str], shares: list[float]) -> dict:
     """Each file loaded in one process and, at each share, with a child reading its later part."""
-    second_half.SPLIT_MIN_BYTES = 0
+    second_half.SPLIT_MIN_BYTES = second_half.SPLIT_MIN_GZIP_BYTES = 0
     cases = []
     for path in paths:
         alone = _loaded(path, False)
         for share in shares:
-            second_half.CHILD_SHARE = share
+            second_half.CHILD_SHARE = second_half.GZIP_CHILD_SHARE = share
             before = len(taken)
             split = _loaded(path, True)
             cases.append({"path": os.path.basename(path), "share": share, "same": split == alone,
@@ -67,16 +67,17 @@ def main() -> dict:
         from analysis import pipeline
 
         out, jobs, path = args
-        second_half.SPLIT_MIN_BYTES = 0
+        second_half.SPLIT_MIN_BYTES = second_half.SPLIT_MIN_GZIP_BYTES = 0
         result = pipeline.analyze([path], options=pipeline.AnalysisOptions(jobs=int(jobs) or None))
         pipeline.write_outputs(result, out)
         return {"taken": len(taken), "children_left": children_left()}
     if case in ("child-fails", "child-says-garbage", "child-killed", "child-sends-uneven-columns",
-                "child-stops-early"):  # PATH
+                "child-stops-early", "child-starts-elsewhere"):  # PATH
         path = args[0]
-        second_half.SPLIT_MIN_BYTES = 0
+        second_half.SPLIT_MIN_BYTES = second_half.SPLIT_MIN_GZIP_BYTES = 0
         parent = os.getpid()
-        real = trace_loader._read_second_half
+        name = "_read_gzip_second_half" if path.endswith(".gz") else "_read_second_half"
+        real = getattr(trace_loader, name)
 
         def in_child(fd: int, start: int):
             if os.getpid() == parent:
@@ -88,12 +89,14 @@ def main() -> dict:
             if case == "child-killed":
                 os.kill(os.getpid(), signal.SIGKILL)
             half = msgspec.msgpack.decode(real(fd, start))  # HalfRead is sent as an array of its fields
-            if case == "child-stops-early":  # a whole part, of fewer bytes than the file holds after the cut
+            if case == "child-stops-early":  # a whole part, having read less of the file than all of it
                 half[-1] -= 1
+            elif case == "child-starts-elsewhere":  # a whole part, from another place than the parent's cut
+                half[-3] += 1
             else:  # one kernel name fewer than kernel starts: would drop a kernel unseen
                 half[1] = half[1][:-1]
             return msgspec.msgpack.encode(half)
-        trace_loader._read_second_half = in_child
+        setattr(trace_loader, name, in_child)
         alone = _loaded(path, False)
         split = _loaded(path, True)
         return {"same": split == alone, "taken": len(taken), "children_left": children_left()}

@@ -2,7 +2,7 @@
 the loaded trace, or the error, is the one-process loader's own wherever the file is cut.
 
 Real traces: every bundled one (tests/data, recorded by this project) and every public one listed in
-tests/real_traces.yaml, uncompressed (only a plain file is cut), cut at three places each. Synthetic
+tests/real_traces.yaml, uncompressed and as they come (.json.gz), cut at three places each. Synthetic
 traces (written here, their contents known by construction): event boundaries inside strings at
 every place a cut may fall, a header or a tail larger than half the file, a first half with no kernel,
 and errors in the second half (a bad duration, a truncated file, a kernel longer than the trace, one
@@ -63,10 +63,15 @@ def _found(source) -> str | None:
         return None
 
 
-def test_real_traces_load_the_same_cut_anywhere(tmp_path):
-    """Every bundled real trace and every public one found, cut at a tenth, half and nine tenths."""
+@pytest.mark.parametrize("form", ["plain", "gzip"])
+def test_real_traces_load_the_same_cut_anywhere(tmp_path, form):
+    """Every bundled real trace and every public one found, cut at a tenth, half and nine tenths:
+    uncompressed, and as they come (.json.gz: the child inflates from the start and decodes from
+    the cut's place, found by the trailer's size)."""
     sources = [p for p in map(_found, load_sources()) if p is not None]
-    paths = [_plain(Path(p), tmp_path) for p in [*map(str, bundled_traces(ROOT)), *sources]]
+    originals = [*map(str, bundled_traces(ROOT)), *sources]
+    paths = [_plain(Path(p), tmp_path) for p in originals] if form == "plain" else \
+        [p for p in originals if p.endswith(".gz")]
     cases = _compare([0.1, 0.5, 0.9], paths)
     assert len(cases) == 3 * len(paths) and len(paths) >= 60
     different = [(c["path"], c["share"]) for c in cases if not c["same"]]
@@ -101,15 +106,20 @@ def _events(count: int, tricky: bool = True) -> list[dict]:
 def _write(path: Path, events: list[dict], pretty: bool = False, **top: object) -> str:
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}], **top, "traceEvents": events,
            "traceName": "synthetic"}
-    path.write_text(json.dumps(doc, indent=2 if pretty else None))
+    text = json.dumps(doc, indent=2 if pretty else None)
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
     return str(path)
 
 
-def test_boundaries_inside_strings_anywhere(tmp_path):
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_boundaries_inside_strings_anywhere(tmp_path, suffix):
     """48 cuts over a file whose every kernel name and args hold false boundaries: some cuts are
     proven and the child's part taken, others are not and the parent reads on; all load the same."""
-    compact = _write(tmp_path / "tricky-TP-0-DECODE.trace.json", _events(400))
-    pretty = _write(tmp_path / "pretty-TP-0-DECODE.trace.json", _events(400), pretty=True)
+    compact = _write(tmp_path / f"tricky-TP-0-DECODE.trace{suffix}", _events(400))
+    pretty = _write(tmp_path / f"pretty-TP-0-DECODE.trace{suffix}", _events(400), pretty=True)
     cases = _compare(SWEEP, [compact, pretty])
     assert all(c["same"] and not c["error"] for c in cases)
     taken = sum(c["taken"] for c in cases)
@@ -130,21 +140,23 @@ def test_the_child_really_reads_the_kernels_a_plain_parse_finds(tmp_path):
     assert [(k.name, k.start_us, k.dur_us) for k in load_trace(path).kernels] == expected
 
 
-def test_a_header_or_tail_larger_than_half_the_file(tmp_path):
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_a_header_or_tail_larger_than_half_the_file(tmp_path, suffix):
     """The cut's place lies in the header (before the events) or in the tail (after them, among
     objects that look like events): never taken, the same trace."""
     filler = [{"id": i, "name": f"}}, {{ dev {i}"} for i in range(3000)]
-    header = _write(tmp_path / "header-TP-0-DECODE.trace.json", _events(100, tricky=False), deviceExtra=filler)
-    doc = json.loads(Path(header).read_text())
-    tail_path = tmp_path / "tail-TP-0-DECODE.trace.json"
-    tail_path.write_text(json.dumps({"traceEvents": doc["traceEvents"], "distributedInfo": filler}))
+    events = _events(100, tricky=False)
+    header = _write(tmp_path / f"header-TP-0-DECODE.trace{suffix}", events, deviceExtra=filler)
+    tail_path = tmp_path / f"tail-TP-0-DECODE.trace{suffix}"
+    text = json.dumps({"traceEvents": events, "distributedInfo": filler}).encode()
+    tail_path.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
     cases = _compare([0.3, 0.5, 0.7], [header, str(tail_path)])
     assert all(c["same"] and not c["error"] for c in cases)
     by_file = {c["path"]: [] for c in cases}
     for c in cases:
         by_file[c["path"]].append(c["taken"])
-    assert not by_file["tail-TP-0-DECODE.trace.json"][-1]  # 0.7 of the file to the child: its start in the tail
-    assert not by_file["header-TP-0-DECODE.trace.json"][0]  # 0.3 to the child: the cut in the header
+    assert not by_file[f"tail-TP-0-DECODE.trace{suffix}"][-1]  # 0.7 of the file to the child: its start in the tail
+    assert not by_file[f"header-TP-0-DECODE.trace{suffix}"][0]  # 0.3 to the child: the cut in the header
 
 
 def _cpu_ops(count: int, start: float = 0.0) -> list[dict]:
@@ -185,15 +197,16 @@ def _with(events: list[dict], at: float, **change: object) -> list[dict]:
     return events
 
 
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 @pytest.mark.parametrize("problem", ["bad-dur", "truncated", "longer-than-trace", "two-as-long", "given-twice"])
-def test_an_error_in_the_second_half_names_the_same_event(tmp_path, problem):
+def test_an_error_in_the_second_half_names_the_same_event(tmp_path, problem, suffix):
     events = _events(400, tricky=False)
-    path = tmp_path / f"{problem}-TP-0-DECODE.trace.json"
+    path = tmp_path / f"{problem}-TP-0-DECODE.trace{suffix}"
     if problem == "bad-dur":
         _write(path, _with(events, 0.8, dur=-3.0))
-    elif problem == "truncated":
-        text = _write(path, events)
-        Path(text).write_text(Path(text).read_text()[:-300])
+    elif problem == "truncated":  # the JSON cut short (in a .json.gz, compressed whole)
+        text = json.dumps({"traceEvents": events})[:-300]
+        path.write_bytes(gzip.compress(text.encode()) if suffix.endswith(".gz") else text.encode())
     elif problem == "longer-than-trace":
         _write(path, _with(events, 0.8, dur=1e9))
     elif problem == "two-as-long":  # one in each half, equally long: the first is named
@@ -214,20 +227,45 @@ def test_an_error_in_the_second_half_names_the_same_event(tmp_path, problem):
         assert all("event " in c["error"] for c in cases)
 
 
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 @pytest.mark.parametrize("case", ["child-fails", "child-says-garbage", "child-killed", "child-sends-uneven-columns",
-                                  "child-stops-early"])
-def test_a_child_that_cannot_deliver_costs_only_its_time(tmp_path, case):
-    path = _write(tmp_path / "plain-TP-0-DECODE.trace.json", _events(300, tricky=False))
+                                  "child-stops-early", "child-starts-elsewhere"])
+def test_a_child_that_cannot_deliver_costs_only_its_time(tmp_path, case, suffix):
+    path = _write(tmp_path / f"plain-TP-0-DECODE.trace{suffix}", _events(300, tricky=False))
     got = _drive(case, path)
     assert got == {"same": True, "taken": 0, "children_left": 0}
 
 
-def test_one_rank_analysed_with_a_child_reading_its_second_half_writes_the_files_of_one_process(tmp_path):
+def test_a_gzip_file_whose_trailer_misleads(tmp_path):
+    """The gzip trailer's size places the cut: in a file of several gzip members it is the last
+    member's alone (the cut then falls early, or in the header), and a corrupt second half is the
+    parent's error to find. The same trace or error either way."""
+    text = json.dumps({"traceEvents": _events(400, tricky=False)}).encode()
+    members = tmp_path / "members-TP-0-DECODE.trace.json.gz"
+    third = len(text) // 3
+    members.write_bytes(gzip.compress(text[:third]) + gzip.compress(text[third:2 * third])
+                        + gzip.compress(text[2 * third:]))
+    tiny_last = tmp_path / "tiny-last-TP-0-DECODE.trace.json.gz"
+    tiny_last.write_bytes(gzip.compress(text[:-5]) + gzip.compress(text[-5:]))
+    corrupt = tmp_path / "corrupt-TP-0-DECODE.trace.json.gz"
+    packed = bytearray(gzip.compress(text))
+    packed[int(len(packed) * 0.8)] ^= 0xFF
+    corrupt.write_bytes(bytes(packed))
+    cases = _compare([0.3, 0.5], [str(members), str(tiny_last), str(corrupt)])
+    assert all(c["same"] for c in cases)
+    assert all(not c["error"] for c in cases if not c["path"].startswith("corrupt"))
+    assert any(c["taken"] for c in cases if c["path"].startswith("members"))  # a cut within the trace still works
+    broken = [c for c in cases if c["path"].startswith("corrupt")]
+    assert all("corrupt gzip data" in c["error"] and not c["taken"] for c in broken)
+
+
+@pytest.mark.parametrize("form", ["plain", "gzip"])
+def test_one_rank_analysed_with_a_child_reading_its_second_half_writes_the_files_of_one_process(tmp_path, form):
     """The command's path: a one-rank analysis loads its trace on two cores (here cut at half of a
-    bundled REAL trace, SGLang 0.5.17 DeepSeek-V3 with MTP on one H200) and writes the files that
-    --jobs 1 (one process, no child) writes."""
-    trace = _plain(ROOT / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz",
-                   tmp_path)
+    bundled REAL trace, SGLang 0.5.17 DeepSeek-V3 with MTP on one H200, uncompressed and as it came)
+    and writes the files that --jobs 1 (one process, no child) writes."""
+    original = ROOT / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz"
+    trace = _plain(original, tmp_path) if form == "plain" else str(original)
     helped = _drive("analyze", str(tmp_path / "helped"), "0", trace)
     alone = _drive("analyze", str(tmp_path / "alone"), "1", trace)
     assert helped["taken"] == 1 and alone["taken"] == 0

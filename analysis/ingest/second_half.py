@@ -1,11 +1,13 @@
-"""The second half of a large plain trace file, read by a forked child while this process reads the first.
+"""The second half of a large trace file, read by a forked child while this process reads the first.
 
 Why: one rank's load is the longest phase of `analyze` (about half of the command on a 400 MB trace)
 and ran on one core while the second sat idle. The file is cut near its middle where the loader's
 textual rule finds an event boundary; a child forked before anything is read (so it copies nothing)
 reads from the next event to the end into a collector of its own, and sends back what it kept as
 columns with each distinct name once (msgpack: 3.1 MB for the 203 MB second half of the generated
-406 MB trace).
+406 MB trace). A .json.gz cannot be entered in the middle: its child inflates from the start, lets
+go of what comes before the cut's place (placed by the size in the gzip trailer) and decodes the
+rest; the parent finds the cut by the same rule as it passes that place.
 
 Only a proven cut is used: the parent reads up to it and decodes the events before it as a whole
 array that ends there. Its parser started in step with the document, so it is still in step at the
@@ -31,10 +33,15 @@ from analysis.ingest.trace_model import Kernel, Launch, Range
 
 # Below this a file loads in about a tenth of a second: a child would save less than it costs.
 SPLIT_MIN_BYTES = 32 * 1024 * 1024
+# The same for a .json.gz, by its compressed size (trace JSON inflates about 6-10x).
+SPLIT_MIN_GZIP_BYTES = 4 * 1024 * 1024
 # The child's share of the file (the parent also reads the header and makes objects of the child's
 # columns, the child encodes them): half was as fast as 0.45 and faster than 0.55 (docs/performance.md).
 CHILD_SHARE = 0.5
-_WINDOW_BYTES = 256 * 1024  # searched for the first event boundary after the cut's place
+# The child's share of a .json.gz's inflated bytes: it also inflates (without decoding) everything
+# before its part, so it takes less (docs/performance.md).
+GZIP_CHILD_SHARE = 0.4
+WINDOW_BYTES = 256 * 1024  # the cut: the first event boundary wholly within this many bytes from its place
 KINDS = ("kernel", "memcpy", "memset")  # a GPU activity's kind, sent as its index here
 _KIND_INDEX = {kind: i for i, kind in enumerate(KINDS)}
 # The collector's range lists that cross, in this order.
@@ -90,7 +97,9 @@ class HalfRead(msgspec.Struct, array_like=True):
     longest_cpu_op: Longest
     bad_cpu_op: BadOperator | None
     tail: bytes  # the document after the events array
-    json_bytes: int  # bytes the child read
+    start: int  # where the child's first event starts in the (inflated) document
+    json_bytes: int  # the (inflated) bytes from there to the end
+    source_bytes: int  # the bytes of the file it read: to its end
 
 
 _decode_half = msgspec.msgpack.Decoder(HalfRead).decode
@@ -99,7 +108,7 @@ _encode = msgspec.msgpack.encode
 
 @dataclass
 class SecondHalf:
-    """A running child reading the file from `start`; the parent reads up to `start` and proves `cut`."""
+    """A running child reading a plain file from `start`; the parent reads up to `start` and proves `cut`."""
 
     cut: int  # file offset of the "}" that ends the parent's last event
     start: int  # file offset of the "{" that starts the child's first event
@@ -108,17 +117,47 @@ class SecondHalf:
 
     def result(self) -> HalfRead | None:
         """The child's part, or None where it could not deliver one (the parent then reads on)."""
-        data = self.helper.result(here=False)
-        if data is None:
+        half = _part(self.helper)
+        if half is None or half.start != self.start or half.json_bytes != self.size - self.start \
+                or half.source_bytes != self.size:
             return None
-        try:
-            half = _decode_half(data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        return half if _whole(half) and half.json_bytes == self.size - self.start else None
+        return half
 
     def close(self) -> None:
         self.helper.close()
+
+
+@dataclass
+class GzipSecondHalf:
+    """A running child inflating a .json.gz and decoding it from the first event boundary within
+    WINDOW_BYTES of `at` (an inflated offset); the parent looks for it by the same rule in what it
+    holds as it passes `at` (`start`), proves the cut before it, and takes the child's part only where
+    the child started at the same event and read the whole file."""
+
+    at: int
+    compressed_size: int
+    helper: ForkedCall
+    start: int | None = None  # set by the parent once it found the boundary
+
+    def result(self) -> HalfRead | None:
+        half = _part(self.helper)
+        if half is None or half.start != self.start or half.source_bytes != self.compressed_size:
+            return None
+        return half
+
+    def close(self) -> None:
+        self.helper.close()
+
+
+def _part(helper: ForkedCall) -> HalfRead | None:
+    data = helper.result(here=False)
+    if data is None:
+        return None
+    try:
+        half = _decode_half(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return half if _whole(half) else None
 
 
 def _within(indices: list[int], size: int, lowest: int = 0) -> bool:
@@ -161,7 +200,7 @@ def start_second_half(fd: int, boundary: re.Pattern[bytes], read_half: Callable[
         return None
     place = info.st_size - int(info.st_size * CHILD_SHARE)
     try:
-        window = os.pread(fd, _WINDOW_BYTES, place)
+        window = os.pread(fd, WINDOW_BYTES, place)
     except OSError:
         return None
     match = boundary.search(window)
@@ -170,6 +209,29 @@ def start_second_half(fd: int, boundary: re.Pattern[bytes], read_half: Callable[
     helper = ForkedCall(read_half, (fd, place + match.end() - 1), lambda value: isinstance(value, bytes),
                         info.st_size)
     return SecondHalf(place + match.start(), place + match.end() - 1, info.st_size, helper)
+
+
+def start_gzip_second_half(fd: int, read_half: Callable[[int, int], bytes | None]) -> GzipSecondHalf | None:
+    """Fork a child running read_half(fd, at) for a .json.gz of SPLIT_MIN_GZIP_BYTES or more, `at` placed
+    by the size the gzip trailer gives (ISIZE: the inflated size modulo 4 GiB of the last member, a
+    hint only: a wrong one moves the cut or leaves none, never the result); None where there is no
+    child."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size < SPLIT_MIN_GZIP_BYTES or not fork_allowed():
+        return None
+    try:
+        inflated = int.from_bytes(os.pread(fd, 4, info.st_size - 4), "little")
+    except OSError:
+        return None
+    at = inflated - int(inflated * GZIP_CHILD_SHARE)
+    if at < 1:
+        return None
+    # its answer is a small fraction of the inflated JSON: more than 16 times the compressed size is refused
+    helper = ForkedCall(read_half, (fd, at), lambda value: isinstance(value, bytes), 16 * info.st_size)
+    return GzipSecondHalf(at, info.st_size, helper)
 
 
 def _indices(values: list[str | None], index: dict[str, int], names: list[str]) -> list[int]:
@@ -189,7 +251,7 @@ def _indices(values: list[str | None], index: dict[str, int], names: list[str]) 
 
 def encode_half(kernels: list[Kernel], launches: list[Launch], ranges: list[list[Range]], cpu_ops: list[Range],
                 events_seen: int, longest_kernel: Longest, longest_cpu_op: Longest, bad_cpu_op: BadOperator | None,
-                tail: bytes, json_bytes: int) -> bytes:
+                tail: bytes, start: int, json_bytes: int, source_bytes: int) -> bytes:
     """The child's part as HalfRead's msgpack bytes."""
     names: list[str] = []
     index: dict[str, int] = {}
@@ -218,7 +280,9 @@ def encode_half(kernels: list[Kernel], launches: list[Launch], ranges: list[list
         longest_cpu_op=longest_cpu_op,
         bad_cpu_op=bad_cpu_op,
         tail=tail,
+        start=start,
         json_bytes=json_bytes,
+        source_bytes=source_bytes,
     ))
 
 

@@ -13,9 +13,9 @@ copied; the decoded event structs are not tracked by the garbage collector, and 
 is paused during the load; gzip is inflated in small blocks that are decoded while still in the
 CPU cache (measured faster on 2 cores than inflating in a second thread).
 
-With `second_core` (one-rank `analyze`), a forked child reads a large plain file's second half beside
-this process and its part is taken only after the cut is proven (second_half.py); the result is the
-same as in one process.
+With `second_core` (one-rank `analyze`), a forked child reads a large file's second half beside this
+process (a .json.gz's it inflates from the start) and its part is taken only after the cut is proven
+(second_half.py); the result is the same as in one process.
 """
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
-from analysis.ingest.second_half import (RANGE_LISTS, BadOperator, HalfRead, Longest, SecondHalf, encode_half,
-                                         half_cpu_ops, half_kernels, half_launches, half_ranges, start_second_half)
+from analysis.ingest.second_half import (RANGE_LISTS, WINDOW_BYTES, BadOperator, GzipSecondHalf, HalfRead, Longest,
+                                         SecondHalf, encode_half, half_cpu_ops, half_kernels, half_launches,
+                                         half_ranges, start_gzip_second_half, start_second_half)
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
 
 CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
@@ -343,6 +344,20 @@ class _PreadSource:
         pass
 
 
+class _PreadFile:
+    """A file's bytes from its start through pread, for a forked child's inflater: the parent's
+    position in the file it shares never moves (second_half.py)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.offset = 0
+
+    def read(self, size: int) -> bytes:
+        data = os.pread(self._fd, size, self.offset)
+        self.offset += len(data)
+        return data
+
+
 class _GzipSource:
     """Inflates small compressed blocks on demand, so each inflated block is decoded while it is
     still in the CPU cache (measured faster here than inflating in a second thread)."""
@@ -512,25 +527,29 @@ def _open_source(path: str, on_bytes: Callable[[int], None] | None):
 def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector,
                  second_core: bool = False) -> tuple[bytes, bytes, int]:
     """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size).
-    `second_core`: a forked child may read a large plain file's second half (second_half.py)."""
+    `second_core`: a forked child may read a large file's second half (second_half.py)."""
     chunk = max(1024, CHUNK_BYTES)
     fh, source = _open_source(path, on_bytes)
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
-    half = None
+    half: SecondHalf | GzipSecondHalf | None = None
     try:
         if second_core and isinstance(source, _PlainSource):
             half = start_second_half(fh.fileno(), _BOUNDARY, _read_second_half)
+        elif second_core:
+            half = start_gzip_second_half(fh.fileno(), _read_gzip_second_half)
         # Header: everything before the traceEvents array (small; searched as it grows).
         total = 0
         while True:
             before = buffer.end
-            want = min(_READ_BYTES, chunk) if half is None else min(_READ_BYTES, chunk, half.start - total)
+            # a plain file's header is read only up to the child's first event
+            want = min(_READ_BYTES, chunk) if not isinstance(half, SecondHalf) else \
+                min(_READ_BYTES, chunk, half.start - total)
             more = source.fill(buffer, want)
             total += buffer.end - before
             match = _EVENTS_KEY.search(buffer.data, 0, buffer.end)
             if match is not None:
                 break
-            if half is not None and total >= half.start:  # the cut lies in the header: no events before it
+            if half is not None and total >= _cut_place(half):  # the cut lies in the header: no events before it
                 half.close()
                 half = None
             if not more:
@@ -538,11 +557,10 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
             if buffer.end > _HEADER_LIMIT_BYTES:
                 raise TraceLoadError(path, "no traceEvents array in the first 64 MB: not a chrome trace")
         header = bytes(buffer.data[: match.start()])
-        # With a child, the header was read only up to its first event: the array starts before the cut.
         buffer.keep_from(match.end() - 1, 0)  # data[0] is now the array's "["
         tail, total, taken = _read_array(path, source, buffer, collector, total, half)
-        if taken is not None and on_bytes is not None:
-            on_bytes(taken)
+        if taken is not None and on_bytes is not None:  # what the child read, as the source counts it
+            on_bytes(taken if isinstance(half, SecondHalf) else half.compressed_size - fh.bytes_read)
         return header, tail, total
     finally:
         if half is not None:
@@ -551,15 +569,25 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
         fh.close()
 
 
+def _cut_place(half: SecondHalf | GzipSecondHalf) -> int:
+    """Where the events before the cut end at the latest: a plain file's cut, or the place a .json.gz's
+    cut is searched from."""
+    return half.cut if isinstance(half, SecondHalf) else half.at
+
+
 def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total: int,
-                half: SecondHalf | None = None) -> tuple[bytes, int, int | None]:
+                half: SecondHalf | GzipSecondHalf | None = None) -> tuple[bytes, int, int | None]:
     """Decode the events array from the buffer (which starts with its "[") and the source on; return
     (the document's tail after it, the bytes read in all, the bytes the child read or None).
 
-    With `half`, reading stops at the child's first event: where the events up to the cut decode as
-    a whole array, the child's part is taken (its tail ends the document); otherwise this reads on."""
+    With a plain file's `half`, reading stops at the child's first event; with a .json.gz's, the cut is
+    looked for (by the child's rule) in what the read that passes its place holds, before anything
+    after the place is decoded: the child's part is taken only where it started at the same event.
+    Where the events up to the cut decode as a whole array, the child's part is taken (its tail ends
+    the document); otherwise this reads on."""
     chunk = max(1024, CHUNK_BYTES)
-    stop = half.start if half is not None else None
+    stop = half.start if isinstance(half, SecondHalf) else None
+    place = half.at if isinstance(half, GzipSecondHalf) else None
     more = True
     target = chunk
     while more:
@@ -574,9 +602,21 @@ def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total
             total += buffer.end - before
         if stop is not None and total == stop:
             stop = None  # whatever comes of the cut, this reads on without stopping again
-            part = _take_second_half(buffer, buffer.end - (half.start - half.cut), collector, half)
+            part = _take_second_half(buffer, buffer.end - (half.start - half.cut), buffer.end, collector, half)
             if part is not None:
-                return part.tail, total + part.json_bytes, part.json_bytes
+                return part.tail, half.start + part.json_bytes, part.json_bytes
+            continue
+        if place is not None and total > place:
+            base = total - buffer.end  # the inflated offset of data[0]
+            match = _BOUNDARY.search(buffer.data, place - base, min(place + WINDOW_BYTES - base, buffer.end))
+            place = None  # whatever comes of it, this reads on without looking again
+            if match is None:
+                half.close()
+                continue
+            half.start = base + match.end() - 1
+            part = _take_second_half(buffer, match.start(), match.end() - 1, collector, half)
+            if part is not None:
+                return part.tail, half.start + part.json_bytes, part.json_bytes
             continue
         if not more:
             break
@@ -592,11 +632,13 @@ def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total
     return _finish(path, buffer, collector), total, None
 
 
-def _take_second_half(buffer: _Buffer, cut: int, collector: _Collector, half: SecondHalf) -> HalfRead | None:
-    """At the child's first event: prove the cut (the events before it decode as a whole array) and
-    take the child's part into the collector. None where the cut is not proven (the buffer is left as
-    it was, to be read on) or the child sent no part (the buffer then holds "[" alone: the events
-    before the cut are in the collector)."""
+def _take_second_half(buffer: _Buffer, cut: int, first: int, collector: _Collector,
+                      half: SecondHalf | GzipSecondHalf) -> HalfRead | None:
+    """At the cut (data[cut] the "}" of the last event before it, data[first] the "{" of the child's
+    first event, or the buffer's end where that is not read yet): prove the cut (the events before it
+    decode as a whole array) and take the child's part into the collector. None where the cut is not
+    proven (the buffer is left as it was, to be read on) or the child sent no part (the buffer then
+    holds "[" and what follows the cut: the events before it are in the collector)."""
     try:
         events = _decode_cut(buffer, cut)
     except _BAD_SLICE:
@@ -604,7 +646,7 @@ def _take_second_half(buffer: _Buffer, cut: int, collector: _Collector, half: Se
         return None
     collector.add(events)
     del events
-    buffer.keep_from(buffer.end, 1)
+    buffer.keep_from(first, 1)
     part = half.result()
     half.close()
     if part is None:
@@ -623,14 +665,47 @@ def _read_second_half(fd: int, start: int) -> bytes | None:
         buffer.append(b"[")
         source = _PreadSource(fd, start)
         tail, _total, _ = _read_array(str(fd), source, buffer, collector, 0)
-        bad = collector.bad_cpu_op
-        bad_cpu_op = None if bad is None else BadOperator(bad.index, bad.event.cat, bad.event.name, bad.event.dur)
-        ranges = [getattr(collector, name) for name in RANGE_LISTS]
-        return encode_half(collector.kernels, collector.launches, ranges, collector.cpu_ops, collector.events_seen,
-                           _longest(collector.longest_kernel), _longest(collector.longest_cpu_op), bad_cpu_op, tail,
-                           source.offset - start)
+        return _encoded_part(collector, tail, start, source.offset - start, source.offset)
     except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
         return None
+
+
+def _read_gzip_second_half(fd: int, at: int) -> bytes | None:
+    """In the forked child: a .json.gz inflated from its start, the bytes before `at` let go, and its
+    events decoded from the first event boundary wholly within WINDOW_BYTES of `at` (the parent finds
+    the same one) to the end, as _read_second_half sends them; None on any failure."""
+    try:
+        collector = _Collector()
+        reader = _PreadFile(fd)
+        source = _GzipSource(str(fd), reader, None)
+        buffer = _Buffer(CHUNK_BYTES + _READ_BYTES)
+        base = 0  # the inflated offset of data[0]
+        while base + buffer.end < at + WINDOW_BYTES:
+            if base + buffer.end <= at:  # nothing of the window yet: let it go
+                base += buffer.end
+                buffer.end = 0
+            if not source.fill(buffer, _READ_BYTES):
+                break
+        match = _BOUNDARY.search(buffer.data, at - base, min(at + WINDOW_BYTES - base, buffer.end))
+        if match is None:
+            return None
+        start = base + match.end() - 1
+        buffer.keep_from(match.end() - 1, 1)
+        buffer.data[0] = 0x5B  # "["
+        after = buffer.end - 1
+        tail, total, _ = _read_array(str(fd), source, buffer, collector, 0)
+        return _encoded_part(collector, tail, start, after + total, reader.offset)
+    except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
+        return None
+
+
+def _encoded_part(collector: _Collector, tail: bytes, start: int, json_bytes: int, source_bytes: int) -> bytes:
+    bad = collector.bad_cpu_op
+    bad_cpu_op = None if bad is None else BadOperator(bad.index, bad.event.cat, bad.event.name, bad.event.dur)
+    ranges = [getattr(collector, name) for name in RANGE_LISTS]
+    return encode_half(collector.kernels, collector.launches, ranges, collector.cpu_ops, collector.events_seen,
+                       _longest(collector.longest_kernel), _longest(collector.longest_cpu_op), bad_cpu_op, tail,
+                       start, json_bytes, source_bytes)
 
 
 def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
@@ -656,7 +731,7 @@ def load_trace(
 
     `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
     are launched into the graph, not run). `second_core`: a forked child may read the second half of
-    a large plain file beside this process (second_half.py); the result is the same."""
+    a large file beside this process (second_half.py); the result is the same."""
     path = str(path)
     collector = _Collector()
     try:
