@@ -25,7 +25,7 @@ import pytest
 from bundled_traces import bundled_traces
 from conftest import ROOT, real_trace
 from real_traces import load_sources
-from test_trace_loader import _kernel, _launch
+from test_trace_loader import _kernel, _launch, _write_trace
 
 DRIVER = ROOT / "tests" / "second_half_driver.py"
 SWEEP = [round(0.03 + 0.02 * i, 2) for i in range(48)]  # 0.03 .. 0.97 of the file to the child
@@ -104,14 +104,8 @@ def _events(count: int, tricky: bool = True) -> list[dict]:
 
 
 def _write(path: Path, events: list[dict], pretty: bool = False, **top: object) -> str:
-    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Synthetic GPU"}], **top, "traceEvents": events,
-           "traceName": "synthetic"}
-    text = json.dumps(doc, indent=2 if pretty else None)
-    if path.name.endswith(".gz"):
-        path.write_bytes(gzip.compress(text.encode()))
-    else:
-        path.write_text(text)
-    return str(path)
+    """The trace written as the loader tests write theirs (compact unless `pretty`), its path."""
+    return str(_write_trace(path, events, pretty=pretty, **top))
 
 
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
