@@ -186,19 +186,28 @@ def _whole(half: HalfRead) -> bool:
             and (half.bad_cpu_op is None or 0 <= half.bad_cpu_op.index < half.events_seen))
 
 
+def _size_to_split(fd: int, least_bytes: int) -> int | None:
+    """The file's size where a child may read part of it: a regular file (a pipe cannot be read twice)
+    of least_bytes or more, and a fork allowed (analysis/forked_call.py); else None."""
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size < least_bytes or not fork_allowed():
+        return None
+    return info.st_size
+
+
 def start_second_half(fd: int, boundary: re.Pattern[bytes], read_half: Callable[[int, int], bytes | None]
                       ) -> SecondHalf | None:
     """Fork a child running read_half(fd, start) where the file allows it: a regular file of
     SPLIT_MIN_BYTES or more with an event boundary (by the textual rule) just after CHILD_SHARE from
     its end, and a fork allowed (analysis/forked_call.py). None otherwise: the parent reads it all.
     The file is read with pread here and in the child, so the parent's own position never moves."""
-    try:
-        info = os.fstat(fd)
-    except OSError:
+    size = _size_to_split(fd, SPLIT_MIN_BYTES)
+    if size is None:
         return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size < SPLIT_MIN_BYTES or not fork_allowed():
-        return None
-    place = info.st_size - int(info.st_size * CHILD_SHARE)
+    place = size - int(size * CHILD_SHARE)
     try:
         window = os.pread(fd, WINDOW_BYTES, place)
     except OSError:
@@ -206,9 +215,8 @@ def start_second_half(fd: int, boundary: re.Pattern[bytes], read_half: Callable[
     match = boundary.search(window)
     if match is None:
         return None
-    helper = ForkedCall(read_half, (fd, place + match.end() - 1), lambda value: isinstance(value, bytes),
-                        info.st_size)
-    return SecondHalf(place + match.start(), place + match.end() - 1, info.st_size, helper)
+    helper = ForkedCall(read_half, (fd, place + match.end() - 1), lambda value: isinstance(value, bytes), size)
+    return SecondHalf(place + match.start(), place + match.end() - 1, size, helper)
 
 
 def start_gzip_second_half(fd: int, read_half: Callable[[int, int], bytes | None]) -> GzipSecondHalf | None:
@@ -216,22 +224,19 @@ def start_gzip_second_half(fd: int, read_half: Callable[[int, int], bytes | None
     by the size the gzip trailer gives (ISIZE: the inflated size modulo 4 GiB of the last member, a
     hint only: a wrong one moves the cut or leaves none, never the result); None where there is no
     child."""
-    try:
-        info = os.fstat(fd)
-    except OSError:
-        return None
-    if not stat.S_ISREG(info.st_mode) or info.st_size < SPLIT_MIN_GZIP_BYTES or not fork_allowed():
+    size = _size_to_split(fd, SPLIT_MIN_GZIP_BYTES)
+    if size is None:
         return None
     try:
-        inflated = int.from_bytes(os.pread(fd, 4, info.st_size - 4), "little")
+        inflated = int.from_bytes(os.pread(fd, 4, size - 4), "little")
     except OSError:
         return None
     at = inflated - int(inflated * GZIP_CHILD_SHARE)
     if at < 1:
         return None
     # its answer is a small fraction of the inflated JSON: more than 16 times the compressed size is refused
-    helper = ForkedCall(read_half, (fd, at), lambda value: isinstance(value, bytes), 16 * info.st_size)
-    return GzipSecondHalf(at, info.st_size, helper)
+    helper = ForkedCall(read_half, (fd, at), lambda value: isinstance(value, bytes), 16 * size)
+    return GzipSecondHalf(at, size, helper)
 
 
 def _indices(values: list[str | None], index: dict[str, int], names: list[str]) -> list[int]:

@@ -322,35 +322,18 @@ class _PlainSource:
         pass
 
 
-class _PreadSource:
-    """Reads a regular file from an offset with pread, so a forked child shares its parent's open file
-    without moving the parent's position (second_half.py)."""
+class _PreadFile:
+    """A file read from `offset` on through pread, for a forked child's source (plain or gzip): the
+    parent's position in the file they share never moves (second_half.py)."""
 
-    def __init__(self, fd: int, offset: int) -> None:
+    def __init__(self, fd: int, offset: int = 0) -> None:
         self._fd = fd
         self.offset = offset
 
-    def fill(self, buffer: "_Buffer", want: int) -> bool:
-        buffer.reserve(want)
-        with memoryview(buffer.data) as view:
-            got = os.preadv(self._fd, [view[buffer.end : buffer.end + want]], self.offset)
-        if not got:
-            return False
-        buffer.end += got
+    def readinto(self, view) -> int:
+        got = os.preadv(self._fd, [view], self.offset)
         self.offset += got
-        return True
-
-    def close(self) -> None:
-        pass
-
-
-class _PreadFile:
-    """A file's bytes from its start through pread, for a forked child's inflater: the parent's
-    position in the file it shares never moves (second_half.py)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-        self.offset = 0
+        return got
 
     def read(self, size: int) -> bytes:
         data = os.pread(self._fd, size, self.offset)
@@ -663,9 +646,9 @@ def _read_second_half(fd: int, start: int) -> bytes | None:
         collector = _Collector()
         buffer = _Buffer(CHUNK_BYTES + _READ_BYTES)
         buffer.append(b"[")
-        source = _PreadSource(fd, start)
-        tail, _total, _ = _read_array(str(fd), source, buffer, collector, 0)
-        return _encoded_part(collector, tail, start, source.offset - start, source.offset)
+        reader = _PreadFile(fd, start)
+        tail, _total, _ = _read_array(str(fd), _PlainSource(reader, None), buffer, collector, 0)
+        return _encoded_part(collector, tail, start, reader.offset - start, reader.offset)
     except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
         return None
 
