@@ -39,11 +39,14 @@ NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST":
 os.environ.update(NO_MULTICAST_ENV)  # before torch / NCCL load, inherited by every spawned rank
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from record_traces import export_slim, first_seen_module_ranges, module_call_names, profiler_module_names  # noqa: E402
 from torch import nn  # noqa: E402
+
+from harness.engines.embedded.cache_keyword import cache_keyword  # noqa: E402  (standard library only)
 
 # DeepSeek-V3's own widths; 4 layers (1 dense + 3 MoE), 64 routed experts, top-8 from 4 of 8 groups.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -188,12 +191,13 @@ class ExpertParallelDecoderLayer(nn.Module):
 
         self.input_layernorm = DeepseekV3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.self_attn = DeepseekV3Attention(config, layer_idx)
+        self.cache_keyword = cache_keyword(self.self_attn.forward)  # past_key_values before transformers 5.24
         self.post_attention_layernorm = DeepseekV3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = DeepseekV3MLP(config) if layer_idx < config.first_k_dense_replace else ExpertParallelMoE(config, world)
 
     def forward(self, hidden_states, position_embeddings, attention_mask, cache):
         attn_out, _ = self.self_attn(self.input_layernorm(hidden_states), position_embeddings=position_embeddings,
-                                     attention_mask=attention_mask, past_key_values=cache)
+                                     attention_mask=attention_mask, **{self.cache_keyword: cache})
         hidden_states = hidden_states + attn_out
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 

@@ -40,7 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
 from slim_trace import slim_trace_file  # noqa: E402
+
+from harness.engines.embedded.cache_keyword import cache_keyword  # noqa: E402  (standard library only)
 
 FAMILIES = ("deepseek_v3", "qwen3_moe", "mixtral", "qwen2_moe", "gpt_oss")
 
@@ -313,9 +316,10 @@ def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: 
 
     with torch.inference_mode():
         cache = transformers.DynamicCache(config=config)
-        out = model(input_ids=prompts, past_key_values=cache, use_cache=True)
+        with_cache = {cache_keyword(model.forward): cache}  # past_key_values before transformers 5.24
+        out = model(input_ids=prompts, use_cache=True, **with_cache)
         tokens = out.logits[:, -1].argmax(-1, keepdim=True)
-        out = model(input_ids=tokens, past_key_values=cache, use_cache=True)  # warm-up decode step
+        out = model(input_ids=tokens, use_cache=True, **with_cache)  # warm-up decode step
         tokens = out.logits[:, -1].argmax(-1, keepdim=True)
         _sync(device)
 
@@ -331,13 +335,13 @@ def record_case(case: TraceCase, out_dir: str, keep_raw: bool = False, command: 
                     else contextlib.nullcontext()
                 )
                 with scope:
-                    out = model(input_ids=tokens, past_key_values=cache, use_cache=True)
+                    out = model(input_ids=tokens, use_cache=True, **with_cache)
                     tokens = out.logits[:, -1].argmax(-1, keepdim=True)
                 _sync(device)
                 step_ms.append((time.perf_counter() - t0) * 1e3)
 
         def one_more_step():
-            model(input_ids=tokens, past_key_values=cache, use_cache=True)
+            model(input_ids=tokens, use_cache=True, **with_cache)
 
         calls = module_call_names(model, one_more_step)  # same call order as each profiled step
 

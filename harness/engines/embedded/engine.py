@@ -17,6 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
 
+from harness.engines.embedded.cache_keyword import cache_keyword
 from harness.engines.embedded.log_buffer import LogBuffer
 from harness.trace_names import trace_file_name
 
@@ -53,6 +54,7 @@ class DecodeEngine:
         finally:
             torch.set_default_dtype(previous_dtype)
         self.config = config
+        self.cache_keyword = cache_keyword(self.model.forward)  # `cache` or `past_key_values`, by release
         self.params = sum(p.numel() for p in self.model.parameters())
         self.log.info(
             "built DeepseekV3ForCausalLM: %d layers (%d dense), %d routed experts, %.3f B parameters, "
@@ -92,7 +94,7 @@ class DecodeEngine:
         self.submitted_ts = time.time()
         started = time.perf_counter()
         self.cache = DynamicCache(config=self.config)
-        out = self.model(input_ids=prompts, past_key_values=self.cache, use_cache=True)
+        out = self.model(input_ids=prompts, use_cache=True, **{self.cache_keyword: self.cache})
         self.next_tokens = out.logits[:, -1].argmax(-1, keepdim=True)
         self._sync()
         now = time.time()
@@ -114,7 +116,7 @@ class DecodeEngine:
         if on_gpu:  # an NVTX range per decode step, so Nsight tools can select decode kernels
             torch.cuda.nvtx.range_push("decode")
         with record_function(f"step[DECODE bs={bs}]"):
-            out = self.model(input_ids=self.next_tokens, past_key_values=self.cache, use_cache=True)
+            out = self.model(input_ids=self.next_tokens, use_cache=True, **{self.cache_keyword: self.cache})
             self.next_tokens = out.logits[:, -1].argmax(-1, keepdim=True)
         if on_gpu:
             torch.cuda.nvtx.range_pop()
