@@ -61,6 +61,13 @@ def room_for_a_copy() -> bool:
     return available is None or resident is None or available >= 2 * resident
 
 
+def cores_for(jobs: int | None) -> int:
+    """Processes an analysis may use: `jobs` (--jobs) where given, else the cores this process may run on."""
+    if jobs:
+        return jobs
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def fork_allowed() -> bool:
     """Where a helper may be forked: safe (fork_is_safe) and with room for its copy (room_for_a_copy)."""
     return fork_is_safe() and room_for_a_copy()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +34,10 @@ from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
 from analysis.atomic_files import write_atomically
 from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
-from analysis.forked_call import fork_allowed
+from analysis.forked_call import cores_for, fork_allowed
 from analysis.gc_paused import gc_paused
+from analysis.trace_paths import TRACE_SUFFIXES, expand_paths
+from analysis.analysis_options import AnalysisOptions
 from analysis.ingest.model_spec import ModelSpec, load_model_spec
 from analysis.attribution.module_attribution import build_capture_map
 from analysis.ingest.rank_id import rank_id_for
@@ -44,7 +45,6 @@ from analysis.ingest.rank_checks import check_numbers, check_rank_identity, chec
 from analysis.attribution.overlap import StreamSummary, stream_summary
 from analysis.attribution.signature import Signature, load_signature
 from analysis.sol.estimate import SolSettings
-from analysis.attribution.steps import DEFAULT_GAP_US
 from analysis.attribution.rows import KernelRow, RankProblem, StepRow
 from analysis.ingest.trace_loader import load_trace
 
@@ -53,28 +53,6 @@ if TYPE_CHECKING:
     from analysis.report.report_pipeline import ReportSource
 
 ANALYSIS_FILE = "analysis.json"
-TRACE_SUFFIXES = (".json", ".json.gz")
-
-
-@dataclass
-class AnalysisOptions:
-    run: str = "run"
-    rank_policy: str = "mean"  # mean | max | rank:LABEL
-    stat: str = "mean"  # mean | median | p90
-    labels: dict[str, str] | None = None  # explicit rank label per path
-    capture_traces: list[str] = field(default_factory=list)
-    accept_length: float | None = None
-    tbo: bool = False
-    jobs: int | None = None
-    step_gap_us: float = DEFAULT_GAP_US
-    attribution: str = "auto"
-    sol: SolSettings | None = None  # hardware + deployment: adds SOL columns to the D4 table
-    layers: int | None = None  # expected decoder layers per step; overrides the model file's count
-    strict: bool = False  # True: steps whose layer count differs from the expected one stay out of the table
-    expert_load: str | None = None  # expert_load.json of the run (analysis/ingest/expert_load.py)
-    load_records: str | None = None  # the run's load/requests.jsonl: profiled steps against the load (load_compare.py)
-    window_start_s: float | None = None  # the profile window's start on the load's clock, where the run recorded it
-
 
 
 @dataclass
@@ -120,20 +98,6 @@ class Analysis:
         """Busy and exposed time per (rank, stream): streams.csv and the printout, summed once."""
         digest = self.digest_of_rows
         return digest.streams if digest is not None else stream_summary(self.kernel_rows)
-
-
-def expand_paths(paths: list[str]) -> list[str]:
-    """Files as given; a directory stands for the trace files directly inside it."""
-    files: list[str] = []
-    for p in paths:
-        if os.path.isdir(p):
-            found = sorted(str(f) for f in Path(p).iterdir() if f.name.endswith(TRACE_SUFFIXES) and f.is_file())
-            if not found:
-                raise AnalysisError(f"{p}: directory holds no .json or .json.gz trace files")
-            files.extend(found)
-        else:
-            files.append(str(p))
-    return files
 
 
 class _RankResult(NamedTuple):
@@ -242,9 +206,7 @@ def _analyze(paths: list[str], signature: str, model: str | None, options: Analy
 
 def _cores(options: AnalysisOptions) -> int:
     """Processes the analysis may use: --jobs, else the cores this process may run on."""
-    if options.jobs:
-        return options.jobs
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores_for(options.jobs)
 
 
 @dataclass

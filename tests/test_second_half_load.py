@@ -31,10 +31,10 @@ DRIVER = ROOT / "tests" / "second_half_driver.py"
 SWEEP = [round(0.03 + 0.02 * i, 2) for i in range(48)]  # 0.03 .. 0.97 of the file to the child
 
 
-def _drive(case: str, *args: str) -> dict:
+def _drive(case: str, *args: str, timeout_s: float = 600) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     done = subprocess.run([sys.executable, str(DRIVER), case, *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=ROOT)
+                          timeout=timeout_s, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -267,3 +267,59 @@ def test_one_rank_analysed_with_a_child_reading_its_second_half_writes_the_files
     files = {p.name: p.read_bytes() for p in sorted((tmp_path / "helped").iterdir())}
     assert "kernels_long.parquet" in files
     assert files == {p.name: p.read_bytes() for p in sorted((tmp_path / "alone").iterdir())}
+
+
+_MTP_TRACE = ROOT / "tests" / "data" / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-mtp-TP-0-DECODE.trace.json.gz"
+
+
+@pytest.mark.parametrize("given", ["plain file", "gzip file", "folder of one"])
+def test_the_command_starts_reading_before_its_imports_and_the_load_takes_it_over(tmp_path, given):
+    """`analyze` of one trace (a file, or a folder holding one) starts its second half's reader before
+    the pipeline is imported (analysis/early_read.py); the load takes that reader over (no second one
+    started) and the files are those of one process (--jobs 1: nothing started early)."""
+    if given == "gzip file":
+        trace = str(_MTP_TRACE)
+    else:
+        (tmp_path / "trace").mkdir()
+        trace = _plain(_MTP_TRACE, tmp_path / "trace")
+        trace = str(tmp_path / "trace") if given == "folder of one" else trace
+    helped = _drive("early-command", str(tmp_path / "helped"), trace, "--jobs", "2")
+    alone = _drive("early-command", str(tmp_path / "alone"), trace, "--jobs", "1")
+    assert helped == {"exit": 0, "said": helped["said"], "started": 1, "after_the_pipeline": 0, "took": 1,
+                      "taken": 1, "waiting": 0, "children_left": 0}
+    assert (alone["exit"], alone["started"], alone["took"], alone["taken"], alone["children_left"]) == (0, 0, 0, 0, 0)
+    files = {p.name: p.read_bytes() for p in sorted((tmp_path / "helped").iterdir())}
+    assert "kernels_long.parquet" in files
+    assert files == {p.name: p.read_bytes() for p in sorted((tmp_path / "alone").iterdir())}
+
+
+def test_a_reader_started_for_a_command_that_fails_before_the_load_is_stopped(tmp_path):
+    got = _drive("early-command-fails", str(tmp_path / "out"), str(_MTP_TRACE), "--jobs", "2",
+                 "--model", "no-such-model")
+    assert (got["exit"], got["started"], got["took"], got["waiting"], got["children_left"]) == (2, 1, 0, 0, 0)
+    assert "no-such-model" in got["said"][0]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_a_file_changed_after_the_early_start_is_read_by_a_child_of_the_load(tmp_path, suffix):
+    """Touched in between (a new modification time): the early reader is not taken, the load starts
+    its own, the trace is the one-process one, and the command's clean-up stops the stale reader."""
+    path = _write(tmp_path / f"changed-TP-0-DECODE.trace{suffix}", _events(300, tricky=False))
+    got = _drive("early-file-changed", path)
+    assert got == {"same": True, "waiting_after_load": 1, "started": 1, "after_the_pipeline": 0, "took": 0,
+                   "taken": 1, "waiting": 0, "children_left": 0}
+
+
+def test_a_reader_of_another_kind_is_stopped_and_the_load_starts_its_own(tmp_path):
+    """A gzip file's reader kept under a plain file's identity (the files hold different events, so a
+    part of the wrong file could not pass for the right one): stopped, and the load reads with its own."""
+    plain = _write(tmp_path / "p-TP-0-DECODE.trace.json", _events(300, tricky=False))
+    packed = _write(tmp_path / "g-TP-0-DECODE.trace.json.gz", _events(280, tricky=False))
+    got = _drive("early-other-kind", plain, packed)
+    assert got == {"same": True, "started": 1, "after_the_pipeline": 0, "took": 1, "taken": 1, "waiting": 0,
+                   "children_left": 0}
+
+
+def test_a_named_pipe_is_not_opened_early(tmp_path):
+    got = _drive("early-fifo", str(tmp_path), timeout_s=60)  # opened as a reader would be, it would wait for ever
+    assert (got["started"], got["waiting"], got["children_left"]) == (0, 0, 0)

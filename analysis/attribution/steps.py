@@ -30,6 +30,7 @@ from analysis.ingest.trace_model import Kernel, Range, RankTrace
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
 from analysis.attribution.stages import UNKNOWN, VERIFY
+from analysis.analysis_options import DEFAULT_STEP_GAP_US
 
 STEP_ANNOTATION = re.compile(
     r"^step\[(?P<mode>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^\]]*)\]"  # SGLang
@@ -41,7 +42,7 @@ _BATCH = re.compile(r"\bbs=(\d+)")
 _START_OF = operator.attrgetter("start_us")
 _INF = float("inf")
 GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
-DEFAULT_GAP_US = 1000.0
+DEFAULT_GAP_US = DEFAULT_STEP_GAP_US  # the option's default (analysis/analysis_options.py)
 
 STEP_LABELS_FILE = rules_path("step_labels.yaml")
 

@@ -43,6 +43,7 @@ from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
+from analysis.ingest import early_half
 from analysis.ingest.second_half import (RANGE_LISTS, WINDOW_BYTES, BadOperator, GzipSecondHalf, HalfRead, Longest,
                                          SecondHalf, encode_half, half_cpu_ops, half_kernels, half_launches,
                                          half_ranges, start_gzip_second_half, start_second_half)
@@ -516,10 +517,14 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
     half: SecondHalf | GzipSecondHalf | None = None
     try:
-        if second_core and isinstance(source, _PlainSource):
-            half = start_second_half(fh.fileno(), _BOUNDARY, _read_second_half)
-        elif second_core:
-            half = start_gzip_second_half(fh.fileno(), _read_gzip_second_half)
+        if second_core:  # one started before the command's imports (early_half.py), else one now
+            plain = isinstance(source, _PlainSource)
+            half = early_half.take(fh.fileno())
+            if half is not None and not isinstance(half, SecondHalf if plain else GzipSecondHalf):
+                half.close()  # the same file read as another kind: never seen, as the magic decides both
+                half = None
+            if half is None:
+                half = _start_second_half(fh.fileno(), plain)
         # Header: everything before the traceEvents array (small; searched as it grows).
         total = 0
         while True:
@@ -550,6 +555,31 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
             half.close()
         source.close()
         fh.close()
+
+
+def _start_second_half(fd: int, plain: bool) -> SecondHalf | GzipSecondHalf | None:
+    return start_second_half(fd, _BOUNDARY, _read_second_half) if plain else \
+        start_gzip_second_half(fd, _read_gzip_second_half)
+
+
+def start_reading_early(path: str) -> None:
+    """Start the reader of this trace's second half now, for `load_trace(path, second_core=True)` to
+    take over (early_half.py); nothing where the path is not a regular file or does not allow a split."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe must not wait here for a writer
+    except OSError:
+        return  # the load says why
+    try:  # a pipe or a device: pread fails here, or the second half's start refuses it (not a regular file)
+        info, magic = os.fstat(fd), os.pread(fd, 2, 0)
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        half = _start_second_half(fd, magic != b"\x1f\x8b")  # the magic _open_source tells the kinds by
+        if half is not None:
+            early_half.keep(info, half)
+    finally:
+        os.close(fd)  # the child has its own copy
 
 
 def _cut_place(half: SecondHalf | GzipSecondHalf) -> int:

@@ -112,7 +112,9 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
 
 
 def run(args) -> int:
-    from analysis.api import AnalysisError, analyze, list_builtins, write_outputs
+    # write_outputs is taken once the analysis is done: asked for here, it would import the pipeline
+    # before `analyze` starts reading a one-rank trace (analysis/early_read.py)
+    from analysis.api import AnalysisError, analyze, list_builtins
 
     given = options_given(args)
     if args.list_signatures:
@@ -168,6 +170,8 @@ def run(args) -> int:
         return 2
     print_result(result, result.markdown(args.lang))
     if out is not None:
+        from analysis.api import write_outputs
+
         written, files = out.write_or_say(lambda folder: write_outputs(result, folder, args.lang))
         if not written:
             return 2
