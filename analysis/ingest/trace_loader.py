@@ -517,7 +517,7 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
     half: SecondHalf | GzipSecondHalf | None = None
     try:
-        if second_core:  # one started before the command's imports (early_half.py), else one now
+        if second_core:  # the one analyze started before importing the pipeline (early_half.py), else one now
             plain = isinstance(source, _PlainSource)
             half = early_half.take(fh.fileno())
             if half is not None and not isinstance(half, SecondHalf if plain else GzipSecondHalf):
