@@ -118,8 +118,8 @@ def early(case: str, args: list[str]) -> dict:
         started.append("analysis.pipeline" in sys.modules)  # the point: reading before the pipeline is imported
         real_keep(info, half)
 
-    def take(fd):
-        half = real_take(fd)
+    def take(fd, kind):
+        half = real_take(fd, kind)
         took.append(half is not None)
         return half
 

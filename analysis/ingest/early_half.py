@@ -26,8 +26,10 @@ def keep(info: os.stat_result, half: SecondHalf | GzipSecondHalf) -> None:
     _waiting.append((identity(info), half))
 
 
-def take(fd: int) -> SecondHalf | GzipSecondHalf | None:
-    """The waiting reader of the file open as `fd`, no longer waiting; None where there is none."""
+def take(fd: int, kind: type[SecondHalf] | type[GzipSecondHalf]) -> SecondHalf | GzipSecondHalf | None:
+    """The waiting reader of the file open as `fd`, no longer waiting; None where there is none, or
+    where it reads the file as another kind than the load does (it is stopped: never seen, as one
+    magic decides both)."""
     if not _waiting:
         return None
     try:
@@ -37,7 +39,10 @@ def take(fd: int) -> SecondHalf | GzipSecondHalf | None:
     for i, (ident, half) in enumerate(_waiting):
         if ident == mine:
             del _waiting[i]
-            return half
+            if isinstance(half, kind):
+                return half
+            half.close()
+            return None
     return None
 
 

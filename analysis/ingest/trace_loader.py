@@ -93,6 +93,7 @@ class _Header(msgspec.Struct):
 _decode_events = msgspec.json.Decoder(list[_Event]).decode
 _decode_header = msgspec.json.Decoder(_Header).decode
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_GZIP_MAGIC = b"\x1f\x8b"  # a .json.gz's first two bytes
 _BOUNDARY = re.compile(rb"}\s*,\s*{")
 _ARRAY_END = re.compile(rb"}\s*]\s*[,}]|\[\s*]\s*[,}]")
 # msgspec: invalid UTF-8, and JSON nested deeper than its stack (RecursionError)
@@ -503,7 +504,7 @@ def _open_source(path: str, on_bytes: Callable[[int], None] | None):
         if not got:
             break
         magic += got
-    if magic == b"\x1f\x8b":
+    if magic == _GZIP_MAGIC:
         return fh, _GzipSource(path, fh, on_bytes, magic)
     return fh, _PlainSource(fh, on_bytes, magic)
 
@@ -519,12 +520,8 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
     try:
         if second_core:  # the one analyze started before importing the pipeline (early_half.py), else one now
             plain = isinstance(source, _PlainSource)
-            half = early_half.take(fh.fileno())
-            if half is not None and not isinstance(half, SecondHalf if plain else GzipSecondHalf):
-                half.close()  # the same file read as another kind: never seen, as the magic decides both
-                half = None
-            if half is None:
-                half = _start_second_half(fh.fileno(), plain)
+            half = early_half.take(fh.fileno(), SecondHalf if plain else GzipSecondHalf) or \
+                _start_second_half(fh.fileno(), plain)
         # Header: everything before the traceEvents array (small; searched as it grows).
         total = 0
         while True:
@@ -575,7 +572,7 @@ def start_reading_early(path: str) -> None:
         os.close(fd)
         return
     try:
-        half = _start_second_half(fd, magic != b"\x1f\x8b")  # the magic _open_source tells the kinds by
+        half = _start_second_half(fd, magic != _GZIP_MAGIC)  # the kinds told apart as _open_source tells them
         if half is not None:
             early_half.keep(info, half)
     finally:
