@@ -8,7 +8,8 @@ Kept: the header keys (deviceProperties, distributedInfo, ...); metadata events 
 activity (kernel, gpu_memcpy, gpu_memset) with its args; cuda_runtime / cuda_driver calls with only
 correlation, stream and kernel in args; gpu_user_annotation and user_annotation ranges;
 python_function ranges that are nn.Module ranges or name a function the analysis may anchor on
-(attention, rotary, KV-cache update, routing, grouped GEMM, dispatch / combine ...) with no args; and,
+(attention, rotary, KV-cache update, routing, grouped GEMM, dispatch / combine, SGLang's two-batch-overlap
+operations and their stage executor ...) with no args; and,
 in CPU-only traces (no GPU activity), the cpu_op events that stand in for kernels, with no args.
 
     python benchmarks/accuracy/slim_trace.py RAW.trace.json.gz SLIM.trace.json.gz
@@ -34,6 +35,10 @@ KEPT_FUNCTIONS = re.compile(
     r"apply_rotary|rotary|rope|attention_forward|sdpa|flash_attention|eager_attention|cache_utils|update|"
     r"expand_kv|repeat_kv|grouped_mm|experts_forward|_apply_gate|moe|route|topk|all_to_all|dispatch|combine"
 )
+# SGLang's two-batch-overlap operations (sglang/srt/batch_overlap/: each layer's op_* functions, run by a
+# stage executor per micro-batch): under TBO they stand where the decoder layer's module ranges are missing.
+KEPT_OPERATION_FUNCTION = re.compile(r"op_\w+")
+KEPT_FILE_STEMS = {"operations", "two_batch_overlap", "operations_strategy"}
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<function>.*)$")
 _BUILTIN = re.compile(r"^<built-in (?:method|function) (?P<function>[\w.]+)(?: of (?P<owner>.*))?>$")
 _PLAIN_CONTAINERS = ("dict object", "list object", "set object", "str object", "tuple object")
@@ -46,7 +51,9 @@ def keep_python_function(name: str) -> bool:
     frame = _FRAME.match(name)
     if frame:
         stem = os.path.splitext(os.path.basename(frame.group("file")))[0]
-        return bool(KEPT_FUNCTIONS.search(frame.group("function")) or KEPT_FUNCTIONS.fullmatch(stem))
+        function = frame.group("function")
+        return bool(KEPT_FUNCTIONS.search(function) or KEPT_FUNCTIONS.fullmatch(stem)
+                    or KEPT_OPERATION_FUNCTION.fullmatch(function) or stem in KEPT_FILE_STEMS)
     builtin = _BUILTIN.match(name)
     if builtin:
         owner = builtin.group("owner") or ""

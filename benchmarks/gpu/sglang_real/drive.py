@@ -44,6 +44,15 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--prefill-attn", default="triton")
     p.add_argument("--decode-attn", default="flashmla")
     p.add_argument("--mtp", action="store_true", help="EAGLE with the model's own NextN layer")
+    p.add_argument("--tbo", action="store_true", help="two-batch overlap (--enable-two-batch-overlap; needs --a2a deepep)")
+    p.add_argument("--routing", choices=("model", "fake"), default="model",
+                   help="fake: --ep-dispatch-algorithm fake, SGLang's own stand-in for a trained gate (router logits "
+                        "drawn uniform per token, the correction bias zeroed: tokens spread over every expert); model: "
+                        "the dummy gate's own (identical random weights in every layer send nearly every token to "
+                        "the same experts)")
+    p.add_argument("--expert-load", action="store_true",
+                   help="SGLang's expert-distribution recorder over the profiled steps -> expert_load/ (the dump and "
+                        "expert_load.json); a failure to record is kept in status.json, never fatal")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=2048)
@@ -69,6 +78,8 @@ def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
              "--disable-radix-cache", "--log-level", "info"]
     if a.no_cuda_graph:
         extra.append("--disable-cuda-graph")
+    if a.routing == "fake":
+        extra += ["--ep-dispatch-algorithm", "fake"]
     extra += a.extra.split()
     env = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1"}
@@ -79,6 +90,7 @@ def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
     return DeploymentSpec(model_path=str(Path(a.model_dir).resolve()), gpus_per_node=a.tp, tp=a.tp, ep=a.ep, dp=a.dp,
                           dp_attention=a.dp > 1, moe_a2a_backend=a.a2a,
                           deepep_mode="low_latency" if a.a2a == "deepep" else None, deepgemm=True, moe_runner_backend=a.moe_runner,
+                          two_batch_overlap=a.tbo, expert_load=a.expert_load,
                           load_format="dummy", cuda_graph_max_bs=None if a.no_cuda_graph else a.batch,
                           # DP attention keeps one request of a full group waiting: one more slot per group
                           max_running_requests=a.batch if a.dp < 2 else a.dp * (-(-a.batch // a.dp) + 1),
@@ -163,6 +175,8 @@ class OneServer:
         a, plan, server = self.a, self.plan, self.server
         self.status["phase"] = "profile"
         prefix = a.label
+        if a.expert_load:
+            self._expert_call("start_expert_record")
         # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
         # request and the file names agree: V2 writes -decode, the classic one -DECODE
         body = start_profile_body(str(self.trace_dir), a.num_steps, prefix, plan.profiler,
@@ -175,7 +189,42 @@ class OneServer:
         self.timings["traces_s"] = time.monotonic() - self.t0
         print("traces:", paths, flush=True)
         self.paths = paths
+        if a.expert_load:
+            self.record_expert_load()
         return paths
+
+    def _expert_call(self, endpoint: str) -> bool:
+        url = self.url + self.plan.sglang.endpoints[endpoint]
+        status_code, answer = post_json(url, None, 60.0)
+        self.status.setdefault("expert_load", []).append(f"{endpoint}: HTTP {status_code} {answer.strip()[:200]}")
+        return status_code == 200
+
+    def record_expert_load(self) -> None:
+        """Stop and dump the recorder; copy rank 0's dump into OUT/expert_load/ with expert_load.json beside it.
+        Never fatal: what went wrong is kept in status.json (the traces are what this run is for)."""
+        from harness.sglang.expert_load import ExpertRecordError, record_files
+        from harness.sglang.plan import expert_record_dir
+
+        try:
+            folder = Path(expert_record_dir(str(self.trace_dir)))
+            pattern = self.plan.sglang.expert_record["pattern"]
+            before = set(folder.glob(pattern)) if folder.is_dir() else set()
+            if not (self._expert_call("stop_expert_record") and self._expert_call("dump_expert_record")):
+                return
+            deadline = time.monotonic() + 30
+            while not (new := sorted(set(folder.glob(pattern)) - before)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not new:
+                self.status["expert_load"].append(f"no {pattern} in {folder} 30 s after the dump")
+                return
+            dest = self.out / "expert_load"
+            dest.mkdir(exist_ok=True)
+            copy = dest / new[-1].name
+            copy.write_bytes(new[-1].read_bytes())
+            written = record_files(copy, self.plan.spec.ep, self.plan.spec.extra_args)
+            self.status["expert_load"].append(f"written {written.relative_to(self.out)}")
+        except (ExpertRecordError, OSError, KeyError) as exc:
+            self.status["expert_load"].append(f"{type(exc).__name__}: {exc}")
 
     def finish(self) -> None:
         self.status["phase"] = "finish"
