@@ -71,6 +71,8 @@ class LayerCut:
     detail: str = ""
     moe_layers: int | None = None  # layers with experts, where the cut can tell
     chain: list[int] | None = None  # positions of the step's chain across streams, where the cut read one
+    # unit -> (layer, micro-batch) where units are not layers (two-batch overlap: two_batch.py); None: unit = layer
+    unit_layers: dict[int, tuple[int, int]] | None = None
 
     @classmethod
     def counted(cls, slots: list[Slot], detail: str = "", moe_layers: int | None = None) -> LayerCut:

@@ -86,11 +86,11 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     With one stream the chain is that stream; with several, the step's main chain across streams
     (chain.py): what runs one after another, and at each fork the branch that carries on, so a
     graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
-    main_idx = _chain_positions(kernels)
+    main_idx = chain_positions(kernels)
     return main_stream(kernels), main_idx, _units_of(_chain_key(kernels, main_idx))
 
 
-def _chain_positions(kernels: list[Kernel]) -> list[int]:
+def chain_positions(kernels: list[Kernel]) -> list[int]:
     """The positions of the chain's kernels (the part of the cut that reads timing)."""
     streams = [k.stream for k in kernels]
     if len(set(streams)) > 1:
@@ -658,7 +658,7 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
     no attention core is found."""
     if not kernels:
         return None
-    main_idx = _chain_positions(kernels)
+    main_idx = chain_positions(kernels)
     plan = _layer_plan(_chain_key(kernels, main_idx))
     if plan is None:
         return None

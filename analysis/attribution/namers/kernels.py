@@ -8,6 +8,7 @@ from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
+from analysis.attribution.two_batch import two_batch_cut, two_batch_order
 
 
 class TemplateNamer(Namer):
@@ -24,6 +25,11 @@ class StructureNamer(Namer):
     forkable = True
 
     def name(self, step: Step) -> Naming:
+        plan = two_batch_order(step.kernels)
+        if plan is not None:
+            cut = two_batch_cut(step.kernels, plan, cut_structural)
+            if cut is not None:
+                return Naming(cut, "structure")
         cut = cut_structural(step.kernels)
         return Naming(cut, "structure" if cut is not None else "")
 

@@ -96,7 +96,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, helper: ForkedNaming | None,
                    first_child: int) -> tuple[list[KernelRow], list[StepRow]]:
     """Each step named (here, or from steps[first_child:] on by the helper), then its rows."""
-    per = 2 if options.tbo else 1
+    tbo_units = 2 if options.tbo else 1  # --tbo on a signature's template: two units a layer
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     previous_end: float | None = None
@@ -112,6 +112,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         if annotations is not None:
             annotations.apply(step, cut)
         slots = cut.slots
+        unit_layers = cut.unit_layers  # a cut that read two micro-batches (two_batch.py) maps its units itself
+        per = tbo_units if unit_layers is None else 1
         units_found = cut.units_found
         if cut.chain is not None and not any(k.root for k in step.kernels):
             options.chains[step.index] = cut.chain  # what the self-check would read from the rows again
@@ -138,6 +140,12 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             if end > last:
                 last = end
             in_layer = slot.section == SECTION_LAYER
+            if not in_layer:
+                layer, micro_batch = -1, 0
+            elif unit_layers is None:
+                layer, micro_batch = slot.unit // per, slot.unit % per
+            else:
+                layer, micro_batch = unit_layers[slot.unit]
             if in_layer:
                 if start < layers_first:
                     layers_first = start
@@ -146,12 +154,13 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             # positional, in KernelRow's field order (the hottest constructor of the analysis)
             kernel_rows.append(KernelRow(
                 run, rank, index, stage, slot.section,
-                slot.unit // per if in_layer else -1, slot.unit % per if in_layer else 0,
+                layer, micro_batch,
                 slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
                 kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule, slot.module_path,
             ))
         label_phases(kernel_rows[step_first_row:])
-        idle = step_idle(step.kernels, [s.unit if s.section == SECTION_LAYER else -1 for s in slots], clock)
+        idle = step_idle(step.kernels, [(s.unit if unit_layers is None else unit_layers[s.unit][0])
+                                        if s.section == SECTION_LAYER else -1 for s in slots], clock)
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"

@@ -1,0 +1,202 @@
+"""Two-batch overlap (TBO) read from the kernels alone: each micro-batch's kernels put back in the
+order one micro-batch alone would run them, so the structural cut names them as it names any step,
+and each MoE layer is the model's layer holding both micro-batches.
+
+Why: under SGLang's two-batch overlap (sglang/srt/batch_overlap/), every MoE layer's batch is split
+in two micro-batches A and B, each layer's operations are cut into stages at their yields, and B runs
+two stages behind A on the same stream. Cut at attention cores, such a step holds twice the MoE
+layers, each holding pieces of the other micro-batch: B's attention preparation between A's dispatch
+send and receive, B's attention core between A's combine send and receive. Read without this, a
+5-layer model has 8 layers, a combine is named dispatch and B's norms the experts.
+
+What is relied on (decode and target-verify strategy of DeepSeek layers, sglang 0.5.x
+operations_strategy.py; stages per MoE layer: [output of the layer before, input norm, attention
+preparation] [attention core, post-attention norm, gate, top-k] [dispatch send, shared experts]
+[dispatch receive, experts, combine send] [combine receive]):
+- every MoE micro-layer launches DeepEP's low-latency dispatch and combine in two phases each (send,
+  then receive through the hook), on one stream, in the order dispatch, dispatch, combine, combine;
+- the attention core of the next micro-layer lies between a combine's send and receive, for every
+  micro-layer but the last (never so without TBO: that is the test);
+- between a dispatch's send and receive lie, in order: the shared experts of that micro-layer (up to
+  their last GEMM), the output of the micro-layer before it, and from its first norm on the attention
+  preparation of the micro-layer after it.
+Dense layers before the first MoE layer run on the whole batch and are left where they are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from msgspec.structs import replace
+
+from analysis.attribution.kernel_classes import class_of_name
+from analysis.attribution.layers import LayerCut, Slot
+from analysis.attribution.structure import chain_positions
+from analysis.ingest.trace_model import Kernel
+
+_LOW_LATENCY = ("internode_ll::", "low_latency_")
+_MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
+SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
+
+
+@dataclass(frozen=True)
+class TwoBatchOrder:
+    """The step's kernels (indices into its start-ordered list) in the order of one micro-batch after
+    the other, and where the MoE micro-layers begin."""
+
+    order: list[int]
+    micro_layers: int        # MoE micro-layers: two per MoE layer (A, then B)
+    first_dispatch: int      # index of the first micro-layer's dispatch send
+    shared: frozenset[int]   # the shared experts' kernels (run on the main line under TBO)
+    main: frozenset[int]     # the kernels of the step's one line across streams (structure's chain)
+
+
+def _is_low_latency(name: str) -> bool:
+    return any(marker in name for marker in _LOW_LATENCY)
+
+
+def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
+    """The micro-batch order of a two-batch-overlapped step, or None where the step is not one."""
+    deep = [i for i, k in enumerate(kernels)
+            if _is_low_latency(k.name) and class_of_name(k.name) in ("dispatch", "combine")]
+    if len(deep) < 8 or len(deep) % 8:
+        return None
+    main = sorted(chain_positions(kernels), key=lambda i: kernels[i].start_us)  # one line, across streams
+    position = {k: p for p, k in enumerate(main)}
+    if any(i not in position for i in deep):
+        return None
+    quartets = []
+    for q in range(0, len(deep), 4):
+        four = sorted(deep[q:q + 4], key=lambda i: kernels[i].start_us)
+        if [class_of_name(kernels[i].name) for i in four] != ["dispatch", "dispatch", "combine", "combine"]:
+            return None
+        quartets.append([position[i] for i in four])
+    cores = [p for p, i in enumerate(main) if class_of_name(kernels[i].name) == "attn_core"]
+    n = len(quartets)
+    for q, (_, _, c_send, c_recv) in enumerate(quartets):
+        inside = sum(1 for p in cores if c_send < p < c_recv)
+        if inside != (1 if q < n - 1 else 0):
+            return None
+    blocks, shared = _blocks(kernels, main, quartets)
+    order_main = [p for block in blocks for p in block]
+    if sorted(order_main) != list(range(len(main))):
+        return None
+    return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]],
+                         frozenset(main[p] for p in shared), frozenset(main))
+
+
+def _blocks(kernels: list[Kernel], main: list[int], quartets: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """Main-stream positions: the head (up to the first dispatch send), each micro-layer's own
+    kernels in one micro-batch's order, and the tail (after the last combine receive); and the
+    positions of the shared experts."""
+    n = len(quartets)
+    shared: list[list[int]] = []
+    output: list[list[int]] = [[] for _ in range(n)]
+    prepare: list[list[int]] = [[] for _ in range(n + 1)]
+    for q, (d_send, d_recv, _, _) in enumerate(quartets):
+        window = list(range(d_send + 1, d_recv))
+        classes = [class_of_name(kernels[main[p]].name) for p in window]
+        norm_at = next((j for j, c in enumerate(classes) if c == "norm"), len(window)) if q < n - 1 else len(window)
+        last_gemm = max((j for j, c in enumerate(classes[:norm_at]) if c == "gemm"), default=-1)
+        shared.append(window[:last_gemm + 1])
+        rest = window[last_gemm + 1:norm_at]
+        if q == 0:  # no micro-layer before the first: what stands there is B's first stage
+            prepare[q + 1] += rest
+        else:
+            output[q - 1] += rest
+        prepare[q + 1] += window[norm_at:]
+    blocks = [list(range(0, quartets[0][0]))]
+    for q, (d_send, d_recv, c_send, c_recv) in enumerate(quartets):
+        block = list(prepare[q])
+        if q:
+            before = quartets[q - 1]
+            block += range(before[2] + 1, before[3])      # attention core, gate and top-k
+            block += range(before[3] + 1, d_send)         # what comes before the dispatch
+        block += [d_send, *shared[q], d_recv, *range(d_recv + 1, c_send), c_send]
+        if q == n - 1:
+            block += range(c_send + 1, c_recv)            # nothing is expected here
+        block += [c_recv, *output[q]]
+        blocks.append(block)
+    blocks.append(list(range(quartets[-1][3] + 1, len(main))))
+    return blocks, [p for block in shared for p in block]
+
+
+def _with_side_streams(kernels: list[Kernel], main: list[int], order_main: list[int]) -> list[int]:
+    """Step indices in the new order: each kernel off the main stream follows the main-stream kernel
+    that started last before it (the one it was launched beside)."""
+    position = {i: p for p, i in enumerate(main)}
+    attached: dict[int, list[int]] = {p: [] for p in range(len(main))}
+    p = 0
+    for i in sorted(range(len(kernels)), key=lambda i: kernels[i].start_us):
+        if i in position:
+            p = position[i]
+        else:
+            attached[p].append(i)
+    order: list[int] = []
+    for p in order_main:
+        order.append(main[p])
+        order += attached[p]
+    return order
+
+
+def retimed(kernels: list[Kernel], plan: TwoBatchOrder) -> list[Kernel]:
+    """The kernels laid out one after another in the plan's order, each main-stream kernel with its
+    attached side-stream kernels at their real offsets, durations and real gaps kept: what a namer
+    reading start times sees. The shared experts go beside their dispatch on a stream of their own,
+    where SGLang runs them without TBO (its alternate stream), so they read as the shared experts they
+    are; what follows them on the main stream starts as they end."""
+    on_main = sorted((i for i in plan.main if i not in plan.shared), key=lambda i: kernels[i].start_us)
+    gap_after = {i: min(_MAX_GAP_US, max(0.1, kernels[j].start_us - kernels[i].end_us))
+                 for i, j in zip(on_main, on_main[1:])}
+    # each shared-expert block runs under the main-stream kernel before it (the dispatch send), which
+    # the namer sees lasting as long (only the namer sees these times: the rows keep the real ones)
+    under: dict[int, float] = {}
+    anchor = None
+    for i in plan.order:
+        if i in plan.shared and anchor is not None:
+            under[anchor] = under.get(anchor, 1.0) + kernels[i].dur_us + 0.1
+        elif i in plan.main:
+            anchor = i
+    out: list[Kernel] = []
+    clock = side_clock = 0.0
+    anchor_start = anchor_new = 0.0
+    for i in plan.order:
+        k = kernels[i]
+        if i in plan.shared:
+            side_clock = max(side_clock, anchor_new + 0.5)
+            out.append(replace(k, start_us=side_clock, stream=SHARED_STREAM))
+            side_clock += k.dur_us + 0.1
+        elif i in plan.main:
+            anchor_start, anchor_new = k.start_us, clock
+            dur = max(k.dur_us, under.get(i, 0.0))
+            out.append(replace(k, start_us=clock, dur_us=dur))
+            clock += dur + gap_after.get(i, 0.1)
+        else:
+            new = anchor_new + (k.start_us - anchor_start)
+            out.append(replace(k, start_us=new))
+            clock = max(clock, new + k.dur_us)
+    return out
+
+
+def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCut | None:
+    """`cut_of` (the structural cut) on the kernels in micro-batch order, mapped back to the step's
+    order; layer units are the model's layers, each MoE one holding micro-batch 0 and 1."""
+    moved = retimed(kernels, plan)
+    by_start = sorted(range(len(moved)), key=lambda j: moved[j].start_us)
+    inner = cut_of([moved[j] for j in by_start])
+    if inner is None:
+        return None
+    slots: list[Slot | None] = [None] * len(kernels)
+    original = [plan.order[j] for j in by_start]  # inner position -> step index
+    for pos, slot in enumerate(inner.slots):
+        slots[original[pos]] = slot
+    first_moe = slots[plan.first_dispatch].unit
+    if first_moe < 0 or any(s is None for s in slots):
+        return None
+    units = sorted({s.unit for s in slots if s.unit >= 0})
+    unit_layers = {u: (u, 0) if u < first_moe else (first_moe + (u - first_moe) // 2, (u - first_moe) % 2)
+                   for u in units}
+    layers = len({layer for layer, _ in unit_layers.values()})
+    chain = [original[p] for p in inner.chain] if inner.chain is not None else None
+    detail = (f"two-batch overlap: {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
+              f"of two micro-batches" + (f"; {inner.detail}" if inner.detail else ""))
+    return LayerCut(slots, layers, detail, moe_layers=plan.micro_layers // 2, chain=chain, unit_layers=unit_layers)
