@@ -10,6 +10,7 @@ from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.phases import label_phases
+from analysis.attribution.pinned_names import pinned
 from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step, step_names
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
@@ -142,10 +143,12 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             in_layer = slot.section == SECTION_LAYER
             if not in_layer:
                 layer, micro_batch = -1, 0
-            elif unit_layers is None:
-                layer, micro_batch = slot.unit // per, slot.unit % per
             else:
-                layer, micro_batch = unit_layers[slot.unit]
+                slot = pinned(slot, kernel.name)  # communication keeps its name wherever it sits
+                if unit_layers is None:
+                    layer, micro_batch = slot.unit // per, slot.unit % per
+                else:
+                    layer, micro_batch = unit_layers[slot.unit]
             if in_layer:
                 if start < layers_first:
                     layers_first = start
