@@ -35,6 +35,7 @@ from analysis.ingest.trace_model import Kernel
 
 _LOW_LATENCY = ("internode_ll::", "low_latency_")
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
+TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
 SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
 
 
@@ -197,6 +198,6 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
                    for u in units}
     layers = len({layer for layer, _ in unit_layers.values()})
     chain = [original[p] for p in inner.chain] if inner.chain is not None else None
-    detail = (f"two-batch overlap: {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
+    detail = (f"{TBO_NOTE} {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
               f"of two micro-batches" + (f"; {inner.detail}" if inner.detail else ""))
     return LayerCut(slots, layers, detail, moe_layers=plan.micro_layers // 2, chain=chain, unit_layers=unit_layers)

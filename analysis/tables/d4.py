@@ -20,6 +20,7 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, ShareCells, share_overlap_rows
+from analysis.tables.tbo_overlap import TBO_GROUP, tbo_overlap_rows
 from analysis.tables import load_compare, measured_shape, step_time, token_cost
 from analysis.tables.measured_shape import MeasuredShape
 from analysis.tables.load_compare import LoadCompare
@@ -56,6 +57,7 @@ class D4Column(msgspec.Struct):
     rows: list[D4Row]
     mtp_rows: list[D4Row] = []
     share_rows: list[D4Row] = []  # the shared expert's busy / exposed / under-combine time (share_overlap.py)
+    tbo_rows: list[D4Row] = []  # two-batch overlap: dispatch / combine in flight, the other micro-batch under it (tbo_overlap.py)
     accept_length: float | None = None
     per_token_ms: float | None = None
     steps_used: int = 0
@@ -274,6 +276,7 @@ def build_column(
         step_ms=step_us / 1000, layers_ms=layers_us / 1000, num_layers=num_layers,
         pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
         share_rows=share_overlap_rows(kernel_rows, used, stat, rank_policy, share),
+        tbo_rows=tbo_overlap_rows(kernel_rows, step_rows, used, stage, stat, rank_policy),
         accept_length=accept_length, per_token_ms=per_token,
         steps_used=len(used), steps_skipped=skipped, ranks=sorted(steps_by_rank),
         steps_mismatched=0 if strict else len(mismatched), layer_counts=_layer_counts(step_rows, stage, mismatched),
@@ -410,6 +413,9 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
         if group == SHARE_GROUP:  # what of the shared expert the step pays, and what hides under the combine
             out += [[group_name(group), module, part, *cells(values)]
                     for module, part, values in values_by_module(columns, lambda c: c.share_rows)]
+        if group == "moe":  # two-batch overlap: what of the all-to-all the other micro-batch hides
+            out += [[TBO_GROUP, module, part, *cells(values)]
+                    for module, part, values in values_by_module(columns, lambda c: c.tbo_rows)]
 
     out += [[group_name(g), m, k, *cells(v)] for g, m, k, v in extra_rows(columns)]
     out += [[MTP_GROUP, module, kernel, *cells(values)]

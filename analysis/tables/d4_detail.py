@@ -14,9 +14,9 @@ HEADER = ["column", "group", "module", "kernel", "layers", "value_us", *(f"{name
 
 
 def write_detail(fh: TextIO, column) -> None:
-    """The column's kernel and MTP rows as d4_detail.csv (microseconds to 3 decimals)."""
+    """The column's kernel, MTP and two-batch-overlap rows as d4_detail.csv (microseconds to 3 decimals)."""
     out = csv.writer(fh)
     out.writerow(HEADER)
-    for r in [*column.rows, *column.mtp_rows]:
+    for r in [*column.rows, *column.mtp_rows, *column.tbo_rows]:
         out.writerow([column.name, r.group, r.module, r.kernel, f"{r.layers:g}", f"{r.value_us:.3f}",
                       *(f"{r.stats_us[name]:.3f}" for name in COLUMN_STATS), f"{r.exposed_us:.3f}"])
