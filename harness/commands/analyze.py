@@ -33,7 +33,8 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--stat", default="mean", choices=list(list_builtins("statistic")),
                    help="statistic over each rank's steps (analysis/data/tables/step_statistics.yaml; default: mean)")
-    p.add_argument("--tbo", action="store_true", help="two-batch overlap: two anchors per layer (one per micro-batch)")
+    p.add_argument("--tbo", action="store_true", help="a signature's template with two-batch overlap: two anchors per layer (one per micro-batch); "
+                        "the generic analysis finds two-batch overlap from the kernels itself (docs/analysis.md)")
     p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
                         "columns only: a plain decode step yields one token")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
