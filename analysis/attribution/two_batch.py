@@ -28,14 +28,17 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.attribution.kernel_classes import COMMUNICATION, class_of_name
 from analysis.attribution.layers import LayerCut, Slot
+from analysis.attribution.roles import row_of
+from analysis.attribution.rows import SECTION_LAYER, SECTION_POST
 from analysis.attribution.structure import chain_positions
 from analysis.ingest.trace_model import Kernel
 
 _LOW_LATENCY = ("internode_ll::", "low_latency_")
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
 TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
+AFTER_LAYERS_RULE = "structure_rules.yaml:outside.after_layers"
 SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
 
 
@@ -47,6 +50,7 @@ class TwoBatchOrder:
     order: list[int]
     micro_layers: int        # MoE micro-layers: two per MoE layer (A, then B)
     first_dispatch: int      # index of the first micro-layer's dispatch send
+    final_norm: int | None   # index of the first norm after the last combine receive (the model's final norm)
     shared: frozenset[int]   # the shared experts' kernels (run on the main line under TBO)
     main: frozenset[int]     # the kernels of the step's one line across streams (structure's chain)
 
@@ -81,8 +85,10 @@ def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     order_main = [p for block in blocks for p in block]
     if sorted(order_main) != list(range(len(main))):
         return None
+    final_norm = next((main[p] for p in range(quartets[-1][3] + 1, len(main))
+                       if class_of_name(kernels[main[p]].name) == "norm"), None)
     return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]],
-                         frozenset(main[p] for p in shared), frozenset(main))
+                         final_norm, frozenset(main[p] for p in shared), frozenset(main))
 
 
 def _blocks(kernels: list[Kernel], main: list[int], quartets: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -178,6 +184,26 @@ def retimed(kernels: list[Kernel], plan: TwoBatchOrder) -> list[Kernel]:
     return out
 
 
+def _after_layers_from_the_final_norm(kernels: list[Kernel], plan: TwoBatchOrder, slots: list[Slot]) -> None:
+    """After the last micro-layer's combine come its output, the micro-batches' merge and then the model's
+    final norm, LM head and sampling: from that norm on, nothing is the last layer's. The structural cut
+    finds the final norm by comparing each layer's kernels before its attention with the others', and
+    the dense layers (the whole batch) run other GEMM kernels than the micro-batches (half of it): with
+    a gather in every layer (TP attention) it then counted the LM head in the last layer."""
+    if plan.final_norm is None:
+        return
+    order = plan.order
+    start = order.index(plan.final_norm)
+    for i in order[start:]:
+        slot = slots[i]
+        if slot.section != SECTION_LAYER:
+            continue
+        role = "outside_collective" if class_of_name(kernels[i].name) in COMMUNICATION else "lm_head"
+        row = row_of(role)
+        slots[i] = Slot(SECTION_POST, -1, row.group, row.module, slot.kernel, slot.source, role=role,
+                        rule=AFTER_LAYERS_RULE)
+
+
 def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCut | None:
     """`cut_of` (the structural cut) on the kernels in micro-batch order, mapped back to the step's
     order; layer units are the model's layers, each MoE one holding micro-batch 0 and 1."""
@@ -193,6 +219,7 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
     first_moe = slots[plan.first_dispatch].unit
     if first_moe < 0 or any(s is None for s in slots):
         return None
+    _after_layers_from_the_final_norm(kernels, plan, slots)
     units = sorted({s.unit for s in slots if s.unit >= 0})
     unit_layers = {u: (u, 0) if u < first_moe else (first_moe + (u - first_moe) // 2, (u - first_moe) % 2)
                    for u in units}

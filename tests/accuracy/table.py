@@ -51,6 +51,19 @@ EXPERT_LINEAR_FUNCTION = re.compile(r": _grouped_linear$|: invoke_fused_moe_kern
 # tells the up/gate GEMM from the down GEMM: the GEMMs are found by name, and named by their place
 # around the activation (before it: up_gate, after: down). A router module that also selects the
 # experts (transformers' TopkRouter) is split the same way: its GEMM is the router, the rest topk.
+# SGLang's two-batch overlap (sglang/srt/batch_overlap/): a MoE layer runs as these operation functions of
+# the layer and its modules, one call per micro-batch and layer, the decoder layer's forward never called.
+TBO_OPERATION = re.compile(r"\): (?P<op>op_(comm_prepare_attn|prepare|core|comm_prepare_mlp|gate|select_experts|"
+                           r"dispatch_a|dispatch_b|experts|combine_a|combine_b|shared_experts|output|"
+                           r"comm_postprocess_layer))$")
+TBO_OPERATION_ROWS = {  # the row of a kernel an operation launches, where no module below it says more
+    "op_comm_prepare_attn": "input_layernorm", "op_prepare": "self_attn", "op_core": "attn_core",
+    "op_comm_prepare_mlp": "post_attention_layernorm", "op_gate": "router", "op_select_experts": "topk",
+    "op_dispatch_a": "dispatch", "op_dispatch_b": "dispatch", "op_experts": "experts",
+    "op_combine_a": "combine", "op_combine_b": "combine", "op_shared_experts": "shared_experts",
+    "op_output": "combine", "op_comm_postprocess_layer": "residual_add",
+}
+
 GEMM_KERNEL = re.compile(r"gemm|GEMM|nvjet|cutlass|cublas|Cijk|fused_moe_kernel|^bmm_|aten::(_grouped_mm|mm|bmm|addmm|baddbmm|linear|matmul)$",
                          re.IGNORECASE)
 # Inside an experts module that also routes (vLLM's FusedMoE): its routing kernels are topk, its

@@ -210,6 +210,7 @@ def truth_of(path: str, module_names: dict[str, str] | None = None) -> Truth:
         raise ValueError(f"{path}: no model forward range (nn.Module: ...ForCausalLM_N); record with with_stack")
     starts = [f.start for f in forwards]
     namer = _Namer(module_names or {})
+    tbo = _TboLayers(forest, starts)
     for u in units:
         u.node = forest.innermost(u.point)
         when = u.point[1] if u.point is not None else u.gpu_start
@@ -217,19 +218,100 @@ def truth_of(path: str, module_names: dict[str, str] | None = None) -> Truth:
         path_ = u.node.path() if u.node else []
         layer_at = next((i for i, n in enumerate(path_) if n.cls and T.LAYER_CLASS.search(n.cls)), None)
         if layer_at is None:
-            u.row = T.OUTSIDE
+            op_at = next((i for i, n in enumerate(path_) if n.cls is None and T.TBO_OPERATION.search(n.name)), None)
+            if op_at is None:
+                u.row = T.OUTSIDE
+                continue
+            u.layer = tbo.micro_layer(u.step, path_[op_at])
+            u.row = _tbo_row(u, path_[op_at], path_[op_at + 1:])
             continue
         u.layer = path_[layer_at]
         u.row = namer.row(u, path_[layer_at:])
     _name_expert_gemms(units, namer)
     _apply_annotations(units, events)
     layers, moe = [], []
-    for f in forwards:
+    for step, f in enumerate(forwards):
         calls = [n for n in _descendants(f) if n.cls and T.LAYER_CLASS.search(n.cls)]
         calls = [n for n in calls if not _has_ancestor(n, T.LAYER_CLASS)]
-        layers.append(len(calls))
-        moe.append(sum(1 for n in calls if namer.moe_block(n) is not None))
+        tbo_layers = tbo.layers(step)  # MoE layers run as operations: two micro-batches each
+        layers.append(len(calls) + tbo_layers)
+        moe.append(sum(1 for n in calls if namer.moe_block(n) is not None) + tbo_layers)
     return Truth(path, units, len(forwards), layers, moe)
+
+
+class _TboLayers:
+    """Two-batch overlap: each operation function is called once per micro-batch and MoE layer, in the
+    order A(layer 0), B(layer 0), A(layer 1), ... (B runs behind A, never ahead of A's next layer), so
+    the k-th call of one operation in a forward is micro-layer k of that forward."""
+
+    def __init__(self, forest: _Forest, forward_starts: list[float]):
+        self.calls: dict[tuple[int, str], list[Node]] = {}
+        for nodes in forest.by_tid.values():
+            for n in nodes:
+                m = T.TBO_OPERATION.search(n.name) if n.cls is None else None
+                if m:
+                    step = max(0, bisect.bisect_right(forward_starts, n.start) - 1)
+                    self.calls.setdefault((step, m.group("op")), []).append(n)
+        for calls in self.calls.values():
+            calls.sort(key=lambda n: n.start)
+        self._micro: dict[tuple[int, int], Node] = {}
+
+    def micro_layer(self, step: int, op: Node) -> Node:
+        """A stand-in node per (forward, micro-layer): the layer a unit's expert GEMMs are named within."""
+        calls = self.calls[(step, T.TBO_OPERATION.search(op.name).group("op"))]
+        k = calls.index(op)
+        return self._micro.setdefault((step, k), Node(f"tbo micro-layer {k}", op.start, op.end, None, None))
+
+    def layers(self, step: int) -> int:
+        return len(self.calls.get((step, "op_prepare"), [])) // 2
+
+
+def _tbo_row(unit: Unit, op: Node, below: list[Node]) -> str:
+    """The row of a kernel an operation function launched: a collective by its kind, a module below it
+    where it names one (the attention's projections, norms and core), else the operation's row."""
+    name = T.TBO_OPERATION.search(op.name).group("op")
+    if T.COLLECTIVE_KERNEL.search(unit.op):
+        return next((row for kind, row in T.COLLECTIVE_KIND if kind.search(unit.op)), "all_reduce")
+    module = next((n for n in below if n.cls), None)
+    if name in ("op_prepare", "op_core"):
+        if module is not None and T.ATTENTION_CORE_CLASS.search(module.cls) or _first(below, _NEVER, T.ATTN_CORE_FUNCTION):
+            return "attn_core"
+        if _first(below, T.ROTARY_CLASS, T.ROTARY_FUNCTION):
+            return "rotary_emb"
+        if module is not None and T.NORM_CLASS.search(module.cls):
+            return "q_a_layernorm"  # q_a's and kv_a's norms: one compared row (table.COMPARED_ROWS)
+        if module is not None and T.LINEAR_CLASS.search(module.cls):
+            if name == "op_core":
+                return "o_proj"
+            linears = [c for c in _own_linears(op)]
+            names = T.ATTENTION_LINEARS_BEFORE_CORE.get(len(linears), [])
+            index = next((i for i, c in enumerate(linears) if c is module), None)
+            return T.ATTENTION_ATTRIBUTES.get(names[index], "self_attn") if index is not None and index < len(names) \
+                else "self_attn"
+        if module is None and T.GEMM_KERNEL.search(unit.op):  # the absorbed MLA bmms
+            return "w_kc bmm" if name == "op_prepare" else "w_vc bmm"
+        return T.TBO_OPERATION_ROWS[name]
+    if name == "op_experts":
+        if T.GEMM_KERNEL.search(unit.op):
+            return "expert_gemm"
+        if _first(below, T.ACT_CLASS) or T.ACT_KERNEL.search(unit.op):
+            return "silu"
+        return "experts"
+    if name in ("op_comm_prepare_attn", "op_comm_prepare_mlp") and not (module is not None and T.NORM_CLASS.search(module.cls)):
+        return "residual_add"
+    return T.TBO_OPERATION_ROWS[name]
+
+
+def _own_linears(op: Node) -> list[Node]:
+    """The linear modules an operation calls itself (through any python functions between), in order."""
+    out, stack = [], list(reversed(op.children))
+    while stack:
+        n = stack.pop()
+        if n.cls and T.LINEAR_CLASS.search(n.cls):
+            out.append(n)
+        elif n.cls is None:
+            stack.extend(reversed(n.children))
+    return out
 
 
 def _apply_annotations(units: list[Unit], events: list[dict]) -> None:
