@@ -78,9 +78,24 @@ def test_no_deepep_kernel_is_named_experts(case):
     assert names <= {("moe", "dispatch"), ("moe", "combine")}, (config, names)
 
 
-def test_the_4_layer_graph_decode_passes_every_self_check():
-    result = analyze(_files(TBO, "deepep-tbo-dpattn-graph"), options=AnalysisOptions(run="tbo", layers=4))
+@pytest.mark.parametrize("config", sorted(CASES))
+def test_no_self_check_fires_on_the_right_tables(config):
+    folder, layers, _dense, _stages = CASES[config]
+    result = analyze(_files(folder, config), options=AnalysisOptions(run="tbo", layers=layers))
     assert [(c.check, c.why) for c in result.failed_checks] == []
+    assert {c.check for c in result.checks} >= {"layer_count", "layer_kernel_sequence", "layer_time", "after_layers"}
+
+
+def test_read_without_two_batch_overlap_the_checks_say_why(monkeypatch):
+    """The same trace with the micro-batch order switched off (the analysis before TBO was read): the
+    table is wrong, and the layer count and the kernel sequences say so."""
+    from analysis.attribution.namers import kernels, module_ranges
+
+    monkeypatch.setattr(kernels, "two_batch_order", lambda _kernels: None)
+    monkeypatch.setattr(module_ranges, "two_batch_order", lambda _kernels: None)
+    result = analyze(_files(TBO, "deepep-tbo-dpattn-graph"), options=AnalysisOptions(run="tbo", layers=4))
+    failed = {c.check: c.why for c in result.failed_checks}
+    assert "layer_count" in failed and "7 layers" in failed["layer_count"]
 
 
 @pytest.mark.parametrize("path", sorted(EP.glob("*.trace.json.gz"))[:6], ids=lambda p: p.name[:60])

@@ -30,8 +30,9 @@ from msgspec.structs import replace
 
 from analysis.attribution.kernel_classes import COMMUNICATION, class_of_name
 from analysis.attribution.layers import LayerCut, Slot
+from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of
-from analysis.attribution.rows import SECTION_LAYER, SECTION_POST
+from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE
 from analysis.attribution.structure import chain_positions
 from analysis.ingest.trace_model import Kernel
 
@@ -39,6 +40,8 @@ _LOW_LATENCY = ("internode_ll::", "low_latency_")
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
 TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
 AFTER_LAYERS_RULE = "structure_rules.yaml:outside.after_layers"
+BEFORE_LAYERS_RULE = "structure_rules.yaml:outside.before_layers"
+BETWEEN_LAYERS_RULE = "structure_rules.yaml:moe.after_experts"  # small kernels between layers: the residual's
 SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
 
 
@@ -51,6 +54,7 @@ class TwoBatchOrder:
     micro_layers: int        # MoE micro-layers: two per MoE layer (A, then B)
     first_dispatch: int      # index of the first micro-layer's dispatch send
     final_norm: int | None   # index of the first norm after the last combine receive (the model's final norm)
+    moe_start: int           # index of the first kernel of the first MoE micro-layer (its attention preparation)
     shared: frozenset[int]   # the shared experts' kernels (run on the main line under TBO)
     main: frozenset[int]     # the kernels of the step's one line across streams (structure's chain)
 
@@ -82,13 +86,20 @@ def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
         if inside != (1 if q < n - 1 else 0):
             return None
     blocks, shared = _blocks(kernels, main, quartets)
+    # micro-layer 0 begins as many main kernels before its attention core as micro-layer 1 does (their
+    # operations are the same): its preparation and what precedes the core in the block of micro-layer 1
+    core0 = max((p for p in cores if p < quartets[0][0]), default=None)
+    core1 = next((j for j, p in enumerate(blocks[2]) if p in set(cores)), None)
+    if core0 is None or core1 is None or core0 - core1 < 0:
+        return None
+    moe_start = main[core0 - core1]
     order_main = [p for block in blocks for p in block]
     if sorted(order_main) != list(range(len(main))):
         return None
     final_norm = next((main[p] for p in range(quartets[-1][3] + 1, len(main))
                        if class_of_name(kernels[main[p]].name) == "norm"), None)
     return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]],
-                         final_norm, frozenset(main[p] for p in shared), frozenset(main))
+                         final_norm, moe_start, frozenset(main[p] for p in shared), frozenset(main))
 
 
 def _blocks(kernels: list[Kernel], main: list[int], quartets: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -145,12 +156,14 @@ def _with_side_streams(kernels: list[Kernel], main: list[int], order_main: list[
     return order
 
 
-def retimed(kernels: list[Kernel], plan: TwoBatchOrder) -> list[Kernel]:
+def retimed(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int] | None = None) -> list[Kernel]:
     """The kernels laid out one after another in the plan's order, each main-stream kernel with its
     attached side-stream kernels at their real offsets, durations and real gaps kept: what a namer
     reading start times sees. The shared experts go beside their dispatch on a stream of their own,
     where SGLang runs them without TBO (its alternate stream), so they read as the shared experts they
-    are; what follows them on the main stream starts as they end."""
+    are; what follows them on the main stream starts as they end. `order`: a part of the plan's order
+    (default: all of it); the result is in that order."""
+    order = plan.order if order is None else order
     on_main = sorted((i for i in plan.main if i not in plan.shared), key=lambda i: kernels[i].start_us)
     gap_after = {i: min(_MAX_GAP_US, max(0.1, kernels[j].start_us - kernels[i].end_us))
                  for i, j in zip(on_main, on_main[1:])}
@@ -158,15 +171,15 @@ def retimed(kernels: list[Kernel], plan: TwoBatchOrder) -> list[Kernel]:
     # the namer sees lasting as long (only the namer sees these times: the rows keep the real ones)
     under: dict[int, float] = {}
     anchor = None
-    for i in plan.order:
+    for i in order:
         if i in plan.shared and anchor is not None:
             under[anchor] = under.get(anchor, 1.0) + kernels[i].dur_us + 0.1
         elif i in plan.main:
             anchor = i
     out: list[Kernel] = []
     clock = side_clock = 0.0
-    anchor_start = anchor_new = 0.0
-    for i in plan.order:
+    anchor_start = anchor_new = anchor_dur = 0.0
+    for i in order:
         k = kernels[i]
         if i in plan.shared:
             side_clock = max(side_clock, anchor_new + 0.5)
@@ -174,11 +187,13 @@ def retimed(kernels: list[Kernel], plan: TwoBatchOrder) -> list[Kernel]:
             side_clock += k.dur_us + 0.1
         elif i in plan.main:
             anchor_start, anchor_new = k.start_us, clock
-            dur = max(k.dur_us, under.get(i, 0.0))
+            dur = anchor_dur = max(k.dur_us, under.get(i, 0.0))
             out.append(replace(k, start_us=clock, dur_us=dur))
             clock += dur + gap_after.get(i, 0.1)
-        else:
-            new = anchor_new + (k.start_us - anchor_start)
+        else:  # beside its main-stream kernel, always overlapping it: the line the cut reads stays one
+            # whatever a step's launch timing (a side kernel that started after its neighbour ended would
+            # join the line in one step and not in the next)
+            new = anchor_new + min(max(0.0, k.start_us - anchor_start), 0.5 * anchor_dur)
             out.append(replace(k, start_us=new))
             clock = max(clock, new + k.dur_us)
     return out
@@ -204,27 +219,58 @@ def _after_layers_from_the_final_norm(kernels: list[Kernel], plan: TwoBatchOrder
                         rule=AFTER_LAYERS_RULE)
 
 
+def _cut_part(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int], cut_of) -> tuple[LayerCut | None, list[int]]:
+    """`cut_of` on a part of the plan's order, retimed; and each inner position's step index."""
+    moved = retimed(kernels, plan, order)
+    by_start = sorted(range(len(moved)), key=lambda j: moved[j].start_us)
+    return cut_of([moved[j] for j in by_start]), [order[j] for j in by_start]
+
+
 def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCut | None:
     """`cut_of` (the structural cut) on the kernels in micro-batch order, mapped back to the step's
-    order; layer units are the model's layers, each MoE one holding micro-batch 0 and 1."""
-    moved = retimed(kernels, plan)
-    by_start = sorted(range(len(moved)), key=lambda j: moved[j].start_us)
-    inner = cut_of([moved[j] for j in by_start])
-    if inner is None:
+    order; layer units are the model's layers, each MoE one holding micro-batch 0 and 1.
+
+    The dense layers before the first MoE layer (the whole batch) are cut apart from the micro-layers
+    (half of it each): their GEMMs are other kernels (tiles for another token count), and the cut
+    reads where a layer begins from what every layer's kernels before its attention share."""
+    split = plan.order.index(plan.moe_start)
+    head_order, tbo_order = plan.order[:split], plan.order[split:]
+    tbo, tbo_original = _cut_part(kernels, plan, tbo_order, cut_of)
+    if tbo is None:
         return None
+    head, head_original = _cut_part(kernels, plan, head_order, cut_of) if head_order else (None, [])
+    dense = head.units_found if head is not None else 0
     slots: list[Slot | None] = [None] * len(kernels)
-    original = [plan.order[j] for j in by_start]  # inner position -> step index
-    for pos, slot in enumerate(inner.slots):
-        slots[original[pos]] = slot
-    first_moe = slots[plan.first_dispatch].unit
-    if first_moe < 0 or any(s is None for s in slots):
+    first_moe = dense if dense else None  # micro-layer 0's unit: what comes between opens it
+    between = row_of("residual_add")
+    for pos, slot in enumerate(head.slots if head is not None else []):
+        if slot.section == SECTION_POST and first_moe is not None:
+            # after the dense layers, before the micro-layers (the batch's split, a gather): the first MoE
+            # layer's prologue, as what comes between a dense and a MoE layer is without TBO
+            slot = Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
+                        role="residual_add", rule=BETWEEN_LAYERS_RULE)
+        slots[head_original[pos]] = slot
+    if head is None:
+        embedding = row_of("embedding")
+        for i in head_order:
+            slots[i] = Slot(SECTION_PRE, -1, embedding.group, embedding.module, kernel_label(kernels[i]),
+                            "structure", role="embedding", rule=BEFORE_LAYERS_RULE)
+    for pos, slot in enumerate(tbo.slots):
+        if slot.section == SECTION_LAYER:
+            slot = replace(slot, unit=dense + slot.unit)
+        elif slot.section == SECTION_PRE and first_moe is not None:
+            slot = Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
+                        role="residual_add", rule=BETWEEN_LAYERS_RULE)
+        slots[tbo_original[pos]] = slot
+    if any(s is None for s in slots):
         return None
     _after_layers_from_the_final_norm(kernels, plan, slots)
-    units = sorted({s.unit for s in slots if s.unit >= 0})
-    unit_layers = {u: (u, 0) if u < first_moe else (first_moe + (u - first_moe) // 2, (u - first_moe) % 2)
-                   for u in units}
+    unit_layers = {u: (u, 0) if u < dense else (dense + (u - dense) // 2, (u - dense) % 2)
+                   for u in {s.unit for s in slots if s.section == SECTION_LAYER}}
     layers = len({layer for layer, _ in unit_layers.values()})
-    chain = [original[p] for p in inner.chain] if inner.chain is not None else None
+    chain = None
+    if tbo.chain is not None and (head is None or head.chain is not None):
+        chain = [head_original[p] for p in (head.chain if head is not None else [])] + [tbo_original[p] for p in tbo.chain]
     detail = (f"{TBO_NOTE} {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
-              f"of two micro-batches" + (f"; {inner.detail}" if inner.detail else ""))
+              f"of two micro-batches" + (f"; {tbo.detail}" if tbo.detail else ""))
     return LayerCut(slots, layers, detail, moe_layers=plan.micro_layers // 2, chain=chain, unit_layers=unit_layers)

@@ -258,6 +258,15 @@ def _trimmed(seq: tuple[str, ...]) -> tuple[str, ...]:
     return seq[:end]
 
 
+def _layer_classes(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
+    """A layer's class sequence: under two-batch overlap micro-batch 0's, then 1's (each in launch order,
+    each without the collectives it ends with), as one micro-batch alone would run them: interleaved,
+    the last layer (no next layer's micro-batch 0 between) would read differently from the others."""
+    if not any(r.micro_batch for r in rows):
+        return _trimmed(_class_sequence(rows, ignore))
+    return tuple(c for mb in (0, 1) for c in _trimmed(_class_sequence([r for r in rows if r.micro_batch == mb], ignore)))
+
+
 def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...], rows: list[KernelRow]) -> str:
     """Where the layer's classes first differ from its kind's usual ones, naming the kernel there."""
     i = next((i for i, (a, b) in enumerate(zip(seq, usual)) if a != b), min(len(seq), len(usual)))
@@ -302,7 +311,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
             # a layer's prologue depends on the layer before it (after a MoE layer the tokens are
             # gathered from the expert-parallel ranks first): layers compare with those of the same
             # kind after the same kind
-            seen[(kind, previous)][_trimmed(_class_sequence(layer_rows[layer], ignore))].append((s.step, layer))
+            seen[(kind, previous)][_layer_classes(layer_rows[layer], ignore)].append((s.step, layer))
             where_rows[(s.step, layer)] = layer_rows[layer]
             previous = kind
     outliers = []
