@@ -24,6 +24,7 @@ Dense layers before the first MoE layer run on the whole batch and are left wher
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from msgspec.structs import replace
@@ -59,14 +60,26 @@ class TwoBatchOrder:
     main: frozenset[int]     # the kernels of the step's one line across streams (structure's chain)
 
 
-def _is_low_latency(name: str) -> bool:
-    return any(marker in name for marker in _LOW_LATENCY)
+@functools.lru_cache(maxsize=100_000)
+def _is_two_phase(name: str) -> bool:
+    """A DeepEP low-latency dispatch or combine (launched twice a layer: send, receive)."""
+    return any(marker in name for marker in _LOW_LATENCY) and class_of_name(name) in ("dispatch", "combine")
+
+
+_NOT_READ = object()
+
+
+def step_two_batch_order(step) -> TwoBatchOrder | None:
+    """two_batch_order of a step's kernels, read once per step whichever namer asks first."""
+    plan = step.__dict__.get("_two_batch", _NOT_READ)
+    if plan is _NOT_READ:
+        plan = step.__dict__["_two_batch"] = two_batch_order(step.kernels)
+    return plan
 
 
 def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     """The micro-batch order of a two-batch-overlapped step, or None where the step is not one."""
-    deep = [i for i, k in enumerate(kernels)
-            if _is_low_latency(k.name) and class_of_name(k.name) in ("dispatch", "combine")]
+    deep = [i for i, k in enumerate(kernels) if _is_two_phase(k.name)]
     if len(deep) < 8 or len(deep) % 8:
         return None
     main = sorted(chain_positions(kernels), key=lambda i: kernels[i].start_us)  # one line, across streams

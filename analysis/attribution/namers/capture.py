@@ -9,6 +9,8 @@ from analysis.attribution.capture import Capture, map_capture
 from analysis.attribution.layers import LayerCut
 from analysis.attribution.module_attribution import CaptureMap, slots_from_capture
 from analysis.attribution.namers import Namer, Naming
+from analysis.attribution.namers.module_ranges import TWO_BATCH_WHY_NOT
+from analysis.attribution.two_batch import step_two_batch_order
 from analysis.attribution.steps import GRAPH_LAUNCHERS, Step
 
 HOW = "capture"
@@ -24,6 +26,8 @@ class SignatureCaptureNamer(Namer):
         self.capture = capture
 
     def name(self, step: Step) -> Naming:
+        if step_two_batch_order(step) is not None:
+            return Naming(None, why_not=TWO_BATCH_WHY_NOT)
         if replayed(step):
             slots, _matched = slots_from_capture(step.kernels, self.capture)
             if slots is not None:
@@ -42,6 +46,9 @@ class CaptureNamer(Namer):
         positions = replayed(step)
         if not positions:
             return Naming(None)
+        if step_two_batch_order(step) is not None:
+            # a capture of two micro-batches names one layer's kernels twice, interleaved: structure reads them
+            return Naming(None, why_not=TWO_BATCH_WHY_NOT)
         match = map_capture(step.kernels, positions, self.captures, step.batch_size)
         if match.slots is not None:
             return Naming(LayerCut.counted(match.slots, match.note, moe_layers=match.moe_layers), HOW)

@@ -8,7 +8,7 @@ from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
-from analysis.attribution.two_batch import two_batch_cut, two_batch_order
+from analysis.attribution.two_batch import step_two_batch_order, two_batch_cut
 
 
 class TemplateNamer(Namer):
@@ -25,7 +25,7 @@ class StructureNamer(Namer):
     forkable = True
 
     def name(self, step: Step) -> Naming:
-        plan = two_batch_order(step.kernels)
+        plan = step_two_batch_order(step)
         if plan is not None:
             cut = two_batch_cut(step.kernels, plan, cut_structural)
             if cut is not None:

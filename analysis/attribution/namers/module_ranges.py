@@ -15,7 +15,7 @@ from analysis.attribution.module_roles import (
     standard_map,
 )
 from analysis.attribution.namers import Namer, Naming
-from analysis.attribution.two_batch import two_batch_order
+from analysis.attribution.two_batch import step_two_batch_order
 
 TWO_BATCH_WHY_NOT = ("two-batch overlap: the MoE layers' decoder-layer module ranges are missing, "
                      "named by the kernels' structure")
@@ -41,7 +41,7 @@ class ModuleRangeNamer(Namer):
         return self.own_map is not None or self.namer is not None
 
     def name(self, step: Step) -> Naming:
-        if two_batch_order(step.kernels) is not None:
+        if step_two_batch_order(step) is not None:
             # SGLang runs a TBO step's MoE layers through its operation scheduler, not the decoder
             # layer's forward: their layer and attention module ranges are missing (two_batch.py)
             return Naming(None, why_not=TWO_BATCH_WHY_NOT)
