@@ -20,6 +20,7 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, ShareCells, share_overlap_rows
+from analysis.tables import derived_notes
 from analysis.tables.tbo_overlap import TBO_GROUP, tbo_overlap_rows
 from analysis.tables import load_compare, measured_shape, step_time, token_cost
 from analysis.tables.measured_shape import MeasuredShape
@@ -466,6 +467,10 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(measured_shape.note(c))
         if c.sol is not None:
             notes.append(_TEXT[lang]["sol_note"].format(name=c.name, what=c.sol.describe()))
+        notes += derived_notes.sol_notes(c)
+        load_note = derived_notes.expert_load_note(c)
+        if load_note:
+            notes.append(load_note)
     notes += token_cost.notes(columns)
 
     return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
