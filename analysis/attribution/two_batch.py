@@ -251,18 +251,30 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
     tbo, tbo_original = _cut_part(kernels, plan, tbo_order, cut_of)
     if tbo is None:
         return None
-    head, head_original = _cut_part(kernels, plan, head_order, cut_of) if head_order else (None, [])
-    dense = head.units_found if head is not None else 0
+    # the dense layers are cut with micro-layer 0's attention after them, so the last of them ends
+    # where a layer begins; only the dense layers' kernels are taken from that cut
+    head_set = set(head_order)
+    with_next = tbo_order[:tbo_order.index(plan.first_dispatch)]
+    head, head_original = _cut_part(kernels, plan, head_order + with_next, cut_of) if head_order else (None, [])
+    core0 = next((j for j, i in enumerate(head_original) if i not in head_set
+                  and class_of_name(kernels[i].name) == "attn_core"), None) if head is not None else None
+    dense = head.slots[core0].unit if core0 is not None and head.slots[core0].section == SECTION_LAYER else 0
+    if head is not None and core0 is None:
+        head = None
     slots: list[Slot | None] = [None] * len(kernels)
     first_moe = dense if dense else None  # micro-layer 0's unit: what comes between opens it
     between = row_of("residual_add")
     for pos, slot in enumerate(head.slots if head is not None else []):
-        if slot.section == SECTION_POST and first_moe is not None:
+        i = head_original[pos]
+        if i not in head_set:
+            continue  # micro-layer 0's: named by the micro-layers' cut
+        if first_moe is not None and (slot.section == SECTION_POST or
+                                      (slot.section == SECTION_LAYER and slot.unit >= first_moe)):
             # after the dense layers, before the micro-layers (the batch's split, a gather): the first MoE
             # layer's prologue, as what comes between a dense and a MoE layer is without TBO
             slot = Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
                         role="residual_add", rule=BETWEEN_LAYERS_RULE)
-        slots[head_original[pos]] = slot
+        slots[i] = slot
     if head is None:
         embedding = row_of("embedding")
         for i in head_order:
@@ -283,7 +295,8 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
     layers = len({layer for layer, _ in unit_layers.values()})
     chain = None
     if tbo.chain is not None and (head is None or head.chain is not None):
-        chain = [head_original[p] for p in (head.chain if head is not None else [])] + [tbo_original[p] for p in tbo.chain]
+        chain = ([head_original[p] for p in (head.chain if head is not None else []) if head_original[p] in head_set]
+                 + [tbo_original[p] for p in tbo.chain])
     detail = (f"{TBO_NOTE} {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
               f"of two micro-batches" + (f"; {tbo.detail}" if tbo.detail else ""))
     return LayerCut(slots, layers, detail, moe_layers=plan.micro_layers // 2, chain=chain, unit_layers=unit_layers)
