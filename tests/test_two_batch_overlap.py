@@ -162,3 +162,15 @@ def test_no_two_batch_rows_without_two_batch_overlap():
     result = analyze(sorted(str(p) for p in EP.glob("*deepep-ll-graph-TP-*.trace.json.gz")),
                      options=AnalysisOptions(run="ep"))
     assert result.d4.tbo_rows == []
+
+
+def test_tbo_expected_but_not_seen_is_said_and_nothing_doubled():
+    """--tbo (a run's engine.two_batch_overlap) on the generic analysis is what the run expected: on a
+    decode without TBO the layers are counted as they are (not doubled) and every step says so."""
+    result = analyze(sorted(str(p) for p in EP.glob("*deepep-ll-graph-TP-*.trace.json.gz")),
+                     options=AnalysisOptions(run="ep", layers=4, tbo=True))
+    decode = [s for s in result.step_rows if s.stage == "decode"]
+    assert {s.layers_found for s in decode} == {4} and {s.status for s in decode} == {"ok"}
+    assert all("two-batch overlap expected" in s.note for s in decode)
+    seen = analyze(_files(TBO, "deepep-tbo-dpattn-graph"), options=AnalysisOptions(run="tbo", layers=4, tbo=True))
+    assert not any("two-batch overlap expected" in s.note for s in seen.step_rows)

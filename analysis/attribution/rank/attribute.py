@@ -20,6 +20,8 @@ from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
 
 ATTRIBUTION_MODES = ("auto", "template", "modules")
+TBO_NOT_SEEN = ("two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen in this "
+                "step's kernels: read as one batch")
 
 
 @dataclass
@@ -87,7 +89,8 @@ def attribute_rank(
         first_child = first_child_step(steps)
         helper = ForkedNaming(namers, steps, first_child) if first_child < len(steps) else None
     try:
-        return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child)
+        return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child,
+                              template=not sig.generic)
     finally:
         if helper is not None:
             helper.close()
@@ -95,9 +98,13 @@ def attribute_rank(
 
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, helper: ForkedNaming | None,
-                   first_child: int) -> tuple[list[KernelRow], list[StepRow]]:
-    """Each step named (here, or from steps[first_child:] on by the helper), then its rows."""
-    tbo_units = 2 if options.tbo else 1  # --tbo on a signature's template: two units a layer
+                   first_child: int, template: bool = False) -> tuple[list[KernelRow], list[StepRow]]:
+    """Each step named (here, or from steps[first_child:] on by the helper), then its rows. `template`:
+    a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
+    two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
+    tbo_units = 2 if options.tbo and template else 1  # --tbo on a signature's template: two units a layer
+    expect_tbo = options.tbo and not template
+    tbo_missing = 0
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     previous_end: float | None = None
@@ -171,6 +178,9 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             note += f"; {capture_note}"
         if mismatch:
             note += f"; {mismatch}"
+        if expect_tbo and unit_layers is None and units_found and stage not in DRAFT_STAGES:
+            note += "; " + TBO_NOT_SEEN
+            tbo_missing += 1
         step_rows.append(
             StepRow(
                 run=options.run,
@@ -209,4 +219,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             step.kernels = []
     for namer in namers:
         options.notes.extend(namer.rank_notes())
+    if tbo_missing:
+        options.notes.append(f"two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen "
+                             f"in {tbo_missing} of {len(steps)} steps: read as one batch")
     return kernel_rows, step_rows
