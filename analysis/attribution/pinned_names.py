@@ -11,8 +11,6 @@ A stack's own signature and the trace's own annotations are the user's word and 
 """
 from __future__ import annotations
 
-import functools
-
 from msgspec.structs import replace
 
 from analysis.attribution.kernel_classes import class_of_name, collective_role
@@ -23,9 +21,21 @@ UNCHANGED_SOURCES = frozenset({"signature", "annotation", "unattributed"})
 _CLASS_RULE = "kernel_classes.yaml:{}"
 
 
-@functools.lru_cache(maxsize=100_000)
+_ROLE_OF_NAME: dict[str, tuple[str, str] | None] = {}  # the row builder's hottest lookup: a plain dict
+_UNSEEN = object()
+
+
 def pinned_role(name: str) -> tuple[str, str] | None:
     """(role, class) of a kernel whose class fixes its row, else None (cached: names repeat)."""
+    pin = _ROLE_OF_NAME.get(name, _UNSEEN)
+    if pin is _UNSEEN:
+        if len(_ROLE_OF_NAME) > 100_000:
+            _ROLE_OF_NAME.clear()
+        pin = _ROLE_OF_NAME[name] = _role_of(name)
+    return pin
+
+
+def _role_of(name: str) -> tuple[str, str] | None:
     cls = class_of_name(name)
     if cls in ("dispatch", "combine"):
         return cls, cls
@@ -37,10 +47,8 @@ def pinned_role(name: str) -> tuple[str, str] | None:
 def pinned(slot: Slot, name: str) -> Slot:
     """The slot, or a copy named by the kernel's class where a namer put a communication kernel in
     another row of its layer."""
-    if slot.source in UNCHANGED_SOURCES:
-        return slot
     pin = pinned_role(name)
-    if pin is None:
+    if pin is None or slot.source in UNCHANGED_SOURCES:
         return slot
     role, cls = pin
     row = row_of(role)

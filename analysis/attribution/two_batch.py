@@ -37,7 +37,7 @@ from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE
 from analysis.attribution.structure import chain_positions
 from analysis.ingest.trace_model import Kernel
 
-_LOW_LATENCY = ("internode_ll::", "low_latency_")
+_LOW_LATENCY = ("internode_ll::", "low_latency_")  # two_batch_order tests "ll::" and "low_latency_" first
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
 TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
 AFTER_LAYERS_RULE = "structure_rules.yaml:outside.after_layers"
@@ -61,12 +61,19 @@ class TwoBatchOrder:
 
 
 @functools.lru_cache(maxsize=100_000)
-def _is_two_phase(name: str) -> bool:
+def is_two_phase(name: str) -> bool:
     """A DeepEP low-latency dispatch or combine (launched twice a layer: send, receive)."""
     return any(marker in name for marker in _LOW_LATENCY) and class_of_name(name) in ("dispatch", "combine")
 
 
 _NOT_READ = object()
+
+
+def mark_one_batch(steps) -> None:
+    """Steps known not to be two-batch-overlapped (their rank launches no two-phase DeepEP kernel):
+    step_two_batch_order answers None for them without reading their kernels."""
+    for step in steps:
+        step.__dict__["_two_batch"] = None
 
 
 def step_two_batch_order(step) -> TwoBatchOrder | None:
@@ -79,7 +86,8 @@ def step_two_batch_order(step) -> TwoBatchOrder | None:
 
 def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     """The micro-batch order of a two-batch-overlapped step, or None where the step is not one."""
-    deep = [i for i, k in enumerate(kernels) if _is_two_phase(k.name)]
+    # the substring tests first: a step of a trace without DeepEP pays one of them per kernel
+    deep = [i for i, k in enumerate(kernels) if ("ll::" in k.name or "low_latency_" in k.name) and is_two_phase(k.name)]
     if len(deep) < 8 or len(deep) % 8:
         return None
     main = sorted(chain_positions(kernels), key=lambda i: kernels[i].start_us)  # one line, across streams

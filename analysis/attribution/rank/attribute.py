@@ -10,7 +10,8 @@ from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.phases import label_phases
-from analysis.attribution.pinned_names import pinned
+from analysis.attribution.pinned_names import pinned, pinned_role
+from analysis.attribution.two_batch import is_two_phase, mark_one_batch
 from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step, step_names
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.attribution.signature import Signature
@@ -77,6 +78,10 @@ def attribute_rank(
     """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
     traces named by the standard roles. What a capture could not do is added to options.notes."""
     steps = segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template")
+    names = {k.name for step in steps for k in step.kernels}  # a rank's distinct kernel names: a few hundred
+    if not any(map(is_two_phase, names)):
+        mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
+    options_pinned = frozenset(n for n in names if pinned_role(n) is not None)
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
@@ -90,7 +95,7 @@ def attribute_rank(
         helper = ForkedNaming(namers, steps, first_child) if first_child < len(steps) else None
     try:
         return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child,
-                              template=not sig.generic)
+                              template=not sig.generic, pinned_names=options_pinned)
     finally:
         if helper is not None:
             helper.close()
@@ -98,7 +103,8 @@ def attribute_rank(
 
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, helper: ForkedNaming | None,
-                   first_child: int, template: bool = False) -> tuple[list[KernelRow], list[StepRow]]:
+                   first_child: int, template: bool = False,
+                   pinned_names: frozenset[str] = frozenset()) -> tuple[list[KernelRow], list[StepRow]]:
     """Each step named (here, or from steps[first_child:] on by the helper), then its rows. `template`:
     a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
     two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
@@ -151,7 +157,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             if not in_layer:
                 layer, micro_batch = -1, 0
             else:
-                slot = pinned(slot, kernel.name)  # communication keeps its name wherever it sits
+                if kernel.name in pinned_names:
+                    slot = pinned(slot, kernel.name)  # communication keeps its name wherever it sits
                 if unit_layers is None:
                     layer, micro_batch = slot.unit // per, slot.unit % per
                 else:
