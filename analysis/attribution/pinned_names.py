@@ -11,6 +11,8 @@ A stack's own signature and the trace's own annotations are the user's word and 
 """
 from __future__ import annotations
 
+import functools
+
 from msgspec.structs import replace
 
 from analysis.attribution.kernel_classes import class_of_name, collective_role
@@ -21,21 +23,9 @@ UNCHANGED_SOURCES = frozenset({"signature", "annotation", "unattributed"})
 _CLASS_RULE = "kernel_classes.yaml:{}"
 
 
-_ROLE_OF_NAME: dict[str, tuple[str, str] | None] = {}  # the row builder's hottest lookup: a plain dict
-_UNSEEN = object()
-
-
+@functools.lru_cache(maxsize=100_000)
 def pinned_role(name: str) -> tuple[str, str] | None:
     """(role, class) of a kernel whose class fixes its row, else None (cached: names repeat)."""
-    pin = _ROLE_OF_NAME.get(name, _UNSEEN)
-    if pin is _UNSEEN:
-        if len(_ROLE_OF_NAME) > 100_000:
-            _ROLE_OF_NAME.clear()
-        pin = _ROLE_OF_NAME[name] = _role_of(name)
-    return pin
-
-
-def _role_of(name: str) -> tuple[str, str] | None:
     cls = class_of_name(name)
     if cls in ("dispatch", "combine"):
         return cls, cls

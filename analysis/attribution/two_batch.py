@@ -37,13 +37,16 @@ from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE
 from analysis.attribution.structure import chain_positions
 from analysis.ingest.trace_model import Kernel
 
-_LOW_LATENCY = ("internode_ll::", "low_latency_")  # two_batch_order tests "ll::" and "low_latency_" first
+_LOW_LATENCY = ("internode_ll::", "low_latency_")
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
 TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
 AFTER_LAYERS_RULE = "structure_rules.yaml:outside.after_layers"
 BEFORE_LAYERS_RULE = "structure_rules.yaml:outside.before_layers"
 BETWEEN_LAYERS_RULE = "structure_rules.yaml:moe.after_experts"  # small kernels between layers: the residual's
 SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
+# why a namer that reads module ranges or a capture trace leaves a TBO step to the structural cut
+TWO_BATCH_WHY_NOT = ("two-batch overlap: the MoE layers' decoder-layer module ranges are missing, "
+                     "named by the kernels' structure")
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,7 @@ def step_two_batch_order(step) -> TwoBatchOrder | None:
 
 def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     """The micro-batch order of a two-batch-overlapped step, or None where the step is not one."""
-    # the substring tests first: a step of a trace without DeepEP pays one of them per kernel
-    deep = [i for i, k in enumerate(kernels) if ("ll::" in k.name or "low_latency_" in k.name) and is_two_phase(k.name)]
+    deep = [i for i, k in enumerate(kernels) if is_two_phase(k.name)]
     if len(deep) < 8 or len(deep) % 8:
         return None
     main = sorted(chain_positions(kernels), key=lambda i: kernels[i].start_us)  # one line, across streams
@@ -109,8 +111,9 @@ def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     blocks, shared = _blocks(kernels, main, quartets)
     # micro-layer 0 begins as many main kernels before its attention core as micro-layer 1 does (their
     # operations are the same): its preparation and what precedes the core in the block of micro-layer 1
+    core_set = set(cores)
     core0 = max((p for p in cores if p < quartets[0][0]), default=None)
-    core1 = next((j for j, p in enumerate(blocks[2]) if p in set(cores)), None)
+    core1 = next((j for j, p in enumerate(blocks[2]) if p in core_set), None)
     if core0 is None or core1 is None or core0 - core1 < 0:
         return None
     moe_start = main[core0 - core1]
@@ -177,14 +180,13 @@ def _with_side_streams(kernels: list[Kernel], main: list[int], order_main: list[
     return order
 
 
-def retimed(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int] | None = None) -> list[Kernel]:
+def retimed(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int]) -> list[Kernel]:
     """The kernels laid out one after another in the plan's order, each main-stream kernel with its
     attached side-stream kernels at their real offsets, durations and real gaps kept: what a namer
     reading start times sees. The shared experts go beside their dispatch on a stream of their own,
     where SGLang runs them without TBO (its alternate stream), so they read as the shared experts they
-    are; what follows them on the main stream starts as they end. `order`: a part of the plan's order
-    (default: all of it); the result is in that order."""
-    order = plan.order if order is None else order
+    are; what follows them on the main stream starts as they end. `order`: a part of the plan's order;
+    the result is in that order."""
     on_main = sorted((i for i in plan.main if i not in plan.shared), key=lambda i: kernels[i].start_us)
     gap_after = {i: min(_MAX_GAP_US, max(0.1, kernels[j].start_us - kernels[i].end_us))
                  for i, j in zip(on_main, on_main[1:])}
@@ -272,16 +274,19 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
     slots: list[Slot | None] = [None] * len(kernels)
     first_moe = dense if dense else None  # micro-layer 0's unit: what comes between opens it
     between = row_of("residual_add")
+
+    def opening(slot: Slot) -> Slot:
+        """After the dense layers, before the micro-layers (the batch's split, a gather): the first MoE
+        layer's prologue, as what comes between a dense and a MoE layer is without TBO."""
+        return Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
+                    role="residual_add", rule=BETWEEN_LAYERS_RULE)
     for pos, slot in enumerate(head.slots if head is not None else []):
         i = head_original[pos]
         if i not in head_set:
             continue  # micro-layer 0's: named by the micro-layers' cut
         if first_moe is not None and (slot.section == SECTION_POST or
                                       (slot.section == SECTION_LAYER and slot.unit >= first_moe)):
-            # after the dense layers, before the micro-layers (the batch's split, a gather): the first MoE
-            # layer's prologue, as what comes between a dense and a MoE layer is without TBO
-            slot = Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
-                        role="residual_add", rule=BETWEEN_LAYERS_RULE)
+            slot = opening(slot)
         slots[i] = slot
     if head is None:
         embedding = row_of("embedding")
@@ -292,8 +297,7 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
         if slot.section == SECTION_LAYER:
             slot = replace(slot, unit=dense + slot.unit)
         elif slot.section == SECTION_PRE and first_moe is not None:
-            slot = Slot(SECTION_LAYER, first_moe, between.group, between.module, slot.kernel, slot.source,
-                        role="residual_add", rule=BETWEEN_LAYERS_RULE)
+            slot = opening(slot)
         slots[tbo_original[pos]] = slot
     if any(s is None for s in slots):
         return None

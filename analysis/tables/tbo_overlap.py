@@ -13,11 +13,11 @@ from collections import defaultdict
 
 from analysis.attribution.overlap import merge_intervals
 from analysis.attribution.rows import SECTION_LAYER, KernelRow
+from analysis.attribution.two_batch import is_two_phase
 from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, column_stats
 
 TBO_GROUP = "two-batch overlap"
 PARTS = ("in flight", "other micro-batch under it", "receive (exposed)")
-_PHASED = ("internode_ll::", "low_latency_")
 
 
 TBO_NOTE = "two-batch overlap:"  # what a step's note says where its layers were read as two micro-batches
@@ -68,7 +68,7 @@ def _step_layers(rows: list[KernelRow]) -> dict[int, dict[str, list[float]]]:
     phased: dict[tuple[int, int, str], list[KernelRow]] = defaultdict(list)
     for r in rows:
         spans[r.micro_batch].append((r.start_us, r.start_us + r.busy_us))
-        if r.module in ("dispatch", "combine") and any(m in r.kernel_name for m in _PHASED):
+        if r.module in ("dispatch", "combine") and is_two_phase(r.kernel_name):
             phased[(r.layer, r.micro_batch, r.module)].append(r)
     merged = {mb: merge_intervals(s) for mb, s in spans.items()}
     out: dict[int, dict[str, list[float]]] = {}

@@ -21,8 +21,8 @@ from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
 
 ATTRIBUTION_MODES = ("auto", "template", "modules")
-TBO_NOT_SEEN = ("two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen in this "
-                "step's kernels: read as one batch")
+TBO_NOT_SEEN = ("two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen in {where}: "
+                "read as one batch")
 
 
 @dataclass
@@ -81,7 +81,7 @@ def attribute_rank(
     names = {k.name for step in steps for k in step.kernels}  # a rank's distinct kernel names: a few hundred
     if not any(map(is_two_phase, names)):
         mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
-    options_pinned = frozenset(n for n in names if pinned_role(n) is not None)
+    pinned_names = frozenset(n for n in names if pinned_role(n) is not None)  # its communication kernels
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
@@ -95,7 +95,7 @@ def attribute_rank(
         helper = ForkedNaming(namers, steps, first_child) if first_child < len(steps) else None
     try:
         return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child,
-                              template=not sig.generic, pinned_names=options_pinned)
+                              template=not sig.generic, pinned_names=pinned_names)
     finally:
         if helper is not None:
             helper.close()
@@ -163,7 +163,6 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                     layer, micro_batch = slot.unit // per, slot.unit % per
                 else:
                     layer, micro_batch = unit_layers[slot.unit]
-            if in_layer:
                 if start < layers_first:
                     layers_first = start
                 if end > layers_last:
@@ -186,7 +185,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         if mismatch:
             note += f"; {mismatch}"
         if expect_tbo and unit_layers is None and units_found and stage not in DRAFT_STAGES:
-            note += "; " + TBO_NOT_SEEN
+            note += "; " + TBO_NOT_SEEN.format(where="this step's kernels")
             tbo_missing += 1
         step_rows.append(
             StepRow(
@@ -227,6 +226,5 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     for namer in namers:
         options.notes.extend(namer.rank_notes())
     if tbo_missing:
-        options.notes.append(f"two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen "
-                             f"in {tbo_missing} of {len(steps)} steps: read as one batch")
+        options.notes.append(TBO_NOT_SEEN.format(where=f"{tbo_missing} of {len(steps)} steps"))
     return kernel_rows, step_rows
