@@ -163,6 +163,15 @@ def expected_touched_experts(local_experts: int, total_experts: int, top_k: int,
     return local_experts * (1.0 - miss)
 
 
+def touched_experts(m: ModelShapes, d: Deployment) -> tuple[float, float]:
+    """(experts whose weights a rank reads per MoE layer, experts on the rank): the measured value where
+    given, else what uniform routing touches."""
+    local = m.n_routed_experts / d.ep
+    if d.touched_experts_per_rank is not None:
+        return d.touched_experts_per_rank, local
+    return expected_touched_experts(local, m.n_routed_experts, m.num_experts_per_tok, d.tokens * d.dp), local
+
+
 def _elementwise(term: str, hbm_bytes: float) -> Cost:
     return Cost(term=term, flops=0.0, hbm_bytes=hbm_bytes)
 
@@ -247,10 +256,7 @@ def moe_costs(m: ModelShapes, d: Deployment, gpus_per_node: int = 8) -> list[Cos
     act_elem = DTYPE_BYTES[d.weight_dtype]
     global_tokens = t * d.dp
     pairs_here = global_tokens * m.num_experts_per_tok / d.ep  # token-expert pairs this rank's experts compute
-    local_experts = m.n_routed_experts / d.ep
-    touched = d.touched_experts_per_rank
-    if touched is None:
-        touched = expected_touched_experts(local_experts, m.n_routed_experts, m.num_experts_per_tok, global_tokens)
+    touched, _local = touched_experts(m, d)
     quant_out = pairs_here * inter * act_elem + (pairs_here * math.ceil(inter / blk) * SCALE_BYTES if d.weight_dtype == "fp8" else 0)
     shared_inter = inter * m.n_shared_experts // d.tp
     shared_quant_out = t * shared_inter * act_elem + (t * math.ceil(shared_inter / blk) * SCALE_BYTES if d.weight_dtype == "fp8" else 0)

@@ -88,12 +88,7 @@ def sol_notes(column) -> list[str]:
 
 
 def _touched_experts(settings) -> tuple[float, float]:
-    from analysis.sol.estimate import expected_touched_experts
+    from analysis.sol.estimate import touched_experts
     from analysis.sol.model_shapes import load_model_shapes
 
-    d = settings.deployment
-    m = load_model_shapes(settings.model)
-    local = m.n_routed_experts / d.ep
-    if d.touched_experts_per_rank is not None:
-        return d.touched_experts_per_rank, local
-    return expected_touched_experts(local, m.n_routed_experts, m.num_experts_per_tok, d.tokens * d.dp), local
+    return touched_experts(load_model_shapes(settings.model), settings.deployment)
