@@ -283,7 +283,7 @@ def _tbo_row(unit: Unit, op: Node, below: list[Node]) -> str:
         if module is not None and T.LINEAR_CLASS.search(module.cls):
             if name == "op_core":
                 return "o_proj"
-            linears = [c for c in _own_linears(op)]
+            linears = [c for c in _own_ranges(op) if c.cls and T.LINEAR_CLASS.search(c.cls)]
             names = T.ATTENTION_LINEARS_BEFORE_CORE.get(len(linears), [])
             index = next((i for i, c in enumerate(linears) if c is module), None)
             return T.ATTENTION_ATTRIBUTES.get(names[index], "self_attn") if index is not None and index < len(names) \
@@ -300,18 +300,6 @@ def _tbo_row(unit: Unit, op: Node, below: list[Node]) -> str:
     if name in ("op_comm_prepare_attn", "op_comm_prepare_mlp") and not (module is not None and T.NORM_CLASS.search(module.cls)):
         return "residual_add"
     return T.TBO_OPERATION_ROWS[name]
-
-
-def _own_linears(op: Node) -> list[Node]:
-    """The linear modules an operation calls itself (through any python functions between), in order."""
-    out, stack = [], list(reversed(op.children))
-    while stack:
-        n = stack.pop()
-        if n.cls and T.LINEAR_CLASS.search(n.cls):
-            out.append(n)
-        elif n.cls is None:
-            stack.extend(reversed(n.children))
-    return out
 
 
 def _apply_annotations(units: list[Unit], events: list[dict]) -> None:
