@@ -16,17 +16,12 @@ set -u
 CARRY=$1; OUTD=$2; LIMIT_S=${LIMIT_S:-575}
 mkdir -p "$OUTD" /tmp/ep-runs/four
 LOG=$OUTD/record_four.log
-log() { echo "[$(date -u +%T) +${SECONDS}s] $*" | tee -a "$LOG"; }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export STUB_MISSING_MODULES=IPython,xgrammar,loguru,jsonschema,soundfile
+. benchmarks/gpu/ep_multi/call_env.sh
 COMMON=${COMMON:-"--model-dir,/tmp/moe-harness-model/dsv3-61l,--moe-runner,deep_gemm,--routing,fake,--expert-load,--output-len,1024"}
 QUEUE=${QUEUE:-"deep61-tbo-dpattn-graph:--tp,4,--ep,4,--dp,4,--a2a,deepep,--tbo,--batch,32,--num-steps,4 deep61-tbo-dpattn-eager:--tp,4,--ep,4,--dp,4,--a2a,deepep,--tbo,--no-cuda-graph,--batch,32,--num-steps,2"}
 TBO_CHECK=${TBO_CHECK:-/tmp/ep-runs/pair1/tbo-dpattn-graph/status.json}
 
-if [ ! -f /tmp/site/sitecustomize.py ]; then
-  rm -rf /tmp/site && tar xJf "$CARRY/site.tar.xz" -C /tmp || { log "unpack failed"; exit 1; }
-  cp benchmarks/gpu/sglang_real/stub_missing.py /tmp/site/sitecustomize.py
-fi
+unpack_site "$CARRY" || exit 1
 if [ ! -d /tmp/deepep-site/deep_ep ]; then
   log "building DeepEP (no build left by an earlier call)"
   MAX_JOBS=48 BUILD_TIMEOUT_S=300 bash benchmarks/gpu/deepep/build_deepep.sh \

@@ -16,9 +16,7 @@ set -u
 CARRY=$1; OUTD=$2; LIMIT_S=${LIMIT_S:-575}
 mkdir -p "$OUTD"
 LOG=$OUTD/record.log
-log() { echo "[$(date -u +%T) +${SECONDS}s] $*" | tee -a "$LOG"; }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export STUB_MISSING_MODULES=IPython,xgrammar,loguru,jsonschema,soundfile
+. benchmarks/gpu/ep_multi/call_env.sh
 COMMON=${COMMON:-"--model-dir,/tmp/moe-harness-model/dsv3-4l,--moe-runner,deep_gemm,--batch,16,--num-steps,5,--output-len,1024"}
 QUEUE0=${QUEUE0:-"deepep-graph:--tp,2,--ep,2,--a2a,deepep,--capture-trace deepep-dpattn-graph:--tp,2,--ep,2,--dp,2,--a2a,deepep deepep-mtp-graph:--tp,2,--ep,2,--a2a,deepep,--mtp"}
 QUEUE1=${QUEUE1:-"ep-noa2a-eager:--tp,2,--ep,2,--no-cuda-graph,--moe-runner,triton deepep-eager:--tp,2,--ep,2,--a2a,deepep,--no-cuda-graph"}
@@ -26,10 +24,7 @@ QUEUE1=${QUEUE1:-"ep-noa2a-eager:--tp,2,--ep,2,--no-cuda-graph,--moe-runner,trit
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv > "$OUTD/gpus.csv" 2>&1
 nvidia-smi topo -m > "$OUTD/topo.txt" 2>&1
 log "gpus: $(tail -n +2 "$OUTD/gpus.csv" | wc -l), cores: $(nproc)"
-if [ ! -f /tmp/site/sitecustomize.py ]; then
-  rm -rf /tmp/site && tar xJf "$CARRY/site.tar.xz" -C /tmp || { log "unpack failed"; exit 1; }
-  cp benchmarks/gpu/sglang_real/stub_missing.py /tmp/site/sitecustomize.py
-fi
+unpack_site "$CARRY" || exit 1
 log "site unpacked"
 mkdir -p /tmp/moe-harness-model/dsv3-4l
 cp benchmarks/gpu/sglang_real/model/config.json /tmp/moe-harness-model/dsv3-4l/

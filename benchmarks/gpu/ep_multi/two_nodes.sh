@@ -16,9 +16,7 @@ set -u
 CARRY=$1; OUTD=$2; LIMIT_S=${LIMIT_S:-575}
 mkdir -p "$OUTD"
 LOG=$OUTD/two_nodes.log
-log() { echo "[$(date -u +%T) +${SECONDS}s] $*" | tee -a "$LOG"; }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export STUB_MISSING_MODULES=IPython,xgrammar,loguru,jsonschema,soundfile
+. benchmarks/gpu/ep_multi/call_env.sh
 JOBS=${JOBS:-"benchmarks/gpu/ep_multi/scenario_2x2_deepep.yaml benchmarks/gpu/ep_multi/scenario_2x2_deepep_dpattn.yaml"}
 VERSION_ARGS=${VERSION_ARGS---sglang-version 0.5.17}   # empty: the release installed on the nodes
 [ -f /tmp/site/sitecustomize.py ] || { log "no /tmp/site: run record_pairs.sh first on this warm machine"; exit 1; }
