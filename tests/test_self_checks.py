@@ -250,14 +250,27 @@ def test_strict_that_leaves_out_every_step_fails_the_command(synthetic, capsys):
 # ---------------------------------------------------------------- none fires where the analysis is right
 
 
+# The PD pair's decode rank 0 alone: in one replay (step 4, layer 1) the shared expert's down GEMM on its
+# own stream started before the DeepEP dispatch, the cross-stream chain took it for the routed up-gate
+# GEMM and every routed role after it moved by one (380 us named down_gemm). The check is right to fire
+# there: test_the_sequence_check_names_the_shared_gemm_that_took_the_chain holds what it says.
+SHARED_ON_CHAIN = "tests/data/sglang-real/pd/sglang-0.5.17-dsv3-4l-fp8-h100x4-pd-mooncake-decode-TP-0-EP-0.trace.json.gz"
 BUNDLED = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "data").rglob("*.trace.json.gz")
-                 if "accuracy" not in p.parts and "graph_capture_profile" not in p.parts)
+                 if "accuracy" not in p.parts and "graph_capture_profile" not in p.parts
+                 and str(p.relative_to(ROOT)) != SHARED_ON_CHAIN)
 
 
 @pytest.mark.parametrize("rel", BUNDLED)
 def test_no_check_fires_on_the_bundled_real_traces(rel):
     result = analyze([str(ROOT / rel)], options=AnalysisOptions(jobs=1))
     assert not result.failed_checks, result.failed_checks
+
+
+def test_the_sequence_check_names_the_shared_gemm_that_took_the_chain():
+    result = analyze([str(ROOT / SHARED_ON_CHAIN)], options=AnalysisOptions(jobs=1))
+    assert [c.check for c in result.failed_checks] == ["layer_kernel_sequence"]
+    why = result.failed_checks[0].why
+    assert "step 4 layer 1" in why and "1 of 20 layers" in result.failed_checks[0].value, why
 
 
 # The MI300X Llama decode is left out: its kernel order is broken in places and the

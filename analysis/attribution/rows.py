@@ -11,6 +11,7 @@ import msgspec
 SECTION_PRE = "pre"  # before the first layer (embedding, input preparation)
 SECTION_LAYER = "layer"
 SECTION_POST = "post"  # after the last layer (final norm, lm head, sampling)
+SECTION_SIDE = "side"  # beside the step: copies its threads did not launch (attribution/off_thread.py)
 
 # Which source named a kernel.
 SOURCE_MODULE_RANGE = "module_range"
@@ -20,6 +21,7 @@ SOURCE_GENERIC = "generic"
 SOURCE_STRUCTURE = "structure"  # role in the layer, from the kernel's position (no signature needed)
 SOURCE_UNATTRIBUTED = "unattributed"
 SOURCE_ANNOTATION = "annotation"
+SOURCE_OFF_THREAD = "off_thread"  # a copy the step's threads did not launch (attribution/off_thread.py)
 RULE_NONE = "none"  # an unattributed kernel's rule: no entry named it (its step's note in steps.csv says why)  # a `group.module` annotation in the trace (the user's word)
 
 UNATTRIBUTED = "unattributed"

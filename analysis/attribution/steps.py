@@ -95,6 +95,7 @@ class Step:
     batch_size: int | None = None
     label: str = ""
     notes: list[str] = field(default_factory=list)
+    side: list[Kernel] = field(default_factory=list)  # copies off the step's threads (off_thread.py)
 
     @property
     def aggregates(self) -> dict[str, int]:

@@ -17,7 +17,7 @@ import msgspec
 from analysis.sol.estimate import SolSettings
 from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
-from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow, StepRow, usable_statuses
+from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, SECTION_SIDE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, ShareCells, share_overlap_rows
 from analysis.tables import derived_notes
@@ -56,6 +56,7 @@ class D4Column(msgspec.Struct):
     pre_ms: float
     post_ms: float
     rows: list[D4Row]
+    side_ms: float = 0.0  # copies off the step's threads (attribution/off_thread.py), beside the step
     mtp_rows: list[D4Row] = []
     share_rows: list[D4Row] = []  # the shared expert's busy / exposed / under-combine time (share_overlap.py)
     tbo_rows: list[D4Row] = []  # two-batch overlap: dispatch / combine in flight, the other micro-batch under it (tbo_overlap.py)
@@ -138,7 +139,7 @@ class StepCells:
 
     def __init__(self):
         self.cells: dict[tuple[str, str, str], list] = {}
-        self.outside = [0.0, 0.0]
+        self.outside = [0.0, 0.0, 0.0]  # before, after, beside (copies off the step's threads)
         self.mtp_us: float | None = None
         self.source_us: dict[str, list[float]] = {}
 
@@ -166,6 +167,8 @@ def step_cells(kernel_rows: list[KernelRow]) -> dict[tuple[str, int], StepCells]
             cell[0] += row.busy_us
             cell[1] += row.exposed_us
             cell[2].add(row.layer)
+        elif row.section == SECTION_SIDE:
+            step.outside[2] += row.busy_us
         else:
             step.outside[0 if row.section == SECTION_PRE else 1] += row.busy_us
             if row.group == MTP_GROUP:
@@ -260,6 +263,7 @@ def build_column(
     num_layers = step_metric(lambda s: s.layers_found)
     pre_us = step_metric(lambda s: outside[(s.rank, s.step)][0])
     post_us = step_metric(lambda s: outside[(s.rank, s.step)][1])
+    side_us = step_metric(lambda s: outside[(s.rank, s.step)][2])
     mtp_rows: list[D4Row] = []
     if stage == VERIFY:
         step_us += _add_mtp_rows(step_rows, steps_by_rank, mtp_kernels, stat, rank_policy, mtp_rows)
@@ -275,7 +279,7 @@ def build_column(
     return D4Column(
         name=name, stage=stage, stat=stat, rank_policy=rank_policy,
         step_ms=step_us / 1000, layers_ms=layers_us / 1000, num_layers=num_layers,
-        pre_ms=pre_us / 1000, post_ms=post_us / 1000, rows=rows, mtp_rows=mtp_rows,
+        pre_ms=pre_us / 1000, post_ms=post_us / 1000, side_ms=side_us / 1000, rows=rows, mtp_rows=mtp_rows,
         share_rows=share_overlap_rows(kernel_rows, used, stat, rank_policy, share),
         tbo_rows=tbo_overlap_rows(kernel_rows, step_rows, used, stage, stat, rank_policy),
         accept_length=accept_length, per_token_ms=per_token,
@@ -338,11 +342,12 @@ _ZH_GROUPS = {"attention": "attention层", "gate": "gate层", "moe": "moe层", "
 _TEXT = {
     "en": {"group": "group", "module": "module", "kernel": "kernel", "e2e": "end-to-end (ms/step)",
            "layers": "all {n} layers (ms)", "sum": "sum", "pre": "before layers (ms)", "post": "after layers (ms)",
+           "side": "copies off the step's thread (ms, beside the layers)",
            "token": "per accepted token (ms)", "title": "D4 profile (us per layer unless noted)",
            "sol_us": "SOL us", "sol_pct": "% of SOL", "bound": "bound",
            "sol_note": "SOL columns ({name}): {what}; % of SOL = 100 x SOL / measured (100% = at the hardware limit)"},
     "zh": {"group": "层级", "module": "模块", "kernel": "Kernel", "e2e": "端到端", "layers": "{n}层执行耗时",
-           "sum": "sum", "pre": "层前耗时", "post": "层后耗时", "token": "每接受token耗时", "title": "D4 Profile",
+           "sum": "sum", "pre": "层前耗时", "post": "层后耗时", "side": "步骤线程外的拷贝 (ms, 与各层并行)", "token": "每接受token耗时", "title": "D4 Profile",
            "sol_us": "SOL耗时(us)", "sol_pct": "SOL占比", "bound": "瓶颈",
            "sol_note": "SOL列（{name}）：{what}；SOL占比 = 100 x SOL / 实测（100% 即达到硬件上限）"},
 }
@@ -425,6 +430,8 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
         out.append([text["token"], "", "", *cells([_fmt(c.per_token_ms, "ms") for c in columns])])
     out.append([text["pre"], "", "", *cells([_fmt(c.pre_ms, "ms") for c in columns])])
     out.append([text["post"], "", "", *cells([_fmt(c.post_ms, "ms") for c in columns])])
+    if any(c.side_ms for c in columns):
+        out.append([text["side"], "", "", *cells([_fmt(c.side_ms, "ms") for c in columns])])
     out += [[step_time.GROUP, module, kernel, *cells(values)] for module, kernel, values in step_time.table_lines(columns)]
     out += [[load_compare.GROUP, module, kernel, *cells(values)]
             for module, kernel, values in load_compare.table_lines(columns)]

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name, class_test
-from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
-from analysis.attribution.stages import UNKNOWN
+from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
+from analysis.attribution.stages import EXTEND, UNKNOWN
 
 _MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
 _MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
@@ -208,7 +208,11 @@ def _main_stream(rows: list[KernelRow]) -> int:
 
 def _on_chain(rows: list[KernelRow]) -> set[int]:
     """Positions of the rows on the step's chain across streams (analysis/attribution/chain.py),
-    as the structural attribution reads it: layers may hop streams in a graph replay."""
+    as the structural attribution reads it: layers may hop streams in a graph replay. Copies off the
+    step's threads (section side) are not the step's and never on its chain."""
+    if any(r.section == SECTION_SIDE for r in rows):
+        at = [i for i, r in enumerate(rows) if r.section != SECTION_SIDE]
+        return {at[j] for j in _on_chain([rows[i] for i in at])}
     if len({r.stream for r in rows}) > 1:
         is_anchor = class_test(ANCHOR_CLASSES)
         return set(main_chain([r.start_us for r in rows], [r.start_us + r.busy_us for r in rows],
@@ -284,7 +288,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
     that differ from their kind's usual sequence (the kind's usual one is the rank's own)."""
     ignore = frozenset(limits.get("ignore_classes") or ())
     # (kind, previous kind) -> sequence -> [(step, layer)]
-    seen: dict[tuple[str, str], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
+    seen: dict[tuple[str, str, int | None], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     where_rows: dict[tuple[int, int], list[KernelRow]] = {}
     for s in steps:
         rows = by_step.get((s.rank, s.step), [])
@@ -306,16 +310,20 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
                 if i in chain:
                     on_chain.append(r)
         previous = "none"
+        # a prefill step's path depends on its batch: with a chunk whose earlier part is cached, SGLang's
+        # MLA runs the absorbed path (w_kc / w_vc bmm), with fresh prompts only the plain one (seen on
+        # 0.5.17): an extend step's layers compare with the same step's layers only
+        own = s.step if s.stage == EXTEND else None
         for layer in sorted(layer_rows):
             kind = "MoE" if moe[layer] else "dense"
             # a layer's prologue depends on the layer before it (after a MoE layer the tokens are
             # gathered from the expert-parallel ranks first): layers compare with those of the same
             # kind after the same kind
-            seen[(kind, previous)][_layer_classes(layer_rows[layer], ignore)].append((s.step, layer))
+            seen[(kind, previous, own)][_layer_classes(layer_rows[layer], ignore)].append((s.step, layer))
             where_rows[(s.step, layer)] = layer_rows[layer]
             previous = kind
     outliers = []
-    for (kind, _previous), sequences in seen.items():
+    for (kind, _previous, _own), sequences in seen.items():
         usual = max(sequences, key=lambda q: len(sequences[q]))
         for seq, where in sequences.items():
             if seq != usual:

@@ -5,15 +5,18 @@ from dataclasses import dataclass, field
 
 from analysis.attribution.capture import Capture
 from analysis.attribution.idle import LaunchClock, step_idle
-from analysis.attribution.module_attribution import CaptureMap
+from analysis.attribution.module_attribution import CaptureMap, kernel_label
 from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers.order import namers_for
+from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
+from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, SIDE_RULE, SIDE_SOURCE, split_off_thread_copies
 from analysis.attribution.pinned_names import pinned, pinned_role
 from analysis.attribution.two_batch import is_two_phase, mark_one_batch
 from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step, step_names
-from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
+from analysis.attribution.shared_stream import join_shared_blocks
+from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
 from analysis.ingest.model_spec import ModelSpec
@@ -67,6 +70,10 @@ def _layer_check(units_found: int, expected: int | None, moe_found: int | None, 
     return "ok", ""
 
 
+def _start_of(kernel) -> float:
+    return kernel.start_us
+
+
 def attribute_rank(
     trace: RankTrace,
     sig: Signature,
@@ -78,6 +85,9 @@ def attribute_rank(
     """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
     traces named by the standard roles. What a capture could not do is added to options.notes."""
     steps = segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template")
+    launch_tid = {launch.correlation: launch.tid for launch in trace.launches}
+    for step in steps:  # a transfer engine's copies are not the model's: named apart, before the cut
+        step.kernels, step.side = split_off_thread_copies(step.kernels, launch_tid)
     names = {k.name for step in steps for k in step.kernels}  # a rank's distinct kernel names: a few hundred
     if not any(map(is_two_phase, names)):
         mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
@@ -126,6 +136,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         if annotations is not None:
             annotations.apply(step, cut)
         slots = cut.slots
+        join_shared_blocks(step.kernels, slots)  # one stream runs in order: its shared-expert block stays whole
         unit_layers = cut.unit_layers  # a cut that read two micro-batches (two_batch.py) maps its units itself
         per = tbo_units if unit_layers is None else 1
         units_found = cut.units_found
@@ -175,8 +186,22 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                 kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule, slot.module_path,
             ))
         label_phases(kernel_rows[step_first_row:])
-        idle = step_idle(step.kernels, [(s.unit if unit_layers is None else unit_layers[s.unit][0])
-                                        if s.section == SECTION_LAYER else -1 for s in slots], clock)
+        layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
+                    for s in slots]
+        if step.side:  # named apart, but GPU work of the step's time like any other copy
+            merged = sorted(step.kernels + step.side, key=_start_of)
+            side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
+            kernel_rows.extend(KernelRow(run, rank, index, stage, SECTION_SIDE, -1, 0, SIDE_GROUP, SIDE_MODULE,
+                                         kernel_label(k), k.name, k.stream, k.start_us, k.dur_us,
+                                         side_exposed[id(k)], SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
+                               for k in step.side)
+            busy_us += sum(k.dur_us for k in step.side)
+            first = min(first, merged[0].start_us)
+            last = max(last, max(k.end_us for k in step.side))
+            unit_of = dict(zip(map(id, step.kernels), layer_of))
+            idle = step_idle(merged, [unit_of.get(id(k), -1) for k in merged], clock)
+        else:
+            idle = step_idle(step.kernels, layer_of, clock)
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"

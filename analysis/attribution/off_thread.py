@@ -1,0 +1,38 @@
+"""Copies the step's own threads did not launch: a KV-cache transfer engine's, beside the step.
+
+Why: on a prefill server of a prefill/decode pair, the KV transfer engine (Mooncake over TCP, seen on
+SGLang 0.5.17) copies each finished request's KV cache to host memory with synchronous device-to-host
+copies from its own C++ thread, while the next prefill step runs: about 300 copies a step, interleaved
+with the step's kernels in time. Named by position they took the roles of the layer kernels around
+them and the layer-sequence self-check fired on a table that was otherwise right. A copy (memcpy) whose
+launch call ran on a thread that launched none of the step's kernels is not the model's work: it is
+taken out before the step is named and reported on its own row (section "side", outside the layers);
+it stays in the step's time (busy, idle) like any other copy the GPU ran then.
+"""
+from __future__ import annotations
+
+from analysis.attribution.named_rules import STRUCTURE_RULES, rule
+from analysis.attribution.roles import row_of
+from analysis.attribution.rows import SOURCE_OFF_THREAD
+from analysis.ingest.trace_model import Kernel
+
+SIDE_ROLE, SIDE_SOURCE = "off_thread_copy", SOURCE_OFF_THREAD
+_ROW = row_of(SIDE_ROLE)
+SIDE_GROUP, SIDE_MODULE = _ROW.group, _ROW.module
+SIDE_RULE = rule(STRUCTURE_RULES, "side.off_thread_copy")
+
+
+def split_off_thread_copies(kernels: list[Kernel], launch_tid: dict[int, int]) -> tuple[list[Kernel], list[Kernel]]:
+    """(the step's own kernels, the copies launched from other threads), each in the given order.
+    Nothing is split off unless the step's kernels name their launching threads (a replayed graph
+    names the thread of its graph launch) and the copy's launch names another."""
+    own_threads = {launch_tid.get(k.correlation) for k in kernels if k.kind != "memcpy"}
+    own_threads.discard(None)
+    if not own_threads:
+        return kernels, []
+    own: list[Kernel] = []
+    side: list[Kernel] = []
+    for k in kernels:
+        tid = launch_tid.get(k.correlation) if k.kind == "memcpy" else None
+        (side if tid is not None and tid not in own_threads else own).append(k)
+    return own, side
