@@ -13,7 +13,7 @@ TRACE = ROOT / "tests" / "data" / "embedded-h100-demo_gpu-TP-0-DECODE.trace.json
 COMMAND_MODULES = {f"harness.commands.{p.stem}" for p in (ROOT / "harness" / "commands").glob("*.py")
                    if "\ndef register(" in p.read_text()}
 COMMAND_NAMES = ["analyze", "compare", "validate", "run", "plan", "export", "metrics", "report", "view", "ncu",
-                 "learn-signature", "calibrate"]
+                 "learn-signature", "calibrate", "ttft-split"]
 
 
 def _modules_after(argv: list[str]) -> tuple[int, set[str]]:

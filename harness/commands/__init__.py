@@ -19,6 +19,7 @@ COMMANDS = {
     "ncu": "run a workload under Nsight Compute for its top kernels (needs a GPU and ncu)",
     "learn-signature": "learn a kernel template from a trace that has nn.Module ranges",
     "calibrate": "check a signature against a trace with module information; say which attribution to use",
+    "ttft-split": "split a prefill/decode pair's time to first token into SGLang's own per-request stages",
 }
 
 
