@@ -24,6 +24,8 @@ class AnalysisOptions:
     capture_traces: list[str] = field(default_factory=list)
     accept_length: float | None = None
     tbo: bool = False
+    stage: str | None = None  # the stage the D4 table describes (extend, decode, target_verify); None: the
+    # first of verify, decode, extend with usable steps (analysis/tables/d4.py main_stage)
     jobs: int | None = None
     step_gap_us: float = DEFAULT_STEP_GAP_US
     attribution: str = "auto"

@@ -124,14 +124,14 @@ def _analyze_one_in_worker(*args) -> _RankResult:
     ranks' workers (analysis/tables/rank_digest.py). The rows go back as columns
     (analysis/attribution/row_columns.py), cheaper to pickle, or, with send_rows False, not at all:
     the digest's encoded kernel table holds them (analysis/tables/encoded_rows.py).
-    args: _analyze_one's, then --strict and send_rows."""
+    args: _analyze_one's, then --strict, the preferred table stage and send_rows."""
     from analysis.attribution.row_columns import RowColumns
     from analysis.tables.rank_digest import digest_rank
 
-    *rank_args, strict, send_rows = args
+    *rank_args, strict, prefer_stage, send_rows = args
     with gc_paused():
         value = _load_and_attribute(*rank_args)
-        digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict)
+        digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict, prefer_stage)
         return value._replace(kernel_rows=RowColumns(value.kernel_rows) if send_rows else None, digest=digest)
 
 
@@ -284,7 +284,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict, send_rows)): i
+                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict, options.stage, send_rows)): i
                            for i, a in enumerate(args)}
                 for fut in as_completed(futures):
                     ok, value = fut.result()
@@ -373,7 +373,7 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
                       signature_evidence=sig.evidence,
                       model=spec.name if spec else None, strict=options.strict,
                       cells=digest.cells if digest is not None else None,
-                      share=digest.share if digest is not None else None)
+                      share=digest.share if digest is not None else None, prefer_stage=options.stage)
     d4.failed_files = list(failed_files or [])
     if not d4.steps_used:
         raise AnalysisError(_no_usable_steps(step_rows, d4.stage, options.strict, sig))
@@ -593,7 +593,7 @@ def column_from_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], lik
     """The D4 column (kernel, MTP and wait / transfer rows) built again from saved rows with a saved
     column's statistic and rank policy: what an older analysis needs for its per-step spreads."""
     column = build_column(kernel_rows, step_rows, name=like.name, stat=like.stat, rank_policy=like.rank_policy,
-                          accept_length=like.accept_length)
+                          accept_length=like.accept_length, prefer_stage=like.stage)
     return with_comm(column, split_collectives(kernel_rows, step_rows), step_rows)
 
 

@@ -160,8 +160,12 @@ class Workload(_Strict):
 
 
 class Profile(_Strict):
-    num_steps: int = Field(3, ge=1, description="decode steps recorded by the profiler")
-    stages: list[Literal["DECODE", "EXTEND"]] = Field(default_factory=lambda: ["DECODE"])
+    num_steps: int = Field(3, ge=1, description="decode steps recorded by the profiler (EXTEND: forward passes of "
+                           "the plain window)")
+    stages: list[Literal["DECODE", "EXTEND"]] = Field(
+        default_factory=lambda: ["DECODE"], description="SGLang: DECODE (the decode-only window), or EXTEND (a "
+        "plain window of num_steps forward passes while the load keeps arriving: the table describes its "
+        "prefill steps; a short workload.output_len makes most passes prefills)")
     sglang_profiler: Literal["auto", "v2", "v1"] = Field(
         "auto", description="SGLang: v2 = SGLANG_PROFILE_V2 with decode stages; v1 = the classic by-stage "
         "profiler, stopped with /stop_profile on every exit; auto = v2 where the release has it")
@@ -338,10 +342,17 @@ def combination_problems(s: Scenario) -> list[str]:
             problems.append(f"engine.tp ({e.tp}) is not divisible by engine.dp ({e.dp})")
         if e.ep not in (1, e.tp):
             problems.append(f"engine.ep ({e.ep}) must be 1 or equal to engine.tp ({e.tp})")
-        if "EXTEND" in p.stages:
-            problems.append("profile.stages: the SGLang run collects and analyses DECODE traces only")
+        if len(p.stages) != 1:
+            problems.append(f"profile.stages: one stage a run, DECODE or EXTEND (not {p.stages})")
+        if "EXTEND" in p.stages and p.sglang_profiler == "v2":
+            problems.append("profile.stages: EXTEND is profiled with the classic profiler's plain window "
+                            "(profile V2 stops at the first decode step between two prefills): use "
+                            "profile.sglang_profiler auto or v1")
+        if "EXTEND" in p.stages and p.expert_load:
+            problems.append("profile.expert_load: the expert distribution is recorded over a decode window only "
+                            "(profile.stages [DECODE])")
         per_step = e.speculative.num_draft_tokens if e.speculative else 1
-        if w.output_len <= (p.num_steps + 2) * per_step:
+        if "EXTEND" not in p.stages and w.output_len <= (p.num_steps + 2) * per_step:
             problems.append(
                 f"workload.output_len ({w.output_len}) must exceed (profile.num_steps + 2) x tokens per decode step "
                 f"({(p.num_steps + 2) * per_step}): new requests pause while the profile runs, and the running "

@@ -121,3 +121,17 @@ def test_the_decode_half_reads_as_decode_steps():
     result = analyze([str(_trace("decode", r)) for r in RANKS], options=AnalysisOptions(run="pd"))
     assert result.d4.stage == "decode" and {s.layers_found for s in result.step_rows} == {4}
     assert len(result.step_rows) == 10
+
+
+def test_the_table_describes_the_stage_asked_for_where_a_window_holds_both():
+    """A plain window on a server that also decodes holds extend and decode steps: by default the table
+    describes decode (verify over decode over extend); AnalysisOptions.stage (`analyze --stage`, and a
+    run whose scenario profiled EXTEND) makes it the extend steps'."""
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    paths = [str(_trace("prefill-nostack", RANKS[0])), str(_trace("decode", RANKS[1]))]
+    labels = {paths[0]: "TP0", paths[1]: "TP1"}
+    default = analyze(paths, options=AnalysisOptions(run="pd", labels=labels))
+    asked = analyze(paths, options=AnalysisOptions(run="pd", labels=labels, stage="extend"))
+    assert default.d4.stage == "decode" and asked.d4.stage == "extend"
+    assert asked.d4.ranks == ["TP0"] and asked.d4.steps_used == 6 and default.d4.ranks == ["TP1"]

@@ -597,3 +597,26 @@ def test_an_interrupted_sglang_run_stops_every_server_and_leaves_a_true_manifest
     records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
     assert records, "the load records collected before the signal are kept"
     assert not (run_dir / ".running").exists()
+
+
+def test_an_extend_profile_records_a_plain_window_and_tables_its_prefill_steps(cluster, env, tmp_path):
+    """profile.stages [EXTEND]: the classic profiler's plain window under the running load (never paused),
+    its files without a stage suffix, and the D4 table of their extend steps (the fake writes a real
+    prefill window of SGLang 0.5.17, DeepEP normal mode, for a window that held prefill passes)."""
+    _, path = _scenario(tmp_path, profile={"stages": ["EXTEND"], "num_steps": 4},
+                        cluster={"nodes": 1, "gpus_per_node": 1},
+                        engine={"tp": 1, "dp": 1, "ep": 1, "dp_attention": False, "moe_a2a_backend": None,
+                                "deepep_mode": None, "speculative": None})
+    data = yaml.safe_load(path.read_text())
+    data["workload"]["output_len"] = 3  # most passes are prefills
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    status, run_dir = run(parse_scenario(path.read_text(), str(path)), path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["profile"]["profiler"] == "v1" and manifest["profile"]["stage"] == "EXTEND"
+    assert "SGLANG_PROFILE_V2" not in manifest["plan"]["nodes"][0]["env"]
+    names = sorted(p.name for p in (run_dir / "traces").iterdir())
+    assert names and not any(n.endswith(("-DECODE.trace.json.gz", "-EXTEND.trace.json.gz")) for n in names)
+    d4 = (run_dir / "analysis" / "d4.md").read_text()
+    assert "stage extend" in d4 and "found 4 layers (1 dense + 3 MoE)" in d4, d4[-1500:]
+    assert "deep_ep::intranode::dispatch" in d4

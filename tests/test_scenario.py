@@ -125,13 +125,21 @@ def test_validate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert str(bad) in err and "engine.colour" in err and "unknown key" in err
 
 
-def test_sglang_scenarios_profile_decode_only(tmp_path):
+def test_sglang_scenarios_profile_one_stage_and_extend_with_the_classic_window(tmp_path):
     from harness.scenario import ScenarioError, parse_scenario
+    from harness.sglang.spec import scenario_deployment
 
     text = (Path(__file__).parent / "scenarios" / "sglang_fake_2node.yaml").read_text()
     assert parse_scenario(text, "ok.yaml").profile.stages == ["DECODE"]
-    with pytest.raises(ScenarioError, match=r"profile.stages: the SGLang run collects and analyses DECODE traces only"):
+    with pytest.raises(ScenarioError, match=r"profile.stages: one stage a run, DECODE or EXTEND"):
         parse_scenario(text.replace("stages: [DECODE]", "stages: [DECODE, EXTEND]"), "bad.yaml")
+    extend = parse_scenario(text.replace("stages: [DECODE]", "stages: [EXTEND]").replace("output_len: 120",
+                                                                                         "output_len: 4"), "ok.yaml")
+    assert scenario_deployment(extend).profile_stage == "EXTEND"  # a short output is fine: no decode window
+    with pytest.raises(ScenarioError, match=r"EXTEND is profiled with the classic profiler's plain window"):
+        parse_scenario(text.replace("stages: [DECODE]", "stages: [EXTEND]\n  sglang_profiler: v2"), "bad.yaml")
+    with pytest.raises(ScenarioError, match=r"profile.expert_load: the expert distribution is recorded over a decode"):
+        parse_scenario(text.replace("stages: [DECODE]", "stages: [EXTEND]\n  expert_load: true"), "bad.yaml")
 
 
 def test_sglang_output_must_outlast_the_profiled_steps() -> None:

@@ -95,9 +95,12 @@ class D4Column(msgspec.Struct):
     measured_shape: MeasuredShape | None = None  # batch and KV length from the steps' labels (measured_shape.py)
 
 
-def main_stage(steps: Iterable[StepRow]) -> str:
-    """The stage the table describes: verify (MTP) over decode over extend, among usable steps."""
+def main_stage(steps: Iterable[StepRow], prefer: str | None = None) -> str:
+    """The stage the table describes: `prefer` where any step has it (AnalysisOptions.stage: a prefill
+    profile's window also holds decode steps), else verify (MTP) over decode over extend, among usable steps."""
     steps = list(steps)
+    if prefer is not None and any(s.stage == prefer for s in steps):
+        return prefer
     ok = [s.stage for s in steps if s.status == "ok"] or [s.stage for s in steps]
     for stage in TABLE_STAGES:
         if stage in ok:
@@ -190,10 +193,11 @@ def build_column(
     signature_evidence: str = "",
     cells: dict[tuple[str, int], StepCells] | None = None,
     share: ShareCells | None = None,
+    prefer_stage: str | None = None,
 ) -> D4Column:
     """The column of these rows; `cells` and `share`: step_cells and share_cells of the same rows
     where rank workers made them."""
-    stage = main_stage(step_rows)
+    stage = main_stage(step_rows, prefer_stage)
     usable = usable_statuses(strict)
     used = {(s.rank, s.step) for s in step_rows if s.stage == stage and s.status in usable}
     skipped = sum(1 for s in step_rows if s.stage == stage and s.status not in usable)

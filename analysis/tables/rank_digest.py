@@ -66,9 +66,9 @@ class Digest:
 
 
 def digest_rank(label: str, kernel_rows: list[KernelRow], step_rows: list[StepRow],
-                chains: dict[int, list[int]], strict: bool) -> RankDigest:
+                chains: dict[int, list[int]], strict: bool, prefer_stage: str | None = None) -> RankDigest:
     """The rank's digest; `chains`: step -> its chain, from the attribution."""
-    checks = rank_checks(label, step_rows, rows_by_step(kernel_rows), main_stage(step_rows), strict,
+    checks = rank_checks(label, step_rows, rows_by_step(kernel_rows), main_stage(step_rows, prefer_stage), strict,
                          {(label, step): chain for step, chain in chains.items()}, thresholds())
     return RankDigest(len(kernel_rows), encode_kernel_table(kernel_rows), checks, step_cells(kernel_rows),
                       stream_summary(kernel_rows), rank_collectives(label, kernel_rows), share_cells(kernel_rows))

@@ -35,6 +35,9 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
                    help="statistic over each rank's steps (analysis/data/tables/step_statistics.yaml; default: mean)")
     p.add_argument("--tbo", action="store_true", help="a signature's template with two-batch overlap: two anchors per layer (one per micro-batch); "
                         "the generic analysis finds two-batch overlap from the kernels itself (docs/analysis.md)")
+    p.add_argument("--stage", choices=("extend", "decode", "target_verify"), default=None,
+                   help="the stage the D4 table describes (default: MTP verify, else decode, else extend: the first "
+                        "with usable steps); extend for a prefill window, which may hold decode steps too")
     p.add_argument("--accept-length", type=positive_float, default=None, help="MTP mean accept length (tokens per verify step), for time per accepted token; divides MTP (verify) "
                         "columns only: a plain decode step yields one token")
     p.add_argument("--capture-trace", action="append", default=[], metavar="FILE|DIR",
@@ -107,7 +110,7 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
     from analysis.api import AnalysisOptions
 
     return AnalysisOptions(run=run_name, rank_policy=args.rank_policy, stat=args.stat, labels=labels,
-                           capture_traces=args.capture_trace, accept_length=args.accept_length, tbo=args.tbo,
+                           capture_traces=args.capture_trace, accept_length=args.accept_length, tbo=args.tbo, stage=args.stage,
                            jobs=args.jobs, step_gap_us=args.step_gap_us, attribution=args.attribution,
                            sol=sol_settings_from(args, model=args.model), layers=args.layers, strict=args.strict)
 

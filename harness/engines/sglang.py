@@ -27,7 +27,7 @@ from harness.sglang.capture_traces import capture_use, copy_capture_traces
 from harness.node.node_analysis import analyse_nodes, analysis_options, own_capture_files
 from harness.node.node_dir import node_dir_for
 from harness.sglang.plan import build_plan
-from harness.sglang.profile import profile_decode
+from harness.sglang.profile import profile_decode, profile_extend
 from harness.sglang.running_batch import wait_for_running_batch
 from harness.sglang.server_actor import Deployment, DeploymentError, launch
 from harness.sglang.run_analysis import RunFacts, finish_analysis, load_window_start, shared_experts_apart
@@ -109,18 +109,23 @@ class SGLangEngine(Engine):
                                                                     self.scenario.profile.timeout_s, self.progress)
 
     def profile(self) -> Traces:
-        """A decode-only window (harness/sglang/profile.py); each node's ranks' traces stay on that node."""
+        """A decode-only window, or for EXTEND a plain window under the running load (harness/sglang/profile.py);
+        each node's ranks' traces stay on that node."""
         prof, spec, m = self.scenario.profile, self.spec, self.manifest
         prefix = self.scenario.outputs.trace_prefix or self.run_dir.name
-        with self.progress.phase(f"profile {prof.num_steps} decode steps on every rank"):
-            self.progress.note(f"new requests paused; SGLang profiler {self.plan.profiler}")
+        extend = spec.profile_stage == "EXTEND"
+        what = f"{prof.num_steps} forward passes (prefills among them)" if extend else f"{prof.num_steps} decode steps"
+        with self.progress.phase(f"profile {what} on every rank"):
+            self.progress.note(("the load keeps arriving" if extend else "new requests paused")
+                               + f"; SGLang profiler {self.plan.profiler}")
+            window = profile_extend if extend else profile_decode
             try:
-                outcome = profile_decode(self.dep, self.load, self.trace_dir, prefix, prof.num_steps, prof.timeout_s,
-                                         with_stack=prof.with_stack, record_shapes=prof.record_shapes)
+                outcome = window(self.dep, self.load, self.trace_dir, prefix, prof.num_steps, prof.timeout_s,
+                                 with_stack=prof.with_stack, record_shapes=prof.record_shapes)
             except DeploymentError as exc:
                 self.dep.check_alive()
                 raise RunFailed(str(actor_error(exc))) from None
-            m["profile"] = {"profiler": self.plan.profiler, "window_s": outcome.window_s,
+            m["profile"] = {"profiler": self.plan.profiler, "stage": spec.profile_stage, "window_s": outcome.window_s,
                             "running_at_start": outcome.running_at_start,
                             "running_at_end": outcome.running_at_end, "stop_profile": outcome.stop_profile,
                             "whole_batch_outlasts_window": outcome.whole_batch,

@@ -21,7 +21,8 @@ def analysis_options(scenario, run_name: str, jobs: int | None = None) -> dict:
     node's own capture traces."""
     a = scenario.analysis
     return {"run": run_name, "signature": a.signature, "model": a.model, "rank_policy": a.rank_policy,
-            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs, "capture_traces": []}
+            "tbo": bool(getattr(scenario.engine, "two_batch_overlap", False)), "jobs": jobs, "capture_traces": [],
+            "stage": "extend" if "EXTEND" in getattr(scenario.profile, "stages", ()) else None}
 
 
 def own_capture_files(kept: list[str], node: int, folder: str | Path) -> list[str]:
@@ -64,6 +65,7 @@ def analyze_node(paths: list[str], options: dict) -> dict:
     captures = captures_with_files(options.get("capture_traces") or [])
     rows = attribute(paths, signature=options.get("signature", "generic"), model=options.get("model"),
                      options=AnalysisOptions(run=options.get("run", "run"), tbo=bool(options.get("tbo", False)),
+                                             stage=options.get("stage"),
                                              jobs=options.get("jobs"), capture_traces=captures))
     kept = _as_kept(paths, captures, options.get("node"))
     problems = [msgspec.structs.replace(p, path=kept(p.path), message=kept(p.message)) for p in rows.problems]
@@ -154,6 +156,7 @@ def combine(node_results: list[dict], options: dict, accept_length: float | None
     expert_load.json), and with `load_records` (the run's load/requests.jsonl) the profiled steps
     against the load."""
     run_options = AnalysisOptions(run=options["run"], rank_policy=options["rank_policy"], accept_length=accept_length,
+                                  stage=options.get("stage"),
                                   sol=sol, window_start_s=window_start_s, load_records=load_records,
                                   expert_load=expert_load)
     return combine_nodes(node_results, run_options, options["signature"], options.get("model"))

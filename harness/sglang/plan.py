@@ -72,6 +72,7 @@ class DeploymentSpec:
     capture_traces: bool = False           # CUDA-graph capture traces at start (profile.capture_traces)
     expert_load: bool = False              # expert-distribution recorder over the profiled window (profile.expert_load)
     profiler: str = "auto"                 # auto | v2 | v1: which SGLang profiler records the decode steps
+    profile_stage: str = "DECODE"          # DECODE | EXTEND (profile.stages): EXTEND takes the classic plain window
     env: dict[str, str] = field(default_factory=dict)
     passthrough_env: tuple[str, ...] = ("HF_TOKEN",)
     launcher: tuple[str, ...] = DEFAULT_LAUNCHER
@@ -329,7 +330,13 @@ def _placeholders(text: str) -> str:
 
 
 def resolve_profiler(spec: DeploymentSpec, row: SGLangVersion) -> str:
-    """v2 where the release has profile V2 (decode stages, no stray EXTEND capture), else v1."""
+    """v2 where the release has profile V2 (decode stages, no stray EXTEND capture), else v1; a prefill
+    (EXTEND) profile always takes v1's plain window: V2 stops at the first decode step between two prefills."""
+    if spec.profile_stage == "EXTEND":
+        if spec.profiler == "v2":
+            raise PlanError("profile.sglang_profiler: v2 cannot profile EXTEND steps (it stops at the first decode "
+                            "step); use auto or v1")
+        return "v1"
     if spec.profiler == "auto":
         return "v2" if row.profile.get("v2_env") else "v1"
     if spec.profiler == "v2" and not row.profile.get("v2_env"):

@@ -209,3 +209,47 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     outcome.running_at_end = load.running_batch()
     outcome.accept_length = window_accept_length(before, load.spec_snapshot())
     return outcome
+
+
+def plain_window_body(output_dir: str, num_steps: int, prefix: str, with_stack: bool = True,
+                      record_shapes: bool = True) -> dict:
+    """The classic profiler's plain window: num_steps forward passes of whatever stage, from the next one
+    (no profile_by_stage: its EXTEND capture stops at the first decode step and opens a DECODE one)."""
+    return {"output_dir": output_dir, "num_steps": num_steps, "activities": ["CPU", "GPU"],
+            "with_stack": with_stack, "record_shapes": record_shapes, "profile_prefix": prefix}
+
+
+def profile_extend(dep: "Deployment", load, trace_dir: str, prefix: str, num_steps: int, timeout_s: float,
+                   with_stack: bool = True, record_shapes: bool = True) -> ProfileOutcome:
+    """A plain window of num_steps forward passes on every rank while the load keeps arriving (new
+    requests are never paused: their prefills are what the window is for). The traces keep SGLang's
+    step labels (step[EXTEND bs= toks=]); the analysis describes their extend steps (AnalysisOptions.stage)."""
+    plan = dep.plan
+    endpoints = plan.sglang.endpoints
+    outcome = ProfileOutcome()
+    started, opened_s = time.monotonic(), load.clock_s()
+    try:
+        try:
+            status, text = post_json(dep.url + endpoints["start_profile"], plain_window_body(
+                trace_dir, num_steps, prefix, with_stack, record_shapes), 30.0)
+        except OSError as exc:
+            dep.check_alive()
+            raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
+        if status != 200:
+            dep.check_alive()
+            raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
+                            f"node 0 says: {_server_says(dep)}")
+        outcome.running_at_start = load.running_batch()
+        outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s)
+    finally:  # a window that never closed (the server stopped stepping) must not refuse the next start
+        try:
+            status, text = post_json(dep.url + endpoints["stop_profile"], None, 60.0)
+            outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
+        except OSError as exc:
+            outcome.stop_profile = f"not answered: {exc}"
+    outcome.window_s = round(time.monotonic() - started, 3)
+    closed_s = load.clock_s()
+    if opened_s is not None and closed_s is not None:
+        outcome.window_load_s = [round(opened_s, 6), round(closed_s, 6)]
+    outcome.running_at_end = load.running_batch()
+    return outcome

@@ -51,7 +51,8 @@ def deployment_spec(engine: Mapping[str, Any], cluster: Mapping[str, Any], where
                           batch_size=int(batch) if batch is not None else None,
                           capture_traces=bool(profile.get("capture_traces", False)),
                           expert_load=bool(profile.get("expert_load", False)),
-                          profiler=str(profile.get("sglang_profiler") or "auto"), **kwargs)
+                          profiler=str(profile.get("sglang_profiler") or "auto"),
+                          profile_stage=str((profile.get("stages") or ["DECODE"])[0]), **kwargs)
 
 
 def scenario_deployment(scenario) -> DeploymentSpec:

@@ -33,6 +33,11 @@ TEMPLATE = Path(os.environ.get("FAKE_SGLANG_DECODE_TRACE") or DEFAULT_TRACE)
 # What each capture trace is a copy of: a real capture recorded with stacks for the decode trace above,
 # or by default the decode trace itself (no module ranges: plumbing only, and the analysis says so).
 CAPTURE_TEMPLATE = Path(os.environ.get("FAKE_SGLANG_CAPTURE_TRACE") or TEMPLATE)
+# What a plain profile window holding prefill passes writes: a real SGLang 0.5.17 prefill window the
+# project recorded (DeepEP normal mode, six EXTEND steps, no stacks: tests/data/sglang-real/pd), its step
+# labels kept as recorded.
+PREFILL_TEMPLATE = (Path(__file__).resolve().parent.parent / "data" / "sglang-real" / "pd"
+                    / "sglang-0.5.17-dsv3-4l-fp8-h100x4-pd-mooncake-prefill-nostack-TP-0-EP-0.trace.json.gz")
 VERSION = os.environ.get("FAKE_SGLANG_VERSION", "0.5.23")
 
 
@@ -153,14 +158,14 @@ def detailed_suffix(shape, group, width):
     return text + (f" forward_id={forward_id}" if FORWARD_ID_IN_LABEL else "")
 
 
-def labelled_trace(group, step_batches, step_shapes=None, width=1, rank=0):
+def labelled_trace(group, step_batches, step_shapes=None, width=1, rank=0, template=None):
     """The template trace with this release's step labels: the verify stage's name, and as bs the
     requests this rank's scheduler (DP group) held at each profiled step (the template's step i gets
     profiled step i's batch, the last one repeated when the template has more steps); with
     step_shapes (detailed annotations asked for), each label also carries the step's aggregates. Each
     rank's clock is its own: every time is shifted by 7 us per rank (TP, plus 1000 per PP stage), so no
     two ranks' traces are one."""
-    data = json.loads(gzip.decompress(TEMPLATE.read_bytes()))
+    data = json.loads(gzip.decompress((template or TEMPLATE).read_bytes()))
     events = data["traceEvents"] if isinstance(data, dict) else data
     for e in events:
         if isinstance(e.get("ts"), (int, float)):
@@ -191,8 +196,9 @@ def write_trace_files(args, node_rank, event, fail):
         group = int(label.split("-DP-")[1].split("-")[0]) if "-DP-" in label else 0
         parts = label.split("-")
         rank = int(parts[1]) + (1000 * int(parts[parts.index("PP") + 1]) if "PP" in parts else 0)
-        tmp.write_bytes(labelled_trace(group, event.get("step_batches"), event.get("step_shapes"),
-                                       event.get("query_width", 1), rank))
+        prefill = event.get("prefill", False)  # a plain window with prefill passes: the prefill template as recorded
+        tmp.write_bytes(labelled_trace(group, None if prefill else event.get("step_batches"), event.get("step_shapes"),
+                                       event.get("query_width", 1), rank, PREFILL_TEMPLATE if prefill else None))
         tmp.rename(out / name)
         print(f"profile: wrote {out / name}", flush=True)
 
@@ -244,6 +250,7 @@ class ClassicProfiler:
         self.req = None
         self.batches = []   # per recorded step, the running requests of each DP group
         self.cts = []       # per recorded step, its forward count
+        self.stages = []    # per recorded step of a plain window, prefill or decode
         self.min_bs = int(os.environ.get("SGLANG_PROFILE_BY_STAGE_DECODE_MIN_BS", "0")) if READS_DECODE_MIN_BS else 0
 
     def start_request(self, req, forward_ct):
@@ -262,7 +269,7 @@ class ClassicProfiler:
         if self.recording:  # torch starts the second profiler and drops the first capture (torch 2.13)
             print(f"profiler_stop: the capture running since its start is dropped for a new one ({stage})", flush=True)
         self.recording = self.in_progress = True
-        self.batches, self.cts = [], []
+        self.batches, self.cts, self.stages = [], [], []
         print(f"Profiling starts{f' for {stage}' if stage else ''}.", flush=True)
         return True, "Succeeded"
 
@@ -270,7 +277,8 @@ class ClassicProfiler:
         if not self.in_progress:
             return False, "Profiling is not in progress. Call /start_profile first."
         if self.recording:
-            self.emit(self.req, f"-{stage}" if stage else "", self.batches, self.cts)
+            self.emit(self.req, f"-{stage}" if stage else "", self.batches, self.cts,
+                      prefill=stage is None and "prefill" in self.stages)
         self.recording = self.in_progress = False
         return True, "Succeeded."
 
@@ -286,6 +294,7 @@ class ClassicProfiler:
             if self.recording:
                 self.batches.append(batches)
                 self.cts.append(forward_ct)
+                self.stages.append(stage)
             return
         if stage == "prefill":
             if self.prefill_ct == 0:
@@ -371,13 +380,13 @@ class State:
         self.experts = ExpertRecorder(args.expert_distribution_recorder_mode,
                                       args.expert_distribution_recorder_buffer_size, args.node_rank)
 
-    def emit_traces(self, req, suffix, step_batches, step_cts=()):
+    def emit_traces(self, req, suffix, step_batches, step_cts=(), prefill=False):
         step_batches = [list(b) for b in step_batches]
         if self.fail == "ramp_up" and step_batches:  # the first profiled step before full admission
             step_batches[0] = [max(1, b // 2) for b in step_batches[0]]
         event = {"output_dir": req.get("output_dir") or os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp"),
                  "prefix": req.get("profile_prefix") or "", "profile_id": req["profile_id"], "suffix": suffix,
-                 "step_batches": step_batches}
+                 "step_batches": step_batches, "prefill": prefill}
         if req.get("detailed_annotations") and DETAILED_ANNOTATIONS:
             shapes = [self.step_shapes.get(ct) for ct in step_cts]
             event["step_shapes"] = [s for s in shapes if s is not None] or None
