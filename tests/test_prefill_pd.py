@@ -112,6 +112,14 @@ def test_the_window_without_stacks_reads_the_same_model_and_no_check_fires():
     result = analyze([str(_trace("prefill-nostack", r)) for r in RANKS], options=AnalysisOptions(run="pd"))
     steps = [s for s in result.step_rows if s.stage == "extend"]
     assert len(steps) == 12 and {s.layers_found for s in steps} == {4}
+    # the window's last pass prepared the next batch, which came 5.6 s later: that tail is a step of its
+    # own (no label, not tabled), not 5.6 s of "idle after the layers" in the last prefill step
+    assert max(s.step_us for s in steps) < 200_000 and result.d4.step_ms < 120
+    tails = [s for s in result.step_rows if s.stage != "extend"]
+    assert len(tails) == 2 and all(s.stage == "unknown" and s.step_us < 10_000 for s in tails)
+    raw = sum(1 for e in json.loads(gzip.open(_trace("prefill-nostack", RANKS[0])).read())["traceEvents"]
+              if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    assert sum(1 for r in result.kernel_rows if r.rank == "TP0-EP0") == raw  # nothing dropped
     assert result.checks and not result.failed_checks, result.failed_checks
 
 

@@ -6,8 +6,10 @@ copies from its own C++ thread, while the next prefill step runs: about 300 copi
 with the step's kernels in time. Named by position they took the roles of the layer kernels around
 them and the layer-sequence self-check fired on a table that was otherwise right. A copy (memcpy) whose
 launch call ran on a thread that launched none of the step's kernels is not the model's work: it is
-taken out before the step is named and reported on its own row (section "side", outside the layers);
-it stays in the step's time (busy, idle) like any other copy the GPU ran then.
+taken out before the step is named and reported on its own row (section "side", outside the layers).
+Its time counts in the step's kernel busy time (StepRow.busy_us, the shares' denominator), never in the
+step's span or its idle split: the engine copies a request's KV after its prefill, often during the idle
+time before the next step, and a step stretched to its last copy looked a second long (0.5.17, PD).
 """
 from __future__ import annotations
 

@@ -177,14 +177,37 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float 
     return buckets, rest
 
 
-def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]]) -> None:
+TAIL_GAP_US = 50_000.0  # GPU idle after the last step window's kernels that starts a tail of its own
+
+
+def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]], launched_at=None,
+                    windows_end_us: float = float("inf")) -> list[Kernel]:
     """Kernels launched outside every step window (another scheduler thread's copies) join the
-    step they ran during on the GPU, or the one before them: never dropped."""
+    step they ran during on the GPU, or the one before them: never dropped. Returns the tail: kernels
+    launched after the last step window ended (`launched_at(kernel)`: the launch call's start) that ran
+    after more than TAIL_GAP_US of idle following the last step's kernels (a plain profile window's last
+    pass prepares the next batch, which came seconds later under a bursty prefill load: seen on SGLang
+    0.5.17), kept as a step of its own without a label, not stretched into the last step. Only a
+    kernel that ran soon after its launch: one whose launch lies inside the windows (or is unknown), or
+    that ran long after it, joins the last step however far off it ran (a time like that is the
+    self-checks' to flag)."""
     if not rest:
-        return
+        return []
     starts = [min(map(_START_OF, step)) for step in steps]
-    for kernel in rest:
-        steps[max(0, bisect.bisect_right(starts, kernel.start_us) - 1)].append(kernel)
+    last = len(steps) - 1
+    frontier = max(k.end_us for k in steps[last]) if steps[last] else float("-inf")
+    tail: list[Kernel] = []
+    for kernel in sorted(rest, key=_START_OF):
+        i = max(0, bisect.bisect_right(starts, kernel.start_us) - 1)
+        if i == last and launched_at is not None and (tail or kernel.start_us - frontier > TAIL_GAP_US):
+            point = launched_at(kernel)
+            if point is not None and point > windows_end_us and kernel.start_us - point < TAIL_GAP_US:
+                tail.append(kernel)
+                continue
+        steps[i].append(kernel)
+        if i == last:
+            frontier = max(frontier, kernel.end_us)
+    return tail
 
 
 def _merged(windows: list[Range]) -> list[Range]:
@@ -302,8 +325,8 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         placed = sum(len(b) for b, _ in cpu_kept)
         if cpu_kept and placed >= 0.9 * len(kernels):
             steps = [b for b, _ in cpu_kept]
-            _place_the_rest(cpu_rest, steps)
-            return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
+            tail = _place_the_rest(cpu_rest, steps, cpu_point, cpu_windows[-1].end_us)
+            return make(steps + [tail], "cpu_annotation", [n for _, n in cpu_kept] + [""])
 
     gpu_windows = _merged(_step_windows(trace.gpu_annotations))
     if gpu_windows:
@@ -311,13 +334,14 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]
         if kept:
             steps = [b for b, _ in kept]
-            _place_the_rest(rest, steps)
-            return make(steps, "gpu_annotation", [n for _, n in kept])
+            ends = [w.end_us for w in cpu_windows or gpu_windows]
+            tail = _place_the_rest(rest, steps, cpu_point, max(ends))
+            return make(steps + [tail], "gpu_annotation", [n for _, n in kept] + [""])
 
     if cpu_kept:  # CPU windows that place fewer kernels, when there are no GPU ones
         steps = [b for b, _ in cpu_kept]
-        _place_the_rest(cpu_rest, steps)
-        return make(steps, "cpu_annotation", [n for _, n in cpu_kept])
+        tail = _place_the_rest(cpu_rest, steps, cpu_point, cpu_windows[-1].end_us)
+        return make(steps + [tail], "cpu_annotation", [n for _, n in cpu_kept] + [""])
 
     graph: dict[int, list[Kernel]] = {}
     for kernel in kernels:

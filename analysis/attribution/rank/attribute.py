@@ -188,7 +188,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         label_phases(kernel_rows[step_first_row:])
         layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
                     for s in slots]
-        if step.side:  # named apart, but GPU work of the step's time like any other copy
+        if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
             merged = sorted(step.kernels + step.side, key=_start_of)
             side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
             kernel_rows.extend(KernelRow(run, rank, index, stage, SECTION_SIDE, -1, 0, SIDE_GROUP, SIDE_MODULE,
@@ -196,12 +196,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                                          side_exposed[id(k)], SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
                                for k in step.side)
             busy_us += sum(k.dur_us for k in step.side)
-            first = min(first, merged[0].start_us)
-            last = max(last, max(k.end_us for k in step.side))
-            unit_of = dict(zip(map(id, step.kernels), layer_of))
-            idle = step_idle(merged, [unit_of.get(id(k), -1) for k in merged], clock)
-        else:
-            idle = step_idle(step.kernels, layer_of, clock)
+        idle = step_idle(step.kernels, layer_of, clock)
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"
