@@ -197,18 +197,28 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
             raise
     finally:
         if plan.profiler == "v1":  # never leave a classic capture running: the next start would get a 500
-            try:
-                status, text = post_json(dep.url + endpoints["stop_profile"], None, 60.0)
-                outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
-            except OSError as exc:
-                outcome.stop_profile = f"not answered: {exc}"
+            _stop_classic(dep, outcome)
+    _close_window(outcome, load, started, opened_s)
+    outcome.accept_length = window_accept_length(before, load.spec_snapshot())
+    return outcome
+
+
+def _stop_classic(dep: "Deployment", outcome: ProfileOutcome) -> None:
+    """/stop_profile, its answer (or why none came) kept in the outcome."""
+    try:
+        status, text = post_json(dep.url + dep.plan.sglang.endpoints["stop_profile"], None, 60.0)
+        outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
+    except OSError as exc:
+        outcome.stop_profile = f"not answered: {exc}"
+
+
+def _close_window(outcome: ProfileOutcome, load, started: float, opened_s: float | None) -> None:
+    """The window's length, its start and end on the load records' clock, the batch running at its end."""
     outcome.window_s = round(time.monotonic() - started, 3)
     closed_s = load.clock_s()
     if opened_s is not None and closed_s is not None:
         outcome.window_load_s = [round(opened_s, 6), round(closed_s, 6)]
     outcome.running_at_end = load.running_batch()
-    outcome.accept_length = window_accept_length(before, load.spec_snapshot())
-    return outcome
 
 
 def plain_window_body(output_dir: str, num_steps: int, prefix: str, with_stack: bool = True,
@@ -242,14 +252,6 @@ def profile_extend(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
         outcome.running_at_start = load.running_batch()
         outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s)
     finally:  # a window that never closed (the server stopped stepping) must not refuse the next start
-        try:
-            status, text = post_json(dep.url + endpoints["stop_profile"], None, 60.0)
-            outcome.stop_profile = f"HTTP {status}: {text.strip()[:200]}"
-        except OSError as exc:
-            outcome.stop_profile = f"not answered: {exc}"
-    outcome.window_s = round(time.monotonic() - started, 3)
-    closed_s = load.clock_s()
-    if opened_s is not None and closed_s is not None:
-        outcome.window_load_s = [round(opened_s, 6), round(closed_s, 6)]
-    outcome.running_at_end = load.running_batch()
+        _stop_classic(dep, outcome)
+    _close_window(outcome, load, started, opened_s)
     return outcome
