@@ -151,7 +151,7 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                    with_stack: bool = True, record_shapes: bool = True) -> ProfileOutcome:
     """The decode-only window, then num_steps profiled decode steps on every rank, traces found on every node."""
     plan = dep.plan
-    endpoints, profile = plan.sglang.endpoints, plan.sglang.profile
+    profile = plan.sglang.profile
     outcome = ProfileOutcome()
     # Both profilers stop at the step after the last profiled one, and a verify step yields up to
     # num_draft_tokens tokens; half an output leaves room for the round trips before the first step.
@@ -165,20 +165,9 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
         outcome.expert_record = _expert_record(expert_load.start, dep)
     try:
-        try:
-            status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
-            if status != 200 and plan.profiler == "v1":
-                # A classic capture left running (by-stage state outlives /stop_profile: a later prefill
-                # starts an EXTEND capture) refuses every start with a bare 500: stop it, try once more.
-                post_json(dep.url + endpoints["stop_profile"], None, 60.0)
-                status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
-        except OSError as exc:
-            dep.check_alive()  # a dead node explains it best
-            raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
-        if status != 200:
-            dep.check_alive()
-            raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
-                            f"node 0 says: {_server_says(dep)}")
+        # A classic capture left running (by-stage state outlives /stop_profile: a later prefill starts an
+        # EXTEND capture) refuses every start with a bare 500: stop it, try once more.
+        _start_window(dep, body, retry_after_stop=plan.profiler == "v1")
         outcome.running_at_start = load.running_batch()
         try:
             outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=plan.decode_stage,
@@ -201,6 +190,24 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     _close_window(outcome, load, started, opened_s)
     outcome.accept_length = window_accept_length(before, load.spec_snapshot())
     return outcome
+
+
+def _start_window(dep: "Deployment", body: dict, retry_after_stop: bool = False) -> None:
+    """POST /start_profile on node 0; a refusal (after one /stop_profile and a second try where
+    `retry_after_stop`) or no answer is a RunFailed with the server's own reason."""
+    endpoints = dep.plan.sglang.endpoints
+    try:
+        status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
+        if status != 200 and retry_after_stop:
+            post_json(dep.url + endpoints["stop_profile"], None, 60.0)
+            status, text = post_json(dep.url + endpoints["start_profile"], body, 30.0)
+    except OSError as exc:
+        dep.check_alive()  # a dead node explains it best
+        raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
+    if status != 200:
+        dep.check_alive()
+        raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
+                        f"node 0 says: {_server_says(dep)}")
 
 
 def _stop_classic(dep: "Deployment", outcome: ProfileOutcome) -> None:
@@ -234,21 +241,10 @@ def profile_extend(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
     """A plain window of num_steps forward passes on every rank while the load keeps arriving (new
     requests are never paused: their prefills are what the window is for). The traces keep SGLang's
     step labels (step[EXTEND bs= toks=]); the analysis describes their extend steps (AnalysisOptions.stage)."""
-    plan = dep.plan
-    endpoints = plan.sglang.endpoints
     outcome = ProfileOutcome()
     started, opened_s = time.monotonic(), load.clock_s()
     try:
-        try:
-            status, text = post_json(dep.url + endpoints["start_profile"], plain_window_body(
-                trace_dir, num_steps, prefix, with_stack, record_shapes), 30.0)
-        except OSError as exc:
-            dep.check_alive()
-            raise RunFailed(f"{endpoints['start_profile']} not answered by node 0: {exc}") from None
-        if status != 200:
-            dep.check_alive()
-            raise RunFailed(f"{endpoints['start_profile']} answered HTTP {status} ({text.strip()[:200]}); "
-                            f"node 0 says: {_server_says(dep)}")
+        _start_window(dep, plain_window_body(trace_dir, num_steps, prefix, with_stack, record_shapes))
         outcome.running_at_start = load.running_batch()
         outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s)
     finally:  # a window that never closed (the server stopped stepping) must not refuse the next start
