@@ -287,7 +287,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
     """Layers of one kind carry the same sequence of kernel classes: this rank's layers, and the ones
     that differ from their kind's usual sequence (the kind's usual one is the rank's own)."""
     ignore = frozenset(limits.get("ignore_classes") or ())
-    # (kind, previous kind) -> sequence -> [(step, layer)]
+    # (kind, previous kind, the step for an extend step else None) -> sequence -> [(step, layer)]
     seen: dict[tuple[str, str, int | None], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
     where_rows: dict[tuple[int, int], list[KernelRow]] = {}
     for s in steps:

@@ -1,6 +1,7 @@
 """One rank's trace -> KernelRows and StepRows (steps, layers, attribution, overlap)."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 from analysis.attribution.capture import Capture
@@ -24,6 +25,7 @@ from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
 
 ATTRIBUTION_MODES = ("auto", "template", "modules")
+_BY_START = operator.attrgetter("start_us")
 TBO_NOT_SEEN = ("two-batch overlap expected (--tbo, or the run's engine.two_batch_overlap) but not seen in {where}: "
                 "read as one batch")
 
@@ -68,10 +70,6 @@ def _layer_check(units_found: int, expected: int | None, moe_found: int | None, 
             return ("layer_count_mismatch", f"found {units_found - moe_found} dense + {moe_found} MoE layers, "
                     f"model expects {dense_expected} + {moe_expected}")
     return "ok", ""
-
-
-def _start_of(kernel) -> float:
-    return kernel.start_us
 
 
 def attribute_rank(
@@ -189,7 +187,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
                     for s in slots]
         if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
-            merged = sorted(step.kernels + step.side, key=_start_of)
+            merged = sorted(step.kernels + step.side, key=_BY_START)
             side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
             kernel_rows.extend(KernelRow(run, rank, index, stage, SECTION_SIDE, -1, 0, SIDE_GROUP, SIDE_MODULE,
                                          kernel_label(k), k.name, k.stream, k.start_us, k.dur_us,

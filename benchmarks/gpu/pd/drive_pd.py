@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sglang_real"))
-from drive import http_get  # noqa: E402  (the same GET the one-server driver keeps facts with)
+from drive import SERVER_ENV, http_get, server_flags  # noqa: E402  (the one-server driver's own)
 
 from harness.node.process import ServerProcess, ServerStartError  # noqa: E402
 from harness.node.trace_files import TraceWaitError, wait_for_traces  # noqa: E402
@@ -40,7 +40,6 @@ from harness.sglang.http_post import post_json  # noqa: E402
 from harness.sglang.plan import DeploymentSpec, build_plan, expected_rank_labels  # noqa: E402
 
 BOOTSTRAP_PORT = 8998
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -68,15 +67,13 @@ def parse(argv=None) -> argparse.Namespace:
 def spec_for(a, role: str, trace_dir: str) -> DeploymentSpec:
     gpus = a.prefill_gpus if role == "prefill" else a.decode_gpus
     n = len(gpus.split(","))
-    extra = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
-             "--prefill-attention-backend", "triton", "--decode-attention-backend", "flashmla",
-             "--disable-radix-cache", "--log-level", "info", "--ep-dispatch-algorithm", "fake",
-             "--nccl-port", str(31000 if role == "prefill" else 31100)]
+    extra = server_flags("triton", "flashmla") + ["--ep-dispatch-algorithm", "fake",
+                                                  "--nccl-port", str(31000 if role == "prefill" else 31100)]
     if a.transfer != "none" or role == "decode":
         extra += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", a.transfer]
         if role == "prefill":
             extra += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
-    env = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "CUDA_VISIBLE_DEVICES": gpus, **MULTICAST_OFF}
+    env = {**SERVER_ENV, "CUDA_VISIBLE_DEVICES": gpus}
     if a.transfer == "mooncake":
         env["MOONCAKE_PROTOCOL"] = "tcp"  # one host, no RDMA card
     prefill = role == "prefill"

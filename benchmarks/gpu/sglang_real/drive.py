@@ -72,17 +72,26 @@ def parse(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+# Every recording's server: token ids in (no tokenizer), no grammar or radix cache, DeepGEMM compiled on
+# first use, NVLink multicast off (it can take a shared host's GPUs out of service).
+SERVER_ENV = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+              "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def server_flags(prefill_attn: str, decode_attn: str) -> list[str]:
+    return ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
+            "--prefill-attention-backend", prefill_attn, "--decode-attention-backend", decode_attn,
+            "--disable-radix-cache", "--log-level", "info"]
+
+
 def deployment(a: argparse.Namespace, trace_dir: str) -> DeploymentSpec:
-    extra = ["--skip-tokenizer-init", "--sampling-backend", "pytorch", "--grammar-backend", "none",
-             "--prefill-attention-backend", a.prefill_attn, "--decode-attention-backend", a.decode_attn,
-             "--disable-radix-cache", "--log-level", "info"]
+    extra = server_flags(a.prefill_attn, a.decode_attn)
     if a.no_cuda_graph:
         extra.append("--disable-cuda-graph")
     if a.routing == "fake":
         extra += ["--ep-dispatch-algorithm", "fake"]
     extra += a.extra.split()
-    env = {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "0", "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-           "NVSHMEM_DISABLE_NVLS": "1"}
+    env = dict(SERVER_ENV)
     if a.capture_trace:
         env["SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE"] = "1"
         extra.append("--enable-profile-cuda-graph")
