@@ -18,6 +18,11 @@ def deployment_problems(scenario: Scenario, sglang_version: str | None = None) -
     from harness.sglang.spec import deployment_spec
     from harness.sglang.version import VersionError
 
+    if scenario.engine.disaggregation is not None:  # each role is a deployment of its own
+        from harness.sglang.pd_roles import role_scenarios
+        return [f"engine.disaggregation.{role} (the SGLang plan of the {role} role): {problem.split(': ', 1)[1]}"
+                for role, role_scenario in role_scenarios(scenario).items()
+                for problem in deployment_problems(role_scenario, sglang_version)]
     try:
         spec = deployment_spec(scenario.engine.model_dump(mode="json"), scenario.cluster.model_dump(mode="json"),
                                profile=scenario.profile.model_dump(mode="json"))

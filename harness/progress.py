@@ -42,6 +42,22 @@ class Progress:
     def note(self, text: str) -> None:
         self.console.print(f"  {text}")
 
+    def part(self, name: str) -> "Progress":
+        """The same lines, timings and listeners, each phase named `name: phase` (a PD run's roles, whose
+        servers start at once on threads of their own)."""
+        child = Progress.__new__(Progress)
+        child.__dict__.update(self.__dict__)
+        parent = self
+
+        @contextmanager
+        def phase(phase_name: str) -> Iterator[None]:
+            with parent.phase(f"{name}: {phase_name}"):
+                child.current = parent.current
+                yield
+
+        child.phase = phase
+        return child
+
     def hide(self, mask) -> None:
         """Every line printed from now on goes through mask (a run's Secrets.text)."""
         self.console.mask = mask

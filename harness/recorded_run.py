@@ -51,8 +51,12 @@ def read_run_dir(path: str | Path) -> RecordedRun:
     """The run's recorded inputs; RunDirError when the folder is not a finished run or kept no traces."""
     run_dir = Path(path)
     manifest = _manifest(run_dir)
+    roles = manifest.get("pd_roles")
+    if isinstance(roles, dict) and roles:  # harness/engines/sglang_pd.py: each role is a run directory
+        raise RunDirError(f"{run_dir}: a prefill/decode run; each role is a run directory of its own: "
+                          + ", ".join(str(run_dir / str(folder)) for folder in roles.values()))
     scenario = _scenario(run_dir)
-    name = Path(str(manifest.get("run_dir") or run_dir)).name
+    name = manifest.get("run_name") or Path(str(manifest.get("run_dir") or run_dir)).name  # a PD role's has run_name
     node_traces, notes = _kept_traces(run_dir, manifest, scenario)
     return RecordedRun(run_dir, manifest, scenario, name, node_traces, notes)
 

@@ -31,6 +31,10 @@ def run_secrets(scenario: Scenario, environ: Mapping[str, str], pushgateway: str
         values += [environ[name] for name in engine.get("passthrough_env") or () if environ.get(name)]
         values += [v for k, v in (engine.get("env") or {}).items() if is_secret_name(k)]
         values += secret_flag_values([*(engine.get("extra_args") or ()), *(engine.get("launcher") or ())])
+        pd = engine.get("disaggregation") or {}
+        for part in (pd.get("prefill") or {}, pd.get("decode") or {}, pd.get("router") or {}):  # a PD pair's roles
+            values += [v for k, v in (part.get("env") or {}).items() if is_secret_name(k)]
+            values += secret_flag_values([*(part.get("extra_args") or ()), *(part.get("launcher") or ())])
     for text in [*_strings(scenario.model_dump(mode="json")), pushgateway or ""]:
         values += url_credentials(text)
     return Secrets(values)

@@ -77,6 +77,67 @@ class SGLangSpeculative(_Strict):
     num_draft_tokens: int = Field(4, ge=1, description="--speculative-num-draft-tokens")
 
 
+class PDRole(_Strict):
+    """One role of a prefill/decode (PD) pair: its share of the cluster's nodes, and the engine keys it sets
+    its own way (unset keys are the engine's). Each role is one SGLang server over its nodes."""
+    nodes: int = Field(1, ge=1, description="nodes of this role (the roles' nodes sum to cluster.nodes)")
+    tp: int | None = Field(None, ge=1, description="--tp-size of this role (default: the engine's tp)")
+    dp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1)
+    dp_attention: bool | None = None
+    deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(
+        None, description="prefill: normal (large batches), decode: low_latency (CUDA graphs), as SGLang's PD guide")
+    two_batch_overlap: bool | None = None
+    attention_backend: str | None = None
+    cuda_graph_bs: list[int] | None = None
+    cuda_graph_max_bs: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(None, ge=1)
+    chunked_prefill_size: int | None = Field(None, ge=1)
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    port: int | None = Field(None, ge=1, le=65535, description="HTTP port of the role's node 0 (default: the engine's "
+                             "port for prefill, port + 100 for decode)")
+    dist_init_port: int | None = Field(None, ge=1, le=65535, description="default: the engine's for prefill, + 100 "
+                                       "for decode")
+    extra_args: list[str] = Field(default_factory=list, description="launch_server arguments of this role only, "
+                                  "after the engine's")
+    env: dict[str, str] = Field(default_factory=dict, description="environment of this role only, over the engine's")
+
+    @field_validator("env")
+    @classmethod
+    def _variable_names(cls, value):
+        bad = bad_env_names(value)
+        if bad:
+            raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
+        return value
+
+
+class PDRouter(_Strict):
+    """SGLang's router (the sglang-router package) in PD mode: each request goes to a prefill and a decode
+    server with one bootstrap room; the load is driven through it."""
+    port: int = Field(8000, ge=1, le=65535, description="the router's HTTP port")
+    prometheus_port: int = Field(29000, ge=1, le=65535, description="--prometheus-port: where the router serves "
+                                 "its own metrics (it ends at start when the port is taken)")
+    extra_args: list[str] = Field(default_factory=list, description="further launch_router arguments, verbatim "
+                                  "(e.g. --prefill-policy, --decode-policy)")
+    ready_timeout_s: float = Field(300.0, gt=0, description="bound on the router answering /health with its workers")
+    launcher: list[str] | None = Field(
+        None, description="replaces `python3 -m sglang_router.launch_router` ({python}: the driver's Python)")
+
+
+class SGLangDisaggregation(_Strict):
+    """Prefill/decode disaggregation: prefill and decode on separate servers (SGLang's
+    --disaggregation-mode), the KV cache sent between them by a transfer backend, a router in front."""
+    transfer_backend: str = Field("mooncake", min_length=1, description="--disaggregation-transfer-backend: mooncake "
+                                  "(RDMA; MOONCAKE_PROTOCOL=tcp in engine.env without RDMA) or nixl")
+    bootstrap_port: int = Field(8998, ge=1, le=65535, description="--disaggregation-bootstrap-port of the prefill "
+                                "server, where the decode side's handshake goes")
+    ib_device: str | None = Field(None, min_length=1, description="--disaggregation-ib-device: the RDMA NICs "
+                                  "(mlx5_0,mlx5_1,...)")
+    prefill: PDRole = Field(default_factory=PDRole)
+    decode: PDRole = Field(default_factory=PDRole)
+    router: PDRouter = Field(default_factory=PDRouter)
+
+
 class SGLangEngine(_Strict):
     """An SGLang server launched on every node (the multi-node deployment path)."""
 
@@ -114,6 +175,9 @@ class SGLangEngine(_Strict):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
     passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
     ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
+    disaggregation: SGLangDisaggregation | None = Field(
+        None, description="prefill/decode disaggregation: a prefill server and a decode server, each over its "
+        "own nodes, and SGLang's router in front (docs/run.md)")
     launcher: list[str] | None = Field(
         None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
         "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
@@ -166,9 +230,11 @@ class Profile(_Strict):
         default_factory=lambda: ["DECODE"], description="SGLang: DECODE (the decode-only window), or EXTEND (a "
         "plain window of num_steps forward passes while the load keeps arriving: the table describes its "
         "prefill steps; a short workload.output_len makes most passes prefills)")
-    sglang_profiler: Literal["auto", "v2", "v1"] = Field(
+    sglang_profiler: Literal["auto", "v2", "v1", "plain"] = Field(
         "auto", description="SGLang: v2 = SGLANG_PROFILE_V2 with decode stages; v1 = the classic by-stage "
-        "profiler, stopped with /stop_profile on every exit; auto = v2 where the release has it")
+        "profiler, stopped with /stop_profile on every exit; plain = the classic profiler's plain window of "
+        "num_steps passes after the same pause (a PD decode role's choice under auto); auto = v2 where the "
+        "release has it")
     capture_traces: bool = Field(False, description="SGLang: also keep the CUDA-graph capture traces the server "
                                  "writes while it starts (0.5.23: one per batch size, with module stacks)")
     expert_load: bool = Field(False, description="SGLang: record the expert distribution over the profiled window "
@@ -316,6 +382,8 @@ def combination_problems(s: Scenario) -> list[str]:
                 f"workload.input_len + workload.output_len ({w.input_len + w.output_len}) exceeds the preset's "
                 f"max_position_embeddings ({cfg['max_position_embeddings']})"
             )
+    elif s.engine.disaggregation is not None:
+        problems += disaggregation_problems(s)
     else:
         e = s.engine
         total_gpus = s.cluster.nodes * s.cluster.gpus_per_node
@@ -358,6 +426,39 @@ def combination_problems(s: Scenario) -> list[str]:
                 f"({(p.num_steps + 2) * per_step}): new requests pause while the profile runs, and the running "
                 "ones must last until the profiler stops"
             )
+    return problems
+
+
+def disaggregation_problems(s: Scenario) -> list[str]:
+    """A PD scenario: the roles' nodes make the cluster, the ports differ, and each role's own scenario
+    (harness/sglang/pd_roles.py) is one that could run alone; its problems are named with the role."""
+    from harness.sglang.pd_roles import ROLES, role_data
+
+    pd, problems = s.engine.disaggregation, []
+    if pd.prefill.nodes + pd.decode.nodes != s.cluster.nodes:
+        problems.append(f"engine.disaggregation: prefill.nodes ({pd.prefill.nodes}) + decode.nodes ({pd.decode.nodes}) "
+                        f"must equal cluster.nodes ({s.cluster.nodes}): each node serves one role")
+    if not s.profile.stages:
+        problems.append("profile.stages: name the roles' windows to profile: EXTEND (prefill), DECODE (decode)")
+    ports = {}
+    for role in ROLES:
+        data = role_data(s, role)
+        engine = data["engine"]
+        for key in ("port", "dist_init_port"):
+            ports.setdefault(engine[key], f"{role} {key}")
+        try:
+            Scenario.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc, msg = _describe(err)
+                where = ".".join(str(x) for x in loc)
+                problems.append(f"engine.disaggregation.{role}: {where + ': ' if where else ''}{msg}")
+    clash = ports.get(pd.router.port) or (f"prefill bootstrap_port" if pd.router.port == pd.bootstrap_port else None)
+    if clash:
+        problems.append(f"engine.disaggregation.router.port ({pd.router.port}) is the {clash} too")
+    if len(set(ports)) < 4:
+        problems.append("engine.disaggregation: the prefill and decode roles' port and dist_init_port must all differ "
+                        "(both roles may share a host)")
     return problems
 
 

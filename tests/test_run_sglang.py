@@ -620,3 +620,71 @@ def test_an_extend_profile_records_a_plain_window_and_tables_its_prefill_steps(c
     d4 = (run_dir / "analysis" / "d4.md").read_text()
     assert "stage extend" in d4 and "found 4 layers (1 dense + 3 MoE)" in d4, d4[-1500:]
     assert "deep_ep::intranode::dispatch" in d4
+
+
+PD_SCENARIO = REPO / "tests" / "scenarios" / "sglang_fake_pd.yaml"
+
+
+def _pd_scenario(tmp_path: Path, **profile) -> Path:
+    """The PD test scenario with free ports for both roles, the bootstrap server and the router."""
+    data = yaml.safe_load(PD_SCENARIO.read_text())
+    base = free_port_run(8)
+    pd = data["engine"]["disaggregation"]
+    data["engine"]["port"], data["engine"]["dist_init_port"] = base, base + 1
+    pd["decode"]["port"], pd["decode"]["dist_init_port"] = base + 2, base + 3
+    pd["bootstrap_port"], pd["router"]["port"], pd["router"]["prometheus_port"] = base + 4, base + 5, base + 6
+    data["profile"].update(profile)
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_pd_run_starts_both_roles_and_the_router_loads_through_it_and_tables_each_role(cluster, env, tmp_path, capsys):
+    """engine.disaggregation: a prefill server and a decode server each on its own Ray node, SGLang's real
+    router in front (the fake decode server refuses a request without the router's bootstrap room, and
+    serves one only once the prefill side has sent the room's KV), the prefill window under the arriving
+    load, the decode window after the pause, each role's folder a run directory with its table, and the TTFT
+    split from both servers' per-stage metrics."""
+    path = _pd_scenario(tmp_path)
+    status, run_dir = run(parse_scenario(path.read_text(), str(path)), path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
+    assert manifest["pd_roles"] == {"prefill": "prefill", "decode": "decode"}
+    router_argv = manifest["router"]["argv"]
+    assert "--pd-disaggregation" in router_argv and router_argv[router_argv.index("--prefill") + 2] == str(
+        yaml.safe_load(path.read_text())["engine"]["disaggregation"]["bootstrap_port"])
+    roles = {role: _manifest(run_dir / role) for role in ("prefill", "decode")}
+    assert {r: m["status"] for r, m in roles.items()} == {"prefill": "ok", "decode": "ok"}
+    # each role on a node of its own, with its disaggregation mode
+    assert roles["prefill"]["nodes"][0]["ray_node_id"] != roles["decode"]["nodes"][0]["ray_node_id"]
+    for role, m in roles.items():
+        argv = m["plan"]["nodes"][0]["argv"]
+        assert argv[argv.index("--disaggregation-mode") + 1] == role
+    assert roles["prefill"]["profile"]["stage"] == "EXTEND" and roles["decode"]["profile"]["profiler"] == "plain"
+    # every request through the router, each with all its tokens (the decode side served them)
+    records = [json.loads(line) for line in (run_dir / "load" / "requests.jsonl").read_text().splitlines()]
+    assert len(records) >= 8 and all(r["ok"] and r["output_tokens"] == 40 for r in records)
+    assert "did not come through the router" not in (run_dir / "decode" / "logs" / "sglang-node0.log").read_text()
+    assert (run_dir / "logs" / "router.log").stat().st_size > 0
+    # each role's table: the prefill role's extend steps, the decode role's decode steps
+    prefill_d4 = (run_dir / "prefill" / "analysis" / "d4.md").read_text()
+    decode_d4 = (run_dir / "decode" / "analysis" / "d4.md").read_text()
+    assert "stage extend" in prefill_d4 and "deep_ep::intranode::dispatch" in prefill_d4, prefill_d4[-1500:]
+    assert "stage decode" in decode_d4 and "found 4 layers (1 dense + 3 MoE)" in decode_d4, decode_d4[-1500:]
+    table = (run_dir / "table.md").read_text()
+    assert table.index("## prefill role") < table.index("## decode role") < table.index("## Time to first token")
+    # the TTFT split over the load: every part observed for every request of the load (scraped before its first
+    # request and after its last), the fake's 5 ms KV transfer read back
+    parts = {p["name"]: p for p in json.loads((run_dir / "ttft_split.json").read_text())}
+    assert {"bootstrap", "prefill queue", "prefill compute", "KV transfer", "wait before decode"} <= set(parts)
+    assert {name: p["requests"] for name, p in parts.items()} == {name: len(records) for name in parts}
+    assert parts["KV transfer"]["mean_ms"] == pytest.approx(5.0, abs=0.01)
+    assert sorted(p.name for p in (run_dir / "metrics").iterdir()) == [
+        "decode-end.prom", "decode-start.prom", "prefill-end.prom", "prefill-start.prom"]
+    # a role's folder is a run directory: analyze reads it as the run did; the pair's folder says where they are
+    assert_analyze_reproduces(run_dir / "decode", tmp_path / "again", capsys)
+    capsys.readouterr()
+    from harness.cli import main as cli_main
+    assert cli_main(["analyze", str(run_dir), "--out", str(tmp_path / "pair")]) != 0
+    assert f"{run_dir / 'prefill'}" in capsys.readouterr().err
+    _no_secret_in(run_dir)

@@ -9,6 +9,31 @@ import yaml
 from harness.commands import COMMANDS
 
 
+def load_deployment_specs(name_or_path: str):
+    """({role: DeploymentSpec}, router settings or None, path) of an sglang scenario file: one spec under
+    "" for a one-server scenario, one per role for a prefill/decode (PD) scenario."""
+    from harness.scenario import load_scenario
+    from harness.sglang.pd_roles import role_scenarios
+    from harness.sglang.spec import scenario_deployment
+
+    scenario, path = load_scenario(name_or_path)
+    pd = getattr(scenario.engine, "disaggregation", None)
+    if pd is None:
+        return {"": load_deployment_spec(name_or_path)[0]}, None, path
+    return {role: scenario_deployment(s) for role, s in role_scenarios(scenario).items()}, pd, path
+
+
+def router_line(pd, plans: dict) -> str:
+    """The router's command as the run starts it, the servers' addresses as placeholders."""
+    from harness.sglang.router import router_argv
+
+    argv = router_argv(pd.router.launcher, pd.router.port, [f"http://{{prefill_node0_ip}}:{plans['prefill'].spec.port}"],
+                       pd.bootstrap_port, [f"http://{{decode_node0_ip}}:{plans['decode'].spec.port}"],
+                       pd.router.extra_args, pd.router.prometheus_port)
+    return "\n# router (on a node Ray picks; {prefill_node0_ip} and {decode_node0_ip}: each role's node 0)\n" + \
+        " ".join(argv) + "\n"
+
+
 def load_deployment_spec(name_or_path: str):
     """The DeploymentSpec of an sglang scenario file (path or name under scenarios/)."""
     from harness.sglang.plan import PlanError
@@ -55,17 +80,24 @@ def run(args) -> int:
     from harness.sglang.version import VersionError
     from harness.scenario import ScenarioError
     try:
-        spec, path = load_deployment_spec(args.scenario)
-        plan = build_plan(spec, version=args.sglang_version)
+        specs, pd, path = load_deployment_specs(args.scenario)
+        plans = {role: build_plan(spec, version=args.sglang_version) for role, spec in specs.items()}
     except (PlanError, VersionError, ValueError, ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    plan = next(iter(plans.values()))
     if plan.sglang.assumption:
         print(f"warning: {plan.sglang.assumption}", file=sys.stderr)
-    sys.stdout.write(plan.render())
+    for role, role_plan in plans.items():
+        if role:
+            sys.stdout.write(f"# ===== {role} role ({role_plan.spec.nodes} node(s)) =====\n")
+        sys.stdout.write(role_plan.render())
+    if pd is not None:
+        sys.stdout.write(router_line(pd, plans))
     if args.check_flags:
         try:
-            problems = check_plan_offline(plan, str(path))
+            problems = [p for role, role_plan in plans.items()
+                        for p in check_plan_offline(role_plan, f"{path}{f' {role} role' if role else ''}")]
         except FlagError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

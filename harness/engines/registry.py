@@ -22,7 +22,15 @@ ENGINES: dict[str, EngineEntry] = {
     "embedded": EngineEntry("harness.engines.embedded.ray_engine:EmbeddedRayEngine"),
     # sglang_version: the release the plan is spelled for (None: the one installed on the nodes)
     "sglang": EngineEntry("harness.engines.sglang:SGLangEngine", run_options=("sglang_version",)),
+    # an sglang scenario with engine.disaggregation: a prefill/decode pair and its router
+    "sglang_pd": EngineEntry("harness.engines.sglang_pd:SGLangPDEngine", run_options=("sglang_version",)),
 }
+
+
+def engine_key(scenario) -> str:
+    """The ENGINES entry a scenario runs under: its engine.kind, or sglang_pd for a PD pair."""
+    kind = scenario.engine.kind
+    return "sglang_pd" if kind == "sglang" and scenario.engine.disaggregation is not None else kind
 
 
 def engine_class(kind: str) -> type[Engine]:
@@ -36,6 +44,6 @@ def engine_for(ctx: RunContext, **run_options) -> Engine:
 
     run_options: sglang_version, the SGLang release an sglang scenario is planned for (None: the one
     installed on the nodes)."""
-    entry = ENGINES[ctx.scenario.engine.kind]
-    return engine_class(ctx.scenario.engine.kind)(ctx, **{k: v for k, v in run_options.items()
-                                                          if k in entry.run_options})
+    key = engine_key(ctx.scenario)
+    entry = ENGINES[key]
+    return engine_class(key)(ctx, **{k: v for k, v in run_options.items() if k in entry.run_options})

@@ -43,12 +43,14 @@ def load_api(extra_args) -> str:
 class SGLangEngine(Engine):
     expected_errors = (DeploymentError,)
 
-    def __init__(self, ctx: RunContext, sglang_version: str | None = None):
+    def __init__(self, ctx: RunContext, sglang_version: str | None = None, run_name: str | None = None):
         """sglang_version: the release the plan is spelled for (versions.yaml; None: the one installed on
-        the nodes, asked before any server starts)."""
+        the nodes, asked before any server starts). run_name: the name of the node folders, the traces' prefix
+        and the D4 column (default the run directory's; a PD role's is the run's with the role)."""
         super().__init__(ctx)
         self.sglang_version = sglang_version
-        self.node_dir = node_dir_for(self.run_dir.name)
+        self.run_name = run_name or self.run_dir.name
+        self.node_dir = node_dir_for(self.run_name)
         self.trace_dir = f"{self.node_dir}/traces"
         self.spec = self.plan = None
         self.dep: Deployment | None = None
@@ -112,7 +114,7 @@ class SGLangEngine(Engine):
         """A decode-only window, or for EXTEND a plain window under the running load (harness/sglang/profile.py);
         each node's ranks' traces stay on that node."""
         prof, spec, m = self.scenario.profile, self.spec, self.manifest
-        prefix = self.scenario.outputs.trace_prefix or self.run_dir.name
+        prefix = self.scenario.outputs.trace_prefix or self.run_name
         extend = spec.profile_stage == "EXTEND"
         what = f"{prof.num_steps} forward passes (prefills among them)" if extend else f"{prof.num_steps} decode steps"
         with self.progress.phase(f"profile {what} on every rank"):
@@ -193,7 +195,7 @@ class SGLangEngine(Engine):
         timeout_s = self.scenario.profile.timeout_s
         with self.progress.phase("analyse each node's ranks"):
             capture_dir, capture_note = capture_use(self.dep.plan, self.trace_dir)
-            options = analysis_options(self.scenario, self.run_dir.name)
+            options = analysis_options(self.scenario, self.run_name)
             captures = None
             if capture_dir:
                 self.progress.note(f"calibrating {options['signature']} against each node's capture traces")
@@ -219,7 +221,7 @@ class SGLangEngine(Engine):
 
     def _facts(self, capture_note: str) -> RunFacts:
         """What the analysis' end reads off this run (harness/sglang/run_analysis.py)."""
-        return RunFacts(scenario=self.scenario, run_name=self.run_dir.name, run_dir=self.run_dir,
+        return RunFacts(scenario=self.scenario, run_name=self.run_name, run_dir=self.run_dir,
                         accept_length=self.manifest["accept_length"], expert_load=self.manifest.get("expert_load") or {},
                         sglang_version=self.plan.sglang.version,
                         shared_experts_apart=shared_experts_apart(self.plan.nodes[0].flag_keys),

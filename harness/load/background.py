@@ -11,8 +11,12 @@ class BackgroundLoad:
     """Starts LoadRun in its own event loop; stop() lets in-flight requests finish, no new ones start."""
 
     def __init__(self, url: str, concurrency: int, input_len: int, output_len: int, records_path: str,
-                 ramp_s: float = 0.0, api: str = "generate", loads_path: str = DEFAULT_LOADS_PATH):
+                 ramp_s: float = 0.0, api: str = "generate", loads_path: str = DEFAULT_LOADS_PATH,
+                 loads_url: str | None = None):
+        """loads_url: the server whose /v1/loads says what runs (default url; behind a PD router, the
+        decode server, since the router answers no /v1/loads)."""
         self.url, self.loads_path, self.output_len = url, loads_path, output_len
+        self.loads_url = loads_url or url
         self.load = LoadRun(url, concurrency, input_len, output_len, records_path, api=api, ramp_s=ramp_s)
         self.loop = asyncio.new_event_loop()
         self.error: BaseException | None = None
@@ -96,7 +100,7 @@ class BackgroundLoad:
 
         async def probe() -> list[dict]:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
-                return await fetch_loads(session, self.url, self.loads_path)
+                return await fetch_loads(session, self.loads_url, self.loads_path)
 
         try:
             self.last_loads = asyncio.run(probe())

@@ -71,7 +71,7 @@ class DeploymentSpec:
     extra_args: tuple[str, ...] = ()
     capture_traces: bool = False           # CUDA-graph capture traces at start (profile.capture_traces)
     expert_load: bool = False              # expert-distribution recorder over the profiled window (profile.expert_load)
-    profiler: str = "auto"                 # auto | v2 | v1: which SGLang profiler records the decode steps
+    profiler: str = "auto"                 # auto | v2 | v1 | plain: which SGLang profiler records the decode steps
     profile_stage: str = "DECODE"          # DECODE | EXTEND (profile.stages): EXTEND takes the classic plain window
     env: dict[str, str] = field(default_factory=dict)
     passthrough_env: tuple[str, ...] = ("HF_TOKEN",)
@@ -122,16 +122,19 @@ class LaunchPlan:
     spec: DeploymentSpec
     nodes: tuple[NodeLaunch, ...]
     sglang: SGLangVersion
-    profiler: str                          # v2 or v1, resolved for this release
+    profiler: str                          # v2, v1 or plain, resolved for this release
 
     @property
     def launcher_len(self) -> int:
         return len(self.spec.launcher)
 
     @property
-    def decode_stage(self) -> str:
-        """The stage in the decode traces' file names: V2's lower-case stage, else the classic profiler's suffix."""
+    def decode_stage(self) -> str | None:
+        """The stage in the decode traces' file names: V2's lower-case stage, the classic by-stage profiler's
+        suffix, or None for a plain window (its files carry no stage)."""
         profile = self.sglang.profile
+        if self.profiler == "plain":
+            return None
         return profile["v2_decode_stage"] if self.profiler == "v2" else profile["v1_decode_suffix"]
 
     def expected_rank_files(self) -> dict[int, list[str]]:
@@ -211,8 +214,8 @@ def check_spec(spec: DeploymentSpec) -> None:
         problems.append("two_batch_overlap needs moe_a2a_backend: deepep")
     if spec.speculative and spec.speculative.num_draft_tokens < 1:
         problems.append("speculative.num_draft_tokens must be >= 1")
-    if spec.profiler not in ("auto", "v1", "v2"):
-        problems.append(f"profiler {spec.profiler!r} must be auto, v1 or v2")
+    if spec.profiler not in ("auto", "v1", "v2", "plain"):
+        problems.append(f"profiler {spec.profiler!r} must be auto, v1, v2 or plain")
     for key, names in (("engine.env", spec.env), ("engine.passthrough_env", spec.passthrough_env)):
         if bad := bad_env_names(names):
             problems.append(f"{key}: {', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
@@ -332,6 +335,8 @@ def _placeholders(text: str) -> str:
 def resolve_profiler(spec: DeploymentSpec, row: SGLangVersion) -> str:
     """v2 where the release has profile V2 (decode stages, no stray EXTEND capture), else v1; a prefill
     (EXTEND) profile always takes v1's plain window: V2 stops at the first decode step between two prefills."""
+    if spec.profiler == "plain":
+        return "plain"
     if spec.profile_stage == "EXTEND":
         if spec.profiler == "v2":
             raise PlanError("profile.sglang_profiler: v2 cannot profile EXTEND steps (it stops at the first decode "

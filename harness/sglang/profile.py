@@ -9,6 +9,9 @@ V2 (SGLANG_PROFILE_V2=1, where the release has it) profiles `profile_stages: ["d
 itself; it has no manual stop (/stop_profile would raise in the scheduler), so it is never called.
 The classic profiler (profile.sglang_profiler: v1) is stopped with /stop_profile on every exit path,
 so a capture left running never makes the next /start_profile answer 500.
+A plain window (profile.sglang_profiler: plain, a PD decode role's choice) is the classic profiler
+without stages after the same pause: it never meets the batches a PD decode server builds from
+transferred KV, which the by-stage profilers were not made for.
 The MTP accept length is measured over the same window, from the load's own chunks.
 """
 from __future__ import annotations
@@ -160,8 +163,11 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                                          tokens_needed=max((num_steps + 2) * tokens_per_step, load.output_len // 2),
                                          window_tokens=(num_steps + 2) * tokens_per_step, batch=load.concurrency)
     before, started, opened_s = load.spec_snapshot(), time.monotonic(), load.clock_s()
-    body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
-                              with_stack, record_shapes, bool(profile.get("detailed_annotations")))
+    if plan.profiler == "plain":  # decode passes only from here on (the drain): a plain window holds just them
+        body = plain_window_body(trace_dir, num_steps, prefix, with_stack, record_shapes)
+    else:
+        body = start_profile_body(trace_dir, num_steps, prefix, plan.profiler, profile["v2_decode_stage"],
+                                  with_stack, record_shapes, bool(profile.get("detailed_annotations")))
     if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
         outcome.expert_record = _expert_record(expert_load.start, dep)
     try:
@@ -171,7 +177,7 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
         outcome.running_at_start = load.running_batch()
         try:
             outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=plan.decode_stage,
-                                            rename_to=profile["v1_decode_suffix"])
+                                            rename_to=profile["v1_decode_suffix"] if plan.decode_stage else None)
             if outcome.expert_record == "recorded":
                 outcome.expert_record = _expert_record(expert_load.stop, dep)
         except Exception as exc:
@@ -185,7 +191,7 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                                 "were profiled (is workload.output_len long enough for profile.num_steps?)") from None
             raise
     finally:
-        if plan.profiler == "v1":  # never leave a classic capture running: the next start would get a 500
+        if plan.profiler in ("v1", "plain"):  # never leave a classic capture running: the next start gets a 500
             _stop_classic(dep, outcome)
     _close_window(outcome, load, started, opened_s)
     outcome.accept_length = window_accept_length(before, load.spec_snapshot())

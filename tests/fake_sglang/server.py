@@ -93,6 +93,9 @@ def parse_args(argv):
     p.add_argument("--expert-distribution-recorder-mode", default=None)
     p.add_argument("--expert-distribution-recorder-buffer-size", type=int, default=None)
     p.add_argument("--disable-shared-experts-fusion", action="store_true")  # the fake's model fuses it by default
+    p.add_argument("--disaggregation-mode", default="null", choices=("null", "prefill", "decode"))
+    p.add_argument("--disaggregation-transfer-backend", default="mooncake")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
     args, _ = p.parse_known_args(argv)  # every other flag was judged by the node check already
     # `--dp-size N --enable-dp-attention` is the deprecated spelling of `--attn-dp-size N`.
     args.dp_groups = args.attn_dp_size if args.attn_dp_size > 1 else (args.dp_size if args.enable_dp_attention else 1)
@@ -234,6 +237,8 @@ class Req:
     verify_ct: int = 0
     out: queue.Queue = field(default_factory=queue.Queue)
     error_after: int | None = None     # fault injection: an error chunk after this many tokens
+    room: int | None = None            # PD: the bootstrap room the router gave the request
+    times: dict = field(default_factory=dict)  # PD: when each stage began (time.monotonic), for the stage metrics
 
 
 class ClassicProfiler:
@@ -379,6 +384,15 @@ class State:
         self.step_shapes: dict[int, dict] = {}  # forward count -> {"kv": per DP group its requests' lengths, "forward_id"}
         self.experts = ExpertRecorder(args.expert_distribution_recorder_mode,
                                       args.expert_distribution_recorder_buffer_size, args.node_rank)
+        self.rooms: dict[int, dict] = {}                # PD prefill: bootstrap room -> handshake, KV ready time
+        self.observed: dict[tuple[str, str], list[float]] = {}  # PD: (metric, stage) -> [seconds, count]
+        self.kv_s = float(os.environ.get("FAKE_SGLANG_KV_MS", "5")) / 1000.0  # one request's KV transfer
+
+    def observe(self, metric, stage, seconds):
+        """One request's time in a stage, as SGLang's per-stage histograms count it (req_time_stats.py)."""
+        total = self.observed.setdefault((metric, stage), [0.0, 0])
+        total[0] += max(0.0, seconds)
+        total[1] += 1
 
     def emit_traces(self, req, suffix, step_batches, step_cts=(), prefill=False):
         step_batches = [list(b) for b in step_batches]
@@ -399,6 +413,51 @@ class State:
 
     def waiting(self, group=None):
         return sum(1 for r in self.reqs.values() if r.phase == "waiting" and (group is None or r.group == group))
+
+
+def bootstrapped(state, req):
+    """A prefill request whose decode side has shaken hands: into the waiting queue."""
+    req.phase = "waiting"
+    req.times["waiting"] = time.monotonic()
+    state.observe("per_stage_req_latency_seconds", "prefill_bootstrap", req.times["waiting"] - req.times["arrive"])
+
+
+def serve_bootstrap(state):
+    """A prefill server's bootstrap port (--disaggregation-bootstrap-port): the decode side's handshake for a
+    room, then its polls until the room's KV has been sent (the fake's stand-in for the transfer backend)."""
+    class Bootstrap(BaseHTTPRequestHandler):
+        def log_message(self, fmt, *a):
+            pass
+
+        def do_GET(self):
+            path, _, query = self.path.partition("?")
+            if path != "/_fake/kv":
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            room_id = int(query.rsplit("=", 1)[1])
+            with state.lock:
+                room = state.rooms.setdefault(room_id, {})
+                if not room.get("handshake"):
+                    room["handshake"] = True
+                    req = room.get("req")
+                    if req is not None and req.phase == "bootstrap":
+                        bootstrapped(state, req)
+                ready_at = room.get("kv_ready_at")
+                ready = ready_at is not None and time.monotonic() >= ready_at
+                if ready:
+                    state.rooms.pop(room_id, None)
+            data = json.dumps({"ready": ready}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("0.0.0.0", state.args.disaggregation_bootstrap_port), Bootstrap)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def crash(message):
@@ -451,12 +510,23 @@ def scheduler_loop(state):
                 stage, budget = "prefill", state.prefill_chunk or sum(r.prompt_left for r in waiting)
                 tokens = 0
                 for r in waiting:
+                    r.times.setdefault("scheduled", time.monotonic())
                     take = min(budget, r.prompt_left)
                     tokens += take
                     r.prompt_left -= take
                     budget -= take
                     if r.prompt_left == 0:
                         r.phase, r.generated = "running", 1
+                        now = time.monotonic()
+                        if state.args.disaggregation_mode == "prefill":  # the KV goes; the decode side decodes
+                            r.phase = "done"
+                            state.rooms.setdefault(r.room, {})["kv_ready_at"] = now + state.kv_s
+                            state.observe("queue_time_seconds", "", r.times["scheduled"] - r.times["waiting"])
+                            state.observe("per_stage_req_latency_seconds", "prefill_forward", now - r.times["scheduled"])
+                            state.observe("per_stage_req_latency_seconds", "prefill_transfer_kv_cache", state.kv_s)
+                        elif state.args.disaggregation_mode == "decode":  # a prebuilt batch: the KV arrived
+                            state.observe("per_stage_req_latency_seconds", "decode_waiting", now - r.times["kv"])
+                            state.observe("time_to_first_token_seconds", "", now - r.times["arrive"])
                         r.out.put((1, r.generated, 0))
             elif state.running():
                 stage, tokens = "decode", 0
@@ -578,6 +648,14 @@ def make_handler(state):
                         if args.dp_groups > 1:
                             labels += f',dp_rank="{g}"'
                         lines.append(f"sglang:{name}{{{labels}}} {value_of(g)}")
+                for metric in sorted({m for m, _ in state.observed}):  # PD: per-request stage histograms
+                    lines.append(f"# TYPE sglang:{metric} histogram")
+                    for (m, stage), (total, count) in sorted(state.observed.items()):
+                        if m != metric:
+                            continue
+                        labels = (f'engine_type="{args.disaggregation_mode}",model_name="{args.model_path}",'
+                                  f'moe_ep_rank="0",pp_rank="0"' + (f',stage="{stage}"' if stage else "") + ',tp_rank="0"')
+                        lines += [f"sglang:{m}_sum{{{labels}}} {total}", f"sglang:{m}_count{{{labels}}} {count}"]
             return "\n".join(lines) + "\n"
 
         def _expert_record(self, path):
@@ -654,14 +732,37 @@ def make_handler(state):
                 return
             prompt_tokens = (len(body["input_ids"]) if body.get("input_ids") is not None
                              else len(str(body.get("prompt") or body.get("text") or "").split()))
+            mode = args.disaggregation_mode
+            if mode != "null":
+                missing = [k for k in ("bootstrap_host", "bootstrap_port", "bootstrap_room") if body.get(k) is None]
+                if missing:  # the fake's own strictness: proves the load went through the router
+                    return self._send(400, {"error": {"message": f"fake sglang ({mode} server of a PD pair): a request "
+                                                                 f"without {', '.join(missing)} did not come through "
+                                                                 "the router", "code": 400}})
             with state.lock:
                 state.started_requests += 1
                 n = state.started_requests
                 req = Req(f"req-{n}", n % args.dp_groups, max_new, prompt_tokens, spec,
                           prompt_left=max(1, prompt_tokens))
+                req.times["arrive"] = time.monotonic()
+                if mode != "null":
+                    req.room = int(body["bootstrap_room"])
+                if mode == "prefill":  # waits in the bootstrap queue for the decode side's handshake
+                    req.max_new, req.phase = 1, "bootstrap"
+                    room = state.rooms.setdefault(req.room, {})
+                    room["req"] = req
+                    if room.get("handshake"):
+                        bootstrapped(state, req)
+                elif mode == "decode":  # waits for the prefill side's KV
+                    req.phase, req.prompt_left = "transferring", 0
                 if state.fail.startswith("error_chunk:") and n == int(state.fail.split(":")[1]):
                     req.error_after = 2
                 state.reqs[req.rid] = req
+            if mode == "decode" and not self._await_kv(req, body):
+                with state.lock:
+                    state.reqs.pop(req.rid, None)
+                return self._send(500, {"error": {"message": f"fake sglang: no KV for bootstrap room {req.room}",
+                                                  "code": 500}})
             if state.fail.startswith("die_mid_load:") and n >= int(state.fail.split(":")[1]):
                 print("fatal: scheduler died (fault injected)", flush=True)
                 os._exit(4)
@@ -671,6 +772,26 @@ def make_handler(state):
                 with state.lock:
                     req.phase = "done"
                     state.reqs.pop(req.rid, None)
+
+        def _await_kv(self, req, body):
+            """The decode side's transfer: poll the prefill side's bootstrap server until the room's KV is there."""
+            url = f"http://{body['bootstrap_host']}:{body['bootstrap_port']}/_fake/kv?room={req.room}"
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as r:
+                        ready = json.loads(r.read())["ready"]
+                except OSError:
+                    ready = False
+                if ready:
+                    with state.lock:
+                        now = time.monotonic()
+                        req.times["kv"] = now
+                        state.observe("per_stage_req_latency_seconds", "decode_transferred", now - req.times["arrive"])
+                        req.phase = "waiting"
+                    return True
+                time.sleep(0.005)
+            return False
 
         def _stream(self, req, openai, stream, usage):
             if stream:
@@ -799,6 +920,8 @@ def main(argv=None):
     threading.Thread(target=scheduler_loop, args=(state,), daemon=True).start()
     if args.nnodes > 1:
         serve_rendezvous(state)
+    if args.disaggregation_mode == "prefill":
+        serve_bootstrap(state)
     server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
     server.daemon_threads = True
     print(f"The server is fired up and ready to roll! (port {args.port})", flush=True)
