@@ -119,7 +119,7 @@ class PDRouter(_Strict):
                                  "its own metrics (it ends at start when the port is taken)")
     extra_args: list[str] = Field(default_factory=list, description="further launch_router arguments, verbatim "
                                   "(e.g. --prefill-policy, --decode-policy)")
-    ready_timeout_s: float = Field(300.0, gt=0, description="bound on the router answering /health with its workers")
+    ready_timeout_s: float = Field(300.0, gt=0, description="bound on the router listing every prefill and decode server as a healthy worker")
     launcher: list[str] | None = Field(
         None, description="replaces `python3 -m sglang_router.launch_router` ({python}: the driver's Python)")
 

@@ -80,7 +80,8 @@ class SGLangPDEngine(Engine):
                            router.extra_args, router.prometheus_port)
         with self.progress.phase("start the router"):
             self.router, self.router_url = start_router(RouterLaunch(argv), f"{decode.node_dir}/logs/router.log",
-                                                        router.port, router.ready_timeout_s)
+                                                        router.port, [prefill.dep.url, decode.dep.url],
+                                                        router.ready_timeout_s)
             self.manifest["router"] = {"url": self.router_url, "argv": list(self.secrets.argv(argv))}
             self.progress.note(f"router at {self.router_url}: prefill {prefill.dep.url}, decode {decode.dep.url}")
 

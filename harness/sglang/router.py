@@ -6,7 +6,9 @@ and streams the decode server's answer), so the load goes through it as a user's
 """
 from __future__ import annotations
 
+import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,29 +43,56 @@ def router_url(node_ip: str, port: int) -> str:
     return f"http://{node_ip}:{port}"
 
 
-def start_router(launch: RouterLaunch, log_path: str, port: int, ready_timeout_s: float):
-    """The router's process under a Ray actor of its own (no GPU, wherever Ray puts it), ready when
-    /health answers 200 (it answers once its workers are registered); returns (actor, URL). On failure
-    the actor is killed and a DeploymentError carries the router's log tail."""
+def healthy_workers(router: str, timeout_s: float = 5.0) -> set[str]:
+    """The worker URLs the router lists as healthy now (GET /workers; none while it cannot answer)."""
+    from harness.http_deadline import Deadline, request
+
+    try:
+        status, body = request(router + "/workers", Deadline(timeout_s))
+        workers = json.loads(body).get("workers") if status == 200 else None
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(w.get("url")) for w in workers or () if isinstance(w, dict) and w.get("is_healthy")}
+
+
+def start_router(launch: RouterLaunch, log_path: str, port: int, worker_urls: list[str], ready_timeout_s: float,
+                 poll_s: float = 0.5):
+    """The router's process under a Ray actor of its own (no GPU, wherever Ray puts it), ready once it lists
+    every worker as healthy (its /health answers at once, while it registers the workers in the background:
+    a request before that is refused with "No prefill workers available", seen with sglang-router 0.3.2);
+    returns (actor, URL). On failure the actor is killed and a DeploymentError names the workers missing
+    and carries the router's log tail."""
     import ray
 
     from harness.node.actor import DeploymentError, NodeActor
-    from harness.node.process import ServerStartError
 
     actor = ray.remote(num_cpus=0)(NodeActor).remote(0)
     url = router_url(ray.get(actor.node_ip.remote(), timeout=60), port)
+    deadline = time.monotonic() + ready_timeout_s
+    problem, seen = None, set()
     try:
         ray.get(actor.start.remote(launch, log_path), timeout=60)
-        ray.get(actor.wait_ready.remote(url + "/health", ready_timeout_s), timeout=ready_timeout_s + 30)
-    except (ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError) as exc:
-        cause = exc.cause if isinstance(getattr(exc, "cause", None), ServerStartError) else exc
-        try:
-            tail = ray.get(actor.log_tail.remote(), timeout=30)
-        except Exception:  # noqa: BLE001 - the actor is gone; say what is known
-            tail = "(no log tail: the router's actor is gone)"
-        stop_router(actor)
-        raise DeploymentError(f"router: {cause}\n--- log tail (router) ---\n{tail}") from None
-    return actor, url
+        while True:
+            code = ray.get(actor.exit_code.remote(), timeout=30)
+            if code is not None:
+                problem = f"exited with status {code} during startup"
+                break
+            seen = healthy_workers(url)
+            if set(worker_urls) <= seen:
+                return actor, url
+            if time.monotonic() > deadline:
+                missing = ", ".join(u for u in worker_urls if u not in seen)
+                problem = f"no healthy {missing} after {ready_timeout_s:.0f} s (engine.disaggregation.router.ready_timeout_s)"
+                break
+            time.sleep(poll_s)
+    except (ray.exceptions.RayError, OSError) as exc:
+        problem = str(exc)
+    try:
+        tail = ray.get(actor.log_tail.remote(), timeout=30)
+    except Exception:  # noqa: BLE001 - the actor is gone; say what is known
+        tail = "(no log tail: the router's actor is gone)"
+    stop_router(actor)
+    raise DeploymentError(f"router at {url}: {problem}\n--- log tail (router) ---\n{tail}")
 
 
 def stop_router(actor, logs_to: str | Path | None = None) -> None:
