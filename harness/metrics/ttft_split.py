@@ -37,24 +37,29 @@ class Part:
     context: bool = False  # a figure beside the parts, not one of them (it overlaps them)
 
 
-def histogram_totals(text: str) -> dict[tuple[str, str], list[float]]:
-    """(metric, stage or "") -> [sum, count, series] over every series (rank) of one scrape's text."""
-    out: dict[tuple[str, str], list[float]] = {}
+RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "dp_rank")  # which scheduler exported a series
+
+
+def histogram_totals(text: str) -> dict[tuple[str, str], list]:
+    """(metric, stage or "") -> [sum, count, ranks] over every series of one scrape's text; ranks: the
+    schedulers that exported it (their rank labels). Series of one rank that differ in other labels
+    (the TTFT histogram's is_streaming) split its requests between them; each rank sees every request."""
+    out: dict[tuple[str, str], list] = {}
     for line in text.splitlines():
         m = _SERIES.match(line)
         if not m:
             continue
-        stage = dict(_LABEL.findall(m["labels"])).get("stage", "")
+        labels = dict(_LABEL.findall(m["labels"]))
         try:
             value = float(m["value"])
         except ValueError:
             continue
-        totals = out.setdefault((m["metric"], stage), [0.0, 0.0, 0])
+        totals = out.setdefault((m["metric"], labels.get("stage", "")), [0.0, 0.0, set()])
         if m["kind"] == "sum":
             totals[0] += value
         else:
             totals[1] += value
-            totals[2] += 1
+            totals[2].add(tuple(labels.get(k, "") for k in RANK_LABELS))
     return out
 
 
@@ -62,10 +67,10 @@ def _window(after: dict, before: dict | None, key: tuple[str, str]) -> tuple[flo
     """(seconds, observations, series) in the window: after - before where both scrapes have the key."""
     if key not in after:
         return None
-    total, count, series = after[key]
+    total, count, ranks = after[key]
     if before is not None and key in before:
         total, count = total - before[key][0], count - before[key][1]
-    return total, count, series
+    return total, count, len(ranks)
 
 
 def split(scrapes: dict[str, list[str]]) -> list[Part]:
