@@ -392,12 +392,15 @@ def combination_problems(s: Scenario) -> list[str]:
         elif e.tp * e.pp > total_gpus:
             what = f"engine.tp ({e.tp})" + (f" x engine.pp ({e.pp})" if e.pp > 1 else "")
             problems.append(f"{what} exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
-        if e.max_running_requests is not None and w.batch_size > e.max_running_requests:
+        # A PD pair's prefill server never holds the decode batch: the batch checks are the decode role's.
+        prefill_role = "prefill" in e.extra_args[e.extra_args.index("--disaggregation-mode") + 1:][:1] \
+            if "--disaggregation-mode" in e.extra_args else False
+        if not prefill_role and e.max_running_requests is not None and w.batch_size > e.max_running_requests:
             problems.append(
                 f"workload.batch_size ({w.batch_size}) exceeds engine.max_running_requests ({e.max_running_requests}): "
                 "the server never runs that batch, so steady state is never reached"
             )
-        if e.dp_attention and e.dp > 1 and e.max_running_requests is not None:
+        if not prefill_role and e.dp_attention and e.dp > 1 and e.max_running_requests is not None:
             share = -(-w.batch_size // e.dp)
             needed = e.dp * (share + 1)
             if e.max_running_requests < needed:
@@ -452,7 +455,8 @@ def disaggregation_problems(s: Scenario) -> list[str]:
             for err in exc.errors():
                 loc, msg = _describe(err)
                 where = ".".join(str(x) for x in loc)
-                problems.append(f"engine.disaggregation.{role}: {where + ': ' if where else ''}{msg}")
+                for part in ([msg] if where else msg.split("; ")):  # combination problems come joined
+                    problems.append(f"engine.disaggregation.{role}: {where + ': ' if where else ''}{part}")
     clash = ports.get(pd.router.port) or (f"prefill bootstrap_port" if pd.router.port == pd.bootstrap_port else None)
     if clash:
         problems.append(f"engine.disaggregation.router.port ({pd.router.port}) is the {clash} too")

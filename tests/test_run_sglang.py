@@ -688,3 +688,22 @@ def test_a_pd_run_starts_both_roles_and_the_router_loads_through_it_and_tables_e
     assert cli_main(["analyze", str(run_dir), "--out", str(tmp_path / "pair")]) != 0
     assert f"{run_dir / 'prefill'}" in capsys.readouterr().err
     _no_secret_in(run_dir)
+
+
+def test_a_pd_router_that_cannot_start_fails_the_run_with_its_log_and_leaves_no_server(cluster, env, tmp_path):
+    """The router exits at start (an argument it refuses): the run fails in its phase with the router's own
+    words, both roles' servers are stopped, and each role's folder still has its manifest and server log."""
+    data = yaml.safe_load(_pd_scenario(tmp_path).read_text())
+    data["engine"]["disaggregation"]["router"]["extra_args"] = ["--policy", "no_such_policy"]
+    path = tmp_path / "pd_bad_router.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    status, run_dir = run(parse_scenario(path.read_text(), str(path)), path, tmp_path / "runs", quiet=True)
+    manifest = _manifest(run_dir)
+    assert (status, manifest["status"]) == (1, "failed")
+    assert manifest["error"]["phase"] == "start the router"
+    assert "router at http://" in manifest["error"]["message"] and "exited with status" in manifest["error"]["message"]
+    assert "no_such_policy" in manifest["error"]["message"]  # the router's own complaint, from its log tail
+    for role in ("prefill", "decode"):
+        assert _manifest(run_dir / role)["status"] == "failed"
+        assert (run_dir / role / "logs" / "sglang-node0.log").stat().st_size > 0
+    assert not _fake_servers(), "a role's server outlived the failed run"

@@ -162,3 +162,69 @@ engine: {kind: sglang, model_path: m, tp: 8}
 profile: {sglang_profiler: v3}
 """
     assert "profile.sglang_profiler" in _problems(text)
+
+
+PD_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "sglang_fake_pd.yaml"
+
+
+def _pd(edit) -> str:
+    """The PD test scenario with one edit, as YAML text (every problem it has, or "" when valid)."""
+    import yaml
+
+    data = yaml.safe_load(PD_SCENARIO.read_text())
+    edit(data)
+    try:
+        parse_scenario(yaml.safe_dump(data, sort_keys=False), "pd.yaml")
+    except ScenarioError as exc:
+        return str(exc)
+    return ""
+
+
+def test_a_pd_scenario_checks_its_roles_nodes_and_ports() -> None:
+    assert _pd(lambda d: None) == ""
+    assert "prefill.nodes (1) + decode.nodes (2) must equal cluster.nodes (2)" in _pd(
+        lambda d: d["engine"]["disaggregation"]["decode"].update(nodes=2))
+    clash = _pd(lambda d: d["engine"]["disaggregation"]["router"].update(port=8998))
+    assert "engine.disaggregation.router.port (8998) is the prefill bootstrap_port too" in clash
+    same = _pd(lambda d: d["engine"]["disaggregation"]["decode"].update(port=30000))
+    assert "port and dist_init_port must all differ" in same
+
+
+def test_a_pd_roles_own_problem_is_named_with_the_role() -> None:
+    """Each role is checked as a scenario of its own: the decode role's window needs a long enough output,
+    the prefill role's window cannot be V2's."""
+    short = _pd(lambda d: d["workload"].update(output_len=4))
+    assert "engine.disaggregation.decode: workload.output_len (4) must exceed" in short
+    assert "engine.disaggregation.prefill" not in short  # the prefill role's window holds no decode step
+    v2 = _pd(lambda d: d["profile"].update(sglang_profiler="v2"))
+    assert "engine.disaggregation.prefill: profile.stages: EXTEND is profiled with the classic profiler" in v2
+    bad_tp = _pd(lambda d: d["engine"]["disaggregation"]["decode"].update(tp=4, ep=4))
+    assert "engine.disaggregation.decode: engine.tp (4) exceeds the cluster's GPUs" in bad_tp
+    assert "unknown key" in _pd(lambda d: d["engine"]["disaggregation"]["prefill"].update(speculative={}))
+
+
+def test_a_pd_scenarios_roles_and_windows(tmp_path, capsys) -> None:
+    """The roles' scenarios: each role's nodes, keys, disaggregation flags and window; `plan` prints both
+    roles' commands and the router's."""
+    from harness.cli import main
+    from harness.sglang.pd_roles import profiled_roles, role_scenarios
+
+    scenario, _ = load_scenario(str(PD_SCENARIO))
+    roles = role_scenarios(scenario)
+    prefill, decode = roles["prefill"], roles["decode"]
+    assert (prefill.cluster.nodes, decode.cluster.nodes) == (1, 1)
+    assert (prefill.engine.deepep_mode, decode.engine.deepep_mode) == ("normal", "low_latency")
+    assert prefill.engine.extra_args[-6:] == ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend",
+                                              "mooncake", "--disaggregation-bootstrap-port", "8998"]
+    assert decode.engine.extra_args[-4:] == ["--disaggregation-mode", "decode", "--disaggregation-transfer-backend",
+                                             "mooncake"]
+    assert (decode.engine.port, decode.engine.dist_init_port) == (scenario.engine.port + 100,
+                                                                  scenario.engine.dist_init_port + 100)
+    assert "FAKE_SGLANG_DECODE_TRACE" in decode.engine.env and "FAKE_SGLANG_DECODE_TRACE" not in prefill.engine.env
+    assert (prefill.profile.stages, decode.profile.stages) == (["EXTEND"], ["DECODE"])
+    assert decode.profile.sglang_profiler == "plain" and prefill.engine.disaggregation is None
+    assert profiled_roles(scenario) == ("prefill", "decode")
+    assert main(["plan", str(PD_SCENARIO)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("# ===== prefill role") < out.index("# ===== decode role") < out.index("# router")
+    assert "--pd-disaggregation --prefill http://{prefill_node0_ip}:30000 8998 --decode http://{decode_node0_ip}:30100" in out

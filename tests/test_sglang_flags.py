@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.commands.plan import check_plan_offline, load_deployment_spec
+from harness.commands.plan import check_plan_offline, load_deployment_spec, load_deployment_specs
 from harness.sglang.cli_source import parse_cli_sources
 from harness.sglang.flags import FlagError
 from harness.sglang.plan import build_plan
@@ -77,9 +77,10 @@ def test_each_release_row_is_the_changes_up_to_it():
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("path", SGLANG_SCENARIOS, ids=lambda p: p.stem)
 def test_every_scenario_plans_with_no_unknown_or_deprecated_flag(path, version, sglang_sources):
-    spec, _ = load_deployment_spec(str(path))
-    plan = build_plan(spec, environ={}, version=version)
-    assert check_plan_offline(plan, path.name) == []
+    specs, _, _ = load_deployment_specs(str(path))  # a PD scenario: each role's plan
+    for role, spec in specs.items():
+        plan = build_plan(spec, environ={}, version=version)
+        assert check_plan_offline(plan, f"{path.name} {role}") == []
 
 
 def test_each_release_gets_its_own_spelling():
@@ -113,7 +114,7 @@ def test_plan_command_checks_flags_for_the_chosen_release(path, capsys, sglang_s
         args = parser.parse_args(["plan", path.stem, "--check-flags", "--sglang-version", version])
         assert args.func(args) == 0, capsys.readouterr().err
         captured = capsys.readouterr()
-        assert captured.out.startswith(f"# SGLang {version} plan") and \
+        assert any(line.startswith(f"# SGLang {version} plan") for line in captured.out.splitlines()[:2]) and \
             f"exists in SGLang {version}, none deprecated" in captured.out and "warning" not in captured.err
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.commands.plan import load_deployment_spec
+from harness.commands.plan import load_deployment_spec, load_deployment_specs
 from harness.sglang.node_check import describe, run_node_check
 from harness.sglang.plan import build_plan
 from harness.sglang.version import supported_versions
@@ -33,11 +33,12 @@ def installed():
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_every_scenario_passes_the_installed_sglang(path, installed):
-    spec, _ = load_deployment_spec(str(path))
-    plan = build_plan(spec, environ={}, version=installed)
-    results = {n.node_rank: run_node_check(PYTHON, n.server_args(plan.launcher_len), {**n.env, **ENV})
-               for n in plan.nodes}
-    assert describe(results, plan) == []
+    specs, _, _ = load_deployment_specs(str(path))  # a PD scenario: each role's plan
+    for spec in specs.values():
+        plan = build_plan(spec, environ={}, version=installed)
+        results = {n.node_rank: run_node_check(PYTHON, n.server_args(plan.launcher_len), {**n.env, **ENV})
+                   for n in plan.nodes}
+        assert describe(results, plan) == []
 
 
 def test_a_planted_unknown_flag_is_refused_by_the_installed_sglang(installed):

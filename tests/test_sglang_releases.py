@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.commands.plan import load_deployment_spec
+from harness.commands.plan import load_deployment_spec, load_deployment_specs
 from harness.sglang.extract_release import (TABLES_DIR, changes, dumps, newer_than_table, release_table,
                                             table_path)
 from harness.sglang.flags import FlagSpec, FlagTable
@@ -62,12 +62,13 @@ def test_the_kept_table_is_what_the_wheel_it_names_holds(version):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_scenario_plan_uses_only_flags_and_variables_the_release_has(scenario, version):
     """Offline, from the kept tables (the wheel-based check is tests/test_sglang_flags.py)."""
-    spec, _ = load_deployment_spec(scenario)
-    plan = build_plan(spec, environ={}, version=version)
+    specs, _, _ = load_deployment_specs(scenario)  # a PD scenario: each role's plan
     flags, environ = kept_flag_table(version), set(kept(version)["environ"])
-    for node in plan.nodes:
-        assert flags.problems(node.server_args(plan.launcher_len), node.flag_keys) == []
-        assert {k for k in node.env if k.startswith("SGLANG_")} <= environ
+    for spec in specs.values():
+        plan = build_plan(spec, environ={}, version=version)
+        for node in plan.nodes:
+            assert flags.problems(node.server_args(plan.launcher_len), node.flag_keys) == []
+            assert {k for k in node.env if k.startswith("SGLANG_")} <= environ
 
 
 @pytest.mark.parametrize("version", RELEASES)
