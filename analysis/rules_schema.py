@@ -102,6 +102,7 @@ class StepLabels(_Rule):
     labels: dict[str, str]
     after_verify: dict[str, str] = {}
     aggregates: dict[str, list[str]] = {}
+    aggregate_fallbacks: dict[str, list[str]] = {}
 
 
 class HostSyncs(_Rule):

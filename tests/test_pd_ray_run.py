@@ -4,7 +4,9 @@ normal mode on one, decode TP2 EP2 DeepEP low-latency with CUDA graphs on the ot
 SGLang's router in front; traces slimmed, kernels_long.parquet left out (benchmarks/gpu/pd/bundle_pd_ray.py).
 
 What is checked against what the job wrote: each role's folder reads as a run directory and
-`analyze` writes its tables as the job's nodes did; the TTFT split recomputed from the job's own scrapes
+`analyze` writes its stored tables (the decode roles' as the job's nodes wrote them; the prefill roles'
+written again by benchmarks/reanalyse_run_dir.py for the per-prompt-token lines added since, the job's
+own kept as table.node-original.md); the TTFT split recomputed from the job's own scrapes
 covers exactly the load's requests (the job's file counted the TTFT histogram's requests over its two
 is_streaming series as two ranks: 20 of 39, fixed since); and the same pair with two-batch overlap on the
 prefill role, which the analysis does not read yet, says its table is wrong and why.

@@ -57,25 +57,30 @@ def _label_table() -> tuple[dict[str, str], dict[str, str]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _aggregate_keys() -> dict[str, str]:
-    """Label key (g_sk, ...) -> the step field it adds to (kv_tokens, ...), from step_labels.yaml."""
+def _aggregate_keys() -> tuple[dict[str, str], dict[str, str]]:
+    """Label key (g_sk, ...) -> the step field it adds to (kv_tokens, ...), from step_labels.yaml; then the
+    fallback keys (toks), taken for a field only where none of its own keys is in the label."""
     data = load_rules(STEP_LABELS_FILE.name, StepLabels)
-    return {key: field for field, keys in data.aggregates.items() for key in keys}
+    return ({key: field for field, keys in data.aggregates.items() for key in keys},
+            {key: field for field, keys in data.aggregate_fallbacks.items() for key in keys})
 
 
 _KEY_VALUE = re.compile(r"\b([a-z_]+)=(\d+)\b")
 
 
 def label_aggregates(label: str) -> dict[str, int]:
-    """The step's own batch shape from SGLang's detailed annotations in its label (query_tokens,
-    kv_tokens, forward_id; step_labels.yaml `aggregates`), {} when the label carries none."""
-    keys = _aggregate_keys()
+    """The step's own batch shape from its label: SGLang's detailed annotations (query_tokens, kv_tokens,
+    forward_id; step_labels.yaml `aggregates`), else an EXTEND label's toks= (`aggregate_fallbacks`); {}
+    when the label carries none."""
+    keys, fallbacks = _aggregate_keys()
     out: dict[str, int] = {}
+    spare: dict[str, int] = {}
     for key, value in _KEY_VALUE.findall(label):
-        field = keys.get(key)
-        if field is not None:
+        if (field := keys.get(key)) is not None:
             out[field] = out.get(field, 0) + int(value)
-    return out
+        elif (field := fallbacks.get(key)) is not None:
+            spare[field] = spare.get(field, 0) + int(value)
+    return spare | out
 
 
 def step_label_stages() -> dict[str, str]:

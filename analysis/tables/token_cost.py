@@ -1,4 +1,5 @@
-"""What a token costs: per accepted token for an MTP column, per step for plain decode, side by side.
+"""What a token costs: per accepted token for an MTP column, per step for plain decode, per prompt token
+and per chunk for prefill (extend steps), side by side.
 
 Why: an MTP verify iteration (the verify step, the draft steps, the draft extend) yields the accept
 length's tokens where a plain decode step yields one, so only per token do the two compare. Each
@@ -7,7 +8,9 @@ every step of the stage whatever layers it was cut into: its time is spent eithe
 steps of that stage per verify step, then the rank policy; divided by the accept length. Beside the
 GPU span, the start-to-start time of consecutive iterations (verify to verify, decode to decode)
 per token holds the host's work between the steps too. Under a compare, each MTP column is set
-against the first plain decode column (notes).
+against the first plain decode column (notes). An extend step computes its batch's prompt tokens
+(`toks=` of its label) over its chunks (the requests, or their parts under chunked prefill: `bs=`):
+per rank the mean of each over the steps, then the rank policy.
 """
 from __future__ import annotations
 
@@ -18,19 +21,20 @@ import msgspec
 from analysis.attribution.rows import StepRow
 from analysis.tables.d4_cells import _per_rank_stat, _policy
 from analysis.tables.load_compare import step_periods_us
-from analysis.attribution.stages import DECODE, DRAFT, DRAFT_EXTEND, DRAFT_STAGES, VERIFY
+from analysis.attribution.stages import DECODE, DRAFT, DRAFT_EXTEND, DRAFT_STAGES, EXTEND, VERIFY
 
 GROUP = "per token (ms)"
 PARTS = (("verify", "verify step"), (DRAFT, "draft steps"), (DRAFT_EXTEND, "draft extend"),
-         (DECODE, "plain decode step"))
+         (DECODE, "plain decode step"), (EXTEND, "prefill step"))
 
 
-class TokenCost(msgspec.Struct):
-    """Per iteration (one verify or one decode step) in us; tokens it yields; start-to-start time."""
+class TokenCost(msgspec.Struct, omit_defaults=True):
+    """Per iteration (one verify, decode or extend step) in us; tokens it yields or computes; start-to-start time."""
 
-    tokens: float | None  # the accept length (MTP; None when not given), 1 for plain decode
-    parts_us: dict[str, float]  # verify, draft, draft_extend per iteration; or decode
+    tokens: float | None  # the accept length (MTP; None when not given), 1 for plain decode, prompt tokens (extend)
+    parts_us: dict[str, float]  # verify, draft, draft_extend per iteration; or decode; or extend
     period_us: float | None  # start to start of consecutive iterations
+    chunks: float | None = None  # extend: the chunks (requests or their parts) a step computes
 
     @property
     def span_us(self) -> float:
@@ -39,8 +43,8 @@ class TokenCost(msgspec.Struct):
 
 def token_cost(step_rows: list[StepRow], used: set[tuple[str, int]], stage: str, stat: str, policy: str,
                accept_length: float | None) -> TokenCost | None:
-    """The cost of the column's tokens; None for a stage that yields no decoded token (extend)."""
-    if stage not in (VERIFY, DECODE):
+    """The cost of the column's tokens; None for a stage whose tokens are not its own (draft steps)."""
+    if stage not in (VERIFY, DECODE, EXTEND):
         return None
     iterations: dict[str, list[float]] = defaultdict(list)
     for s in step_rows:
@@ -51,6 +55,16 @@ def token_cost(step_rows: list[StepRow], used: set[tuple[str, int]], stage: str,
     main = _policy(_per_rank_stat(iterations, stat), policy)
     if stage == DECODE:
         return TokenCost(1.0, {"decode": main}, period)
+    if stage == EXTEND:
+        tokens: dict[str, list[float]] = defaultdict(list)
+        chunks: dict[str, list[float]] = defaultdict(list)
+        for s in step_rows:
+            if (s.rank, s.step) in used and s.query_tokens:
+                tokens[s.rank].append(s.query_tokens)
+                if s.batch_size:
+                    chunks[s.rank].append(s.batch_size)
+        return TokenCost(_policy(_per_rank_stat(tokens, "mean"), policy) if tokens else None, {EXTEND: main}, period,
+                         _policy(_per_rank_stat(chunks, "mean"), policy) if chunks else None)
     parts = {"verify": main}
     for part in DRAFT_STAGES:
         per_rank: dict[str, float] = {}
@@ -70,12 +84,15 @@ def table_lines(columns) -> list[tuple[str, str, list[str]]]:
         return []
 
     def per_token(cost: TokenCost | None, us: float | None) -> str:
-        return f"{us / cost.tokens / 1000:.2f}ms" if cost is not None and cost.tokens and us is not None else ""
+        if cost is None or not cost.tokens or us is None:
+            return ""
+        ms = us / cost.tokens / 1000
+        return f"{ms:.4f}ms" if EXTEND in cost.parts_us else f"{ms:.2f}ms"  # a prompt token: microseconds
 
     out = []
     for part, label in PARTS:
         if any(cost is not None and part in cost.parts_us for cost in costs):
-            kernel = "per token" if part == "decode" else "per accepted token"
+            kernel = {DECODE: "per token", EXTEND: "per prompt token"}.get(part, "per accepted token")
             out.append((label, kernel, [per_token(cost, cost.parts_us.get(part)) if cost else "" for cost in costs]))
     out.append(("all steps of a token", "GPU span", [per_token(cost, cost.span_us) if cost else "" for cost in costs]))
     out.append(("all steps of a token", "start to start", [per_token(cost, cost.period_us) if cost else ""
@@ -84,11 +101,15 @@ def table_lines(columns) -> list[tuple[str, str, list[str]]]:
 
 
 def notes(columns) -> list[str]:
-    """Each MTP column against the first plain decode column, per token."""
+    """Each prefill column per prompt token and per chunk; each MTP column against the first plain decode
+    column, per token."""
     plain = next((c for c in columns if c.token_cost is not None and c.stage == DECODE), None)
     out = []
     for c in columns:
         cost = c.token_cost
+        if cost is not None and c.stage == EXTEND:
+            out.append(_prefill_note(c.name, cost))
+            continue
         if cost is None or c.stage != VERIFY:
             continue
         if not cost.tokens:
@@ -109,3 +130,15 @@ def notes(columns) -> list[str]:
                      f"({cost.period_us / cost.tokens / 1000:.2f} against {base.period_us / 1000:.2f} ms)")
         out.append(text)
     return out
+
+
+def _prefill_note(name: str, cost: TokenCost) -> str:
+    step_us = cost.parts_us[EXTEND]
+    if not cost.tokens:
+        return f"{name}: prefill steps without a token count in their labels (toks=): no cost per prompt token"
+    text = (f"{name}: prefill, {cost.tokens:.0f} prompt tokens a step on average: {step_us / cost.tokens:.2f} us a "
+            "prompt token (the end-to-end step)")
+    if cost.chunks:
+        text += (f"; {cost.chunks:.1f} chunks a step (requests, or their parts under chunked prefill): "
+                 f"{step_us / cost.chunks / 1000:.2f} ms a chunk")
+    return text
