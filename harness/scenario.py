@@ -77,6 +77,14 @@ class SGLangSpeculative(_Strict):
     num_draft_tokens: int = Field(4, ge=1, description="--speculative-num-draft-tokens")
 
 
+def variable_names_only(value):
+    """Names of environment variables only (harness/env_names.py says why); the value as given."""
+    bad = bad_env_names(value)
+    if bad:
+        raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
+    return value
+
+
 class PDRole(_Strict):
     """One role of a prefill/decode (PD) pair: its share of the cluster's nodes, and the engine keys it sets
     its own way (unset keys are the engine's). Each role is one SGLang server over its nodes."""
@@ -102,13 +110,7 @@ class PDRole(_Strict):
                                   "after the engine's")
     env: dict[str, str] = Field(default_factory=dict, description="environment of this role only, over the engine's")
 
-    @field_validator("env")
-    @classmethod
-    def _variable_names(cls, value):
-        bad = bad_env_names(value)
-        if bad:
-            raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
-        return value
+    _variable_names = field_validator("env")(classmethod(lambda cls, value: variable_names_only(value)))
 
 
 class PDRouter(_Strict):
@@ -183,14 +185,7 @@ class SGLangEngine(_Strict):
         "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
         "(both also filled in engine.env values)")
 
-    @field_validator("env", "passthrough_env")
-    @classmethod
-    def _variable_names(cls, value):
-        """Names of environment variables only (harness/env_names.py says why)."""
-        bad = bad_env_names(value)
-        if bad:
-            raise ValueError(f"{', '.join(map(repr, bad))}: not a variable name ({ENV_RULE})")
-        return value
+    _variable_names = field_validator("env", "passthrough_env")(classmethod(lambda cls, value: variable_names_only(value)))
 
 
 Engine = Annotated[EmbeddedEngine | SGLangEngine, Field(discriminator="kind")]

@@ -24,16 +24,9 @@ VERSION_ARGS=${VERSION_ARGS---sglang-version 0.5.17}   # empty: the release inst
 rm -rf /tmp/raysite && tar xJf "$CARRY/ray.tar.xz" -C /tmp || { log "ray unpack failed"; exit 1; }
 rm -rf .gpu  # not uploaded with the job's working directory
 export PYTHONPATH=/tmp/site:/tmp/deepep-site:/tmp/raysite
-mkdir -p /tmp/bin /tmp/moe-harness-model/dsv3-4l
+mkdir -p /tmp/moe-harness-model/dsv3-4l
 cp benchmarks/gpu/sglang_real/model/config.json /tmp/moe-harness-model/dsv3-4l/
-printf '#!/bin/sh\nexec python3 -c "import sys; from ray.scripts.scripts import main; sys.argv[0] = \\"ray\\"; sys.exit(main())" "$@"\n' > /tmp/bin/ray
-chmod +x /tmp/bin/ray; export PATH=/tmp/bin:$PATH
-log "ray start: head on GPUs 0,1, worker on GPUs 2,3"
-CUDA_VISIBLE_DEVICES=0,1 ray start --head --num-gpus 2 --dashboard-host 127.0.0.1 --disable-usage-stats > "$OUTD/ray-head.log" 2>&1
-log "head rc=$?"
-CUDA_VISIBLE_DEVICES=2,3 ray start --address 127.0.0.1:6379 --num-gpus 2 --disable-usage-stats --temp-dir /tmp/ray-node1 > "$OUTD/ray-worker.log" 2>&1
-log "worker rc=$?"
-for i in $(seq 1 30); do ray job list --address http://127.0.0.1:8265 >/dev/null 2>&1 && break; sleep 2; done
+start_two_ray_nodes "$OUTD"
 python3 -c "import ray; ray.init(address='auto', log_to_driver=False); print('nodes', [(n['NodeManagerAddress'], n['Resources'].get('GPU')) for n in ray.nodes() if n['Alive']])" 2>/dev/null | tee -a "$LOG"
 n=0
 for scen in $JOBS; do

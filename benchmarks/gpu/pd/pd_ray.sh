@@ -42,18 +42,10 @@ export PYTHONPATH=/tmp/site:/tmp/deepep-site:/tmp/raysite:/tmp/mooncake:/tmp/rou
 export LD_LIBRARY_PATH=/tmp/mooncake/mooncake_transfer_engine.libs:/tmp/mooncake/mooncake:/tmp/mooncake/cudart12${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 python3 -c "from mooncake.engine import TransferEngine; import sglang_router.launch_router" > "$OUTD/imports.txt" 2>&1
 log "mooncake and router import: rc=$? $(tail -c 300 "$OUTD/imports.txt" | tr '\n' ' ')"
-mkdir -p /tmp/bin /tmp/moe-harness-model/dsv3-4l
+mkdir -p /tmp/moe-harness-model/dsv3-4l
 cp benchmarks/gpu/sglang_real/model/config.json /tmp/moe-harness-model/dsv3-4l/
-printf '#!/bin/sh\nexec python3 -c "import sys; from ray.scripts.scripts import main; sys.argv[0] = \\"ray\\"; sys.exit(main())" "$@"\n' > /tmp/bin/ray
-chmod +x /tmp/bin/ray; export PATH=/tmp/bin:$PATH
 rm -rf .gpu  # not uploaded with the job's working directory
-ray stop --force >/dev/null 2>&1
-log "ray start: head on GPUs 0,1, worker on GPUs 2,3"
-CUDA_VISIBLE_DEVICES=0,1 ray start --head --num-gpus 2 --dashboard-host 127.0.0.1 --disable-usage-stats > "$OUTD/ray-head.log" 2>&1
-log "head rc=$?"
-CUDA_VISIBLE_DEVICES=2,3 ray start --address 127.0.0.1:6379 --num-gpus 2 --disable-usage-stats --temp-dir /tmp/ray-node1 > "$OUTD/ray-worker.log" 2>&1
-log "worker rc=$?"
-for i in $(seq 1 30); do ray job list --address http://127.0.0.1:8265 >/dev/null 2>&1 && break; sleep 2; done
+start_two_ray_nodes "$OUTD"
 SCENARIO=${SCENARIO:-benchmarks/gpu/pd/scenario_pd_ray.yaml}
 left=$((LIMIT_S - SECONDS - 45))
 log "ray job submit: $SCENARIO (${left}s left)"
