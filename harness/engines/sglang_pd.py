@@ -16,7 +16,6 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from harness.engines.base import Engine, RunContext, Traces
 from harness.engines.sglang import SGLangEngine, load_api
