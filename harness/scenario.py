@@ -388,8 +388,8 @@ def combination_problems(s: Scenario) -> list[str]:
             what = f"engine.tp ({e.tp})" + (f" x engine.pp ({e.pp})" if e.pp > 1 else "")
             problems.append(f"{what} exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
         # A PD pair's prefill server never holds the decode batch: the batch checks are the decode role's.
-        prefill_role = "prefill" in e.extra_args[e.extra_args.index("--disaggregation-mode") + 1:][:1] \
-            if "--disaggregation-mode" in e.extra_args else False
+        from harness.sglang.plan import extra_arg_value
+        prefill_role = extra_arg_value(e.extra_args, "--disaggregation-mode") == "prefill"
         if not prefill_role and e.max_running_requests is not None and w.batch_size > e.max_running_requests:
             problems.append(
                 f"workload.batch_size ({w.batch_size}) exceeds engine.max_running_requests ({e.max_running_requests}): "
@@ -455,7 +455,7 @@ def disaggregation_problems(s: Scenario) -> list[str]:
     clash = ports.get(pd.router.port) or (f"prefill bootstrap_port" if pd.router.port == pd.bootstrap_port else None)
     if clash:
         problems.append(f"engine.disaggregation.router.port ({pd.router.port}) is the {clash} too")
-    if len(set(ports)) < 4:
+    if len(ports) < 4:
         problems.append("engine.disaggregation: the prefill and decode roles' port and dist_init_port must all differ "
                         "(both roles may share a host)")
     return problems

@@ -14,12 +14,15 @@ def load_deployment_specs(name_or_path: str):
     "" for a one-server scenario, one per role for a prefill/decode (PD) scenario."""
     from harness.scenario import load_scenario
     from harness.sglang.pd_roles import role_scenarios
+    from harness.sglang.plan import PlanError
     from harness.sglang.spec import scenario_deployment
 
     scenario, path = load_scenario(name_or_path)
-    pd = getattr(scenario.engine, "disaggregation", None)
+    if scenario.engine.kind != "sglang":
+        raise PlanError(f"{path}: engine.kind is {scenario.engine.kind!r}; `plan` is for sglang scenarios")
+    pd = scenario.engine.disaggregation
     if pd is None:
-        return {"": load_deployment_spec(name_or_path)[0]}, None, path
+        return {"": scenario_deployment(scenario)}, None, path
     return {role: scenario_deployment(s) for role, s in role_scenarios(scenario).items()}, pd, path
 
 

@@ -40,6 +40,25 @@ def load_api(extra_args) -> str:
     return "generate_ids" if "--skip-tokenizer-init" in tuple(extra_args or ()) else "generate"
 
 
+def end_load(load: BackgroundLoad, run_dir: Path, timeout_s: float, num_gpus: int, accept_length: float | None,
+             deployments: list) -> dict:
+    """Stop the load and let its requests end; load/summary.json written first, so a failure keeps it. A dead
+    server (of `deployments`), requests outlasting timeout_s, or a failed request is a RunFailed. Returns the
+    summary."""
+    finished = load.stop_and_wait(timeout_s)
+    records = [asdict(r) for r in load.records]
+    summary = summarize(records, num_gpus=num_gpus, accept_length=accept_length)
+    write_atomic(run_dir / "load" / "summary.json", json.dumps(summary, indent=2) + "\n")
+    for dep in deployments:
+        dep.check_alive()
+    if not finished:
+        raise RunFailed(f"requests still running {timeout_s:.0f} s after the load stopped")
+    failure = load.first_failure()
+    if failure:
+        raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+    return summary
+
+
 class SGLangEngine(Engine):
     expected_errors = (DeploymentError,)
 
@@ -157,18 +176,9 @@ class SGLangEngine(Engine):
     def finish(self) -> None:
         """The load stops and its requests end (load/summary.json); every server stops and its log is fetched.
         The node actors stay: they still hold the traces."""
-        prof, load = self.scenario.profile, self.load
         with self.progress.phase("finish requests"):
-            finished = load.stop_and_wait(prof.timeout_s)
-            records = [asdict(r) for r in load.records]
-            summary = summarize(records, num_gpus=self.spec.world_size, accept_length=self.manifest["accept_length"])
-            write_atomic(self.run_dir / "load" / "summary.json", json.dumps(summary, indent=2) + "\n")
-            self.dep.check_alive()
-            if not finished:
-                raise RunFailed(f"requests still running {prof.timeout_s:.0f} s after the load stopped")
-            failure = load.first_failure()
-            if failure:
-                raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+            summary = end_load(self.load, self.run_dir, self.scenario.profile.timeout_s, self.spec.world_size,
+                               self.manifest["accept_length"], [self.dep])
             self.progress.counts(completed_delta=summary["completed"], running=0)
             self.progress.note(f"{summary['completed']} requests, "
                                f"{summary.get('output_tok_per_s_per_gpu') or 0:.1f} output tokens/s per GPU")

@@ -18,10 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from harness.engines.base import Engine, RunContext, Traces
-from harness.engines.sglang import SGLangEngine, load_api
+from harness.engines.sglang import SGLangEngine, end_load, load_api
 from harness.http_deadline import Deadline, request
 from harness.load.background import BackgroundLoad
-from harness.load.summary import summarize
 from harness.run_dir import write_atomic, write_manifest
 from harness.run_errors import RunFailed
 from harness.run_secrets import run_secrets
@@ -109,20 +108,11 @@ class SGLangPDEngine(Engine):
     def finish(self) -> None:
         """Every request ends (load/summary.json); each role's /metrics again and the TTFT split; the
         servers and the router stop, their logs fetched into each role's logs/ and logs/router.log."""
-        timeout_s = self.scenario.profile.timeout_s
         with self.progress.phase("finish requests"):
-            finished = self.load.stop_and_wait(timeout_s)
-            records = [asdict(r) for r in self.load.records]
-            gpus = sum(role.spec.world_size for role in self.roles.values())
-            summary = summarize(records, num_gpus=gpus, accept_length=self.roles["decode"].manifest.get("accept_length"))
-            write_atomic(self.run_dir / "load" / "summary.json", json.dumps(summary, indent=2) + "\n")
-            for role in self.roles.values():
-                role.dep.check_alive()
-            if not finished:
-                raise RunFailed(f"requests still running {timeout_s:.0f} s after the load stopped")
-            failure = self.load.first_failure()
-            if failure:
-                raise RunFailed(f"{summary['failed']} of {summary['requests']} requests failed; first: {failure}")
+            summary = end_load(self.load, self.run_dir, self.scenario.profile.timeout_s,
+                               sum(role.spec.world_size for role in self.roles.values()),
+                               self.roles["decode"].manifest.get("accept_length"),
+                               [role.dep for role in self.roles.values()])
             self.progress.counts(completed_delta=summary["completed"], running=0)
             self.progress.note(f"{summary['completed']} requests through the router")
         with self.progress.phase("split the time to first token"):

@@ -277,7 +277,7 @@ def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
     return max(128, -(-per_rank // 128) * 128)
 
 
-def _extra_arg_value(extra_args: tuple[str, ...], flag: str) -> str | None:
+def extra_arg_value(extra_args: tuple[str, ...] | list[str], flag: str) -> str | None:
     """The value given to `flag` in engine.extra_args (`--flag V` or `--flag=V`), or None."""
     for i, token in enumerate(extra_args):
         if token == flag and i + 1 < len(extra_args):
@@ -302,7 +302,7 @@ def with_safe_prefill(spec: DeploymentSpec) -> DeploymentSpec:
     groups = spec.dp if spec.dp_attention else 1
     asked, key = spec.chunked_prefill_size, "engine.chunked_prefill_size"
     if asked is None:
-        raw = _extra_arg_value(spec.extra_args, "--chunked-prefill-size")
+        raw = extra_arg_value(spec.extra_args, "--chunked-prefill-size")
         if raw is not None:
             key = "engine.extra_args --chunked-prefill-size"
             try:
