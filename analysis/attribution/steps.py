@@ -229,7 +229,34 @@ def _merged(windows: list[Range]) -> list[Range]:
 
 
 def _step_windows(ranges: list[Range]) -> list[Range]:
-    return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: r.start_us)
+    return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: (r.start_us, -r.dur_us))
+
+
+def _unnested(windows: list[Range]) -> list[Range]:
+    """Step windows without nesting. SGLang 0.5.17 wraps an MTP draft extend twice: its speculative
+    worker's `draft_extend` range around the forward's own `step[DRAFT_EXTEND_V2 bs=N]`; taken as two
+    windows, the kernels before and after the inner one became a step of their own (without stacks:
+    draft-extend steps of 0 and 1 layers). The inner windows are the steps (their labels carry the batch);
+    the outer's kernels before the first and after the last join them. GPU annotations: merge a step's
+    windows on its several streams first (`_merged`), or they would nest. `windows`: by start, longer first."""
+    out: list[Range] = []
+    i = 0
+    while i < len(windows):
+        outer = windows[i]
+        j = i + 1
+        while j < len(windows) and windows[j].end_us <= outer.end_us:
+            j += 1
+        inner = _unnested(windows[i + 1:j])
+        if inner:
+            first = inner[0]
+            inner[0] = Range(first.name, outer.start_us, first.end_us - outer.start_us, first.tid)
+            last = inner[-1]
+            inner[-1] = Range(last.name, last.start_us, outer.end_us - last.start_us, last.tid)
+            out.extend(inner)
+        else:
+            out.append(outer)
+        i = j
+    return out
 
 
 def _model_calls(trace: RankTrace) -> list[Range]:
@@ -310,7 +337,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             # a kernel belongs to the call it was launched in, or (sampling, input prep) to the
             # call before it; anything launched before the first call, to the first
             buckets[max(0, bisect.bisect_right(starts, point) - 1)].append(kernel)
-        annotations = _step_windows(trace.cpu_annotations) or _step_windows(trace.gpu_annotations)
+        annotations = _unnested(_step_windows(trace.cpu_annotations) or _merged(_step_windows(trace.gpu_annotations)))
         labels = []
         for call in calls:
             around = next((w for w in annotations if w.start_us <= call.start_us <= w.end_us), None)
@@ -322,7 +349,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
     # CPU step annotations place kernels exactly (through their launch call, a graph replay's too);
     # GPU ones only by time, and a replay can outrun its window. So the CPU ones win wherever they
     # place nearly every kernel.
-    cpu_windows = _step_windows(trace.cpu_annotations)
+    cpu_windows = _unnested(_step_windows(trace.cpu_annotations))
     cpu_kept = []
     if cpu_windows:
         buckets, cpu_rest = _by_windows(kernels, cpu_windows, cpu_points())
@@ -333,7 +360,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             tail = _place_the_rest(cpu_rest, steps, cpu_point, cpu_windows[-1].end_us)
             return make(steps + [tail], "cpu_annotation", [n for _, n in cpu_kept] + [""])
 
-    gpu_windows = _merged(_step_windows(trace.gpu_annotations))
+    gpu_windows = _unnested(_merged(_step_windows(trace.gpu_annotations)))
     if gpu_windows:
         buckets, rest = _by_windows(kernels, gpu_windows, [k.start_us for k in kernels])
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]

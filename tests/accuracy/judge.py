@@ -24,12 +24,18 @@ class Judged:
     found_steps: int
     found_layers: list
     found_moe_layers: list
+    found_stages: list
 
     @property
     def found_layered(self) -> list:
         """Layer counts of the found steps that hold layers: without ranges, SGLang's `draft`
         annotation cuts a step of its own around a few sampling kernels (no forward, no layer)."""
         return [n for n in self.found_layers if n]
+
+    @property
+    def found_layerless_stages(self) -> list:
+        """The stages of the found steps without a layer: only `draft` may be one (see found_layered)."""
+        return [stage for n, stage in zip(self.found_layers, self.found_stages) if not n]
 
 
 def module_names(meta: Path | None) -> dict | None:
@@ -49,7 +55,7 @@ def judge(path: str, truth_path: str | None = None, meta: str | None = None, tru
         t = truth_of(path, module_names(Path(meta) if meta else None))
     f = found_of(path)
     return Judged(t.group_shares(), t.row_shares(), t.steps, t.layers, t.moe_layers, t.unnamed_pct,
-                  f.groups, f.rows, f.steps, f.layers, f.moe_layers)
+                  f.groups, f.rows, f.steps, f.layers, f.moe_layers, f.stages)
 
 
 def judge_case(case) -> Judged:

@@ -18,6 +18,7 @@ class Found:
     steps: int
     layers: list[int]
     moe_layers: list[int | None]
+    stages: list[str]
     kernel_rows: list  # the analysis' KernelRows and StepRows, for the mutation tests
     step_rows: list
 
@@ -27,4 +28,4 @@ def found_of(path: str, signature: str = "generic") -> Found:
     rows, steps = attribute_rank(strip_ranges(load_trace(path)), sig, None,
                                  RankOptions(attribution="auto" if sig.generic else "template"))
     s = shares(rows, steps)
-    return Found(s.groups, s.modules, s.steps, s.layers, s.moe_layers, rows, steps)
+    return Found(s.groups, s.modules, s.steps, s.layers, s.moe_layers, [st.stage for st in steps], rows, steps)

@@ -20,6 +20,7 @@ from analysis.attribution.shared_stream import join_shared_blocks
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
+from analysis.attribution.structure import count_attention_cores
 from analysis.ingest.model_spec import ModelSpec
 from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
@@ -147,6 +148,10 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             stage = DRAFT
         expected = _expected_units(stage, model, per, options.layers)
         status, mismatch = _layer_check(units_found, expected, cut.moe_layers, stage, model, options, per)
+        if status == "no_layers" and stage == DRAFT and not count_attention_cores(step.kernels):
+            # EAGLE's draft phase with one speculative step runs no draft-model pass: it only picks the
+            # draft token (SGLang 0.5.17's `draft` range around a few sampling kernels), so no layer is right
+            status, mismatch = "ok", "no draft-model pass (one speculative step: the draft token's selection only)"
         rank = trace.rank.label
         run, index = options.run, step.index
         # the step's and its layers' first start and last end, in the same pass as the rows

@@ -9,6 +9,8 @@
 # status.json of this machine's earlier call that did not end ok (two-batch overlap with DP attention
 # failed there): the call is decided here, since the machine is given back 30 s after a call.
 # Each trace is slimmed (../../accuracy/slim_trace.py); one OUT/<label>.tar.gz per configuration.
+# GPUS (default 0,1,2,3): the GPUs every configuration gets (0,1 on a 2-GPU machine, with a COMMON
+# naming the 4-layer model, /tmp/moe-harness-model/dsv3-4l, whose config is put there too).
 #
 # Usage (repository root): LIMIT_S=575 bash benchmarks/gpu/ep_multi/record_four.sh CARRY OUT
 #   QUEUE (default below): "label:drive.py args,comma-separated ..."; COMMON: args every entry gets.
@@ -20,6 +22,7 @@ LOG=$OUTD/record_four.log
 COMMON=${COMMON:-"--model-dir,/tmp/moe-harness-model/dsv3-61l,--moe-runner,deep_gemm,--routing,fake,--expert-load,--output-len,1024"}
 QUEUE=${QUEUE:-"deep61-tbo-dpattn-graph:--tp,4,--ep,4,--dp,4,--a2a,deepep,--tbo,--batch,32,--num-steps,4 deep61-tbo-dpattn-eager:--tp,4,--ep,4,--dp,4,--a2a,deepep,--tbo,--no-cuda-graph,--batch,32,--num-steps,2"}
 TBO_CHECK=${TBO_CHECK:-/tmp/ep-runs/pair1/tbo-dpattn-graph/status.json}
+GPUS=${GPUS:-0,1,2,3}
 
 unpack_site "$CARRY" || exit 1
 if [ ! -d /tmp/deepep-site/deep_ep ]; then
@@ -30,6 +33,8 @@ fi
 [ -d /tmp/deepep-site/deep_ep ] || { log "no DeepEP"; exit 1; }
 mkdir -p /tmp/moe-harness-model/dsv3-61l
 cp benchmarks/gpu/ep_multi/model-61l/config.json /tmp/moe-harness-model/dsv3-61l/
+mkdir -p /tmp/moe-harness-model/dsv3-4l
+cp benchmarks/gpu/sglang_real/model/config.json /tmp/moe-harness-model/dsv3-4l/
 tbo_ok=1
 if [ -n "$TBO_CHECK" ] && [ -f "$TBO_CHECK" ] && ! grep -q '"ok": true' "$TBO_CHECK"; then tbo_ok=0; fi
 log "two-batch overlap with DP attention earlier: $([ $tbo_ok = 1 ] && echo 'ok or not tried' || echo failed)"
@@ -41,9 +46,9 @@ for entry in $QUEUE; do
   fi
   left=$((LIMIT_S - SECONDS - 45))
   if [ $left -lt 150 ]; then log "$label skipped (${left}s left)"; continue; fi
-  log "$label on GPUs 0-3 (${left}s left): $args"
+  log "$label on GPUs $GPUS (${left}s left): $args"
   IFS=, read -r -a argv <<< "$COMMON,$args"
-  CUDA_VISIBLE_DEVICES=0,1,2,3 PYTHONPATH=/tmp/site:/tmp/deepep-site:$PWD timeout -k 10 "$left" \
+  CUDA_VISIBLE_DEVICES=$GPUS PYTHONPATH=/tmp/site:/tmp/deepep-site:$PWD timeout -k 10 "$left" \
     python3 benchmarks/gpu/sglang_real/drive.py "${argv[@]}" --label "$label" --port 30200 \
       --ready-timeout-s $((left - 60)) --out "/tmp/ep-runs/four/$label" > "/tmp/ep-runs/four-$label.out" 2>&1
   log "$label rc=$? $(tail -c 300 "/tmp/ep-runs/four-$label.out" | tr '\n' ' ')"

@@ -58,6 +58,9 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=2048)
     p.add_argument("--num-steps", type=int, default=5)
     p.add_argument("--no-cuda-graph", action="store_true")
+    p.add_argument("--no-stack", action="store_true",
+                   help="profile without Python stacks (with_stack false): the trace as a user who leaves them "
+                        "off records it, with no nn.Module ranges")
     p.add_argument("--capture-trace", action="store_true",
                    help="0.5.17: --enable-profile-cuda-graph with SGLANG_ENABLE_CUDA_GRAPH_CAPTURE_TRACE=1 (the env "
                         "alone writes nothing) -> graph_capture_profile/cuda_graph_capture-<runner>-TP-<t>.json.gz")
@@ -189,7 +192,7 @@ class OneServer:
         # the profiler the plan chose (V2 where the release has it: its env is in the plan), so the
         # request and the file names agree: V2 writes -decode, the classic one -DECODE
         body = start_profile_body(str(self.trace_dir), a.num_steps, prefix, plan.profiler,
-                                  plan.sglang.profile["v2_decode_stage"])
+                                  plan.sglang.profile["v2_decode_stage"], with_stack=not a.no_stack)
         status_code, answer = post_json(self.url + plan.sglang.endpoints["start_profile"], body, 30.0)
         (self.facts / "start_profile-response.txt").write_text(f"HTTP {status_code}\n{answer}")
         labels = expected_rank_labels(plan.spec)[0]
