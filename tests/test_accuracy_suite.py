@@ -21,10 +21,10 @@ from accuracy.judge import judge, judge_case
 from accuracy.table import COMPARED_ROWS
 from accuracy.truth import compare
 from analysis.attribution.rank.agreement import compare_with_ranges
-from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, ep_cases, public_cases
+from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, ep_cases, mtp_ep_cases, public_cases
 from conftest import REAL, real_trace
 
-CASES = corpus_cases() + bundled_cases() + ep_cases()
+CASES = corpus_cases() + bundled_cases() + ep_cases() + mtp_ep_cases()
 PUBLIC = public_cases(Path(REAL))
 
 # Row errors of the tool that the independent truth exposed (tests/accuracy/truth.py); the modules

@@ -36,7 +36,34 @@ def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence
     else:  # by (start, end), ties in input order: two stable sorts on one key each (cheaper than on pairs)
         order = sorted(range(len(starts)), key=ends.__getitem__)
         order.sort(key=starts.__getitem__)
-    return _chain(order, starts, ends, streams, anchors, None)
+    return _without_side_trips(_chain(order, starts, ends, streams, anchors, None), streams, anchors)
+
+
+def _without_side_trips(chain: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> list[int]:
+    """The chain without its side trips: a run of chain kernels, between chain kernels of one other
+    stream, on a stream that runs no anchor kernel in the whole step (the layers' own line never runs
+    there, as it does on the streams a graph replay's layers hop to). Why: timing alone puts a
+    side-stream kernel that happens to overlap nothing on the chain; SGLang's shared expert on its own
+    stream beside the gate often has such kernels (its quantisation before the router's top-k begins,
+    its down GEMM after the top-k ended), and on the chain they shifted the layer's roles (seen on real
+    0.5.17 eager decodes without stacks and prefill: the shared GEMMs named router and routed experts).
+    One stream runs in order: the trip is that stream's side work, as the kernels beside it are."""
+    if anchors is None or len(chain) < 3:
+        return chain
+    line_streams = {stream for stream, anchor in zip(streams, anchors) if anchor}
+    kept: list[int] = []
+    pos, n = 0, len(chain)
+    while pos < n:
+        stream = streams[chain[pos]]
+        end = pos
+        while end < n and streams[chain[end]] == stream:
+            end += 1
+        trip = (0 < pos and end < n and stream not in line_streams
+                and streams[chain[pos - 1]] == streams[chain[end]] != stream)
+        if not trip:
+            kept.extend(chain[pos:end])
+        pos = end
+    return kept
 
 
 def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None) -> list[int]:

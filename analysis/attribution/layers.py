@@ -214,6 +214,11 @@ def _place_side(
             )
 
 
+# A copy anchors no layer: the host's input copies repeat in a step without layers too (SGLang 0.5.17's
+# EAGLE draft phase with DeepEP: six host-to-device copies were read as six layers).
+COPY_PREFIXES = ("Memcpy", "Memset")
+
+
 def find_period(names: list[str], coarse: list[str] | None = None) -> tuple[list[int], int] | None:
     """Layer starts (indices) and the layer-unit length from the repeating kernel sequence.
 
@@ -229,7 +234,7 @@ def find_period(names: list[str], coarse: list[str] | None = None) -> tuple[list
     counts = Counter(names)
     best: tuple[float, int, list[int]] | None = None
     for name, count in counts.items():
-        if count < 3:
+        if count < 3 or name.startswith(COPY_PREFIXES):
             continue
         positions = [i for i, n in enumerate(names) if n == name]
         segments = Counter(tuple(names[a:b]) for a, b in zip(positions, positions[1:]))
@@ -271,7 +276,8 @@ def _split_subperiods(starts: list[int], last_len: int, coarse: list[str]) -> tu
     return starts, last_len
 
 
-def cut_generic(kernels: list[Kernel], sig: Signature) -> LayerCut:
+def cut_generic(kernels: list[Kernel], sig: Signature, find_layers: bool = True) -> LayerCut:
+    """Kernels named by family over the period of the repeating sequence (`find_layers`: look for one)."""
     main = main_stream(kernels)
     main_idx = [i for i, k in enumerate(kernels) if k.stream == main]
     names = [kernels[i].name for i in main_idx]
@@ -284,7 +290,7 @@ def cut_generic(kernels: list[Kernel], sig: Signature) -> LayerCut:
         return Slot(section, unit, family.group, family.family, family.family, SOURCE_GENERIC, family.family, family.rule)
 
     coarse = [(sig.family_of(n).family if sig.family_of(n) else n) for n in names]
-    period = find_period(names, coarse)
+    period = find_period(names, coarse) if find_layers else None
     if period is None:
         for i in range(len(kernels)):
             slots[i] = by_family(i, SECTION_PRE, -1)

@@ -61,7 +61,8 @@ _R = {name: rule(STRUCTURE_RULES, name) for name in (
     "moe.after_experts", "moe.after_routed", "moe.collective", "routed.up_gate", "routed.down", "routed.act",
     "routed.dispatch", "routed.combine", "routed.collective", "routed.other", "layer.collective_buffer_copy",
     "layer.unplaced", "outside.before_layers", "outside.after_layers", "side.during_attention",
-    "side.collective", "side.dispatch_combine", "side.routing", "side.shared_experts", "side.other")}
+    "side.collective", "side.dispatch_combine", "side.routing", "side.shared_experts", "side.after_combine",
+    "side.other")}
 Named = tuple[str, str]  # (role, KernelRow.rule of the rule that gave it)
 
 # Kinds that end a layer's pre-attention part when walking back from its attention core.
@@ -252,7 +253,9 @@ def _walk_keys(units: list[_Unit], walk: list[int]) -> list[tuple[tuple, int]]:
     """(comparison key, earliest walk position) per step of a walk: a run of norms is one step keyed by
     the norm kernels it runs (a graph replay hops streams, so a layer's q_a and kv_a norms are one or
     two units of the chain depending on where the chain forks), and a collective joins the norm run
-    before it; copies compare by kind, the rest by name."""
+    before it; copies and GEMMs compare by kind (a GEMM's tile, and so its kernel name, follows the
+    token count: with two-batch overlap the dense layers run the whole batch, the micro-layers half of
+    it, and compared by name layer 0's q_a and q_b fell outside it), the rest by name."""
     out: list[tuple[tuple, int]] = []
     for pos, j in enumerate(walk):
         kind = units[j].kind
@@ -263,7 +266,7 @@ def _walk_keys(units: list[_Unit], walk: list[int]) -> list[tuple[tuple, int]]:
         if kind in ("norm", "allreduce"):
             out.append((("norm", frozenset({units[j].names if kind == "norm" else ("collective",)})), pos))
             continue
-        out.append((("memory",) if kind == "memory" else units[j].names, pos))
+        out.append(((kind,) if kind == "memory" or kind in GEMM_LIKE else units[j].names, pos))
     return out
 
 
@@ -775,6 +778,12 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
         end = k.start_us + k.dur_us
         if end > last_end:
             last_end = end
+    combine_end: dict[int, float] = {}  # per layer, where its combine ended on the chain
+    for p in plan.in_layers:
+        if plan.slots[p].role == "combine":
+            k = kernels[main_idx[p]]
+            layer = plan.slots[p].unit
+            combine_end[layer] = max(combine_end.get(layer, float("-inf")), k.start_us + k.dur_us)
     by_layer_stream: dict[tuple[int, int], list[int]] = {}
     for i in [i for i, slot in enumerate(slots) if slot is None]:  # the kernels off the chain, in order
         k = kernels[i]
@@ -803,6 +812,8 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
                 role, why = kind, _R["side.dispatch_combine"]
             elif kind in ("topk", "router_gemm"):
                 role, why = "topk" if kind == "topk" else "router", _R["side.routing"]
+            elif moe and kind not in GEMM_LIKE and kernels[i].start_us >= combine_end.get(layer, float("inf")):
+                role, why = "combine", _R["side.after_combine"]
             elif moe and runs_gemm:
                 role, why = "shared_experts", _R["side.shared_experts"]
             else:

@@ -106,6 +106,23 @@ def ep_cases() -> list[Case]:
             for config, ranks, truth in EP_REAL for rank in range(ranks)]
 
 
+# Real SGLang 0.5.17 MTP (EAGLE, the NextN layer) decodes with DeepEP low-latency on two H200s, eager
+# (tests/data/sglang-real/mtp/README.md): one recorded with stacks (its own truth), one without (judged
+# against the first, a separate run of the same deployment: names aligned by kernel name, on its own
+# durations). 5 verify iterations: each a target verify (4 layers) and a draft extend (1 MoE layer).
+MTP_DIR = ROOT / "tests" / "data" / "sglang-real" / "mtp"
+MTP_REAL = [("h200x2-deepep-mtp-eager", None), ("h200x2-deepep-mtp-eager-nostack", "h200x2-deepep-mtp-eager")]
+
+
+def mtp_ep_cases() -> list[Case]:
+    def path(config: str, rank: int) -> Path:
+        return MTP_DIR / f"{EP_PREFIX}{config}-TP-{rank}-EP-{rank}-decode.trace.json.gz"
+
+    return [Case(f"sglang-0.5.17-{config}-r{rank}", path(config, rank), path(truth, rank) if truth else None,
+                 10, 4, 3, "deepseek_v3", "2 x H200", "bundled", varied_layers=((4, 3), (1, 1)) * 5)
+            for config, truth in MTP_REAL for rank in (0, 1)]
+
+
 PUBLIC = [
     # relative to shared/traces/real (see its SOURCES.md); eager, with nn.Module ranges
     ("vllm-gpt-oss-120b-b200-eager", "nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", 1, 36, 36, "gpt_oss", "B200"),

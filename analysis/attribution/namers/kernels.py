@@ -6,6 +6,7 @@ from __future__ import annotations
 from analysis.attribution.layers import cut_by_template, cut_generic
 from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
+from analysis.attribution.stages import DRAFT
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
 from analysis.attribution.two_batch import step_two_batch_order, two_batch_cut
@@ -41,4 +42,8 @@ class GenericNamer(Namer):
         self.sig = sig
 
     def name(self, step: Step) -> Naming:
-        return Naming(cut_generic(step.kernels, self.sig), "generic")
+        # Only a step without an attention core the structure knows comes here. In an MTP draft phase
+        # that is no forward (EAGLE with one speculative step: the draft tokens' bookkeeping), and what
+        # repeats there (host copies, per-token index kernels) is no layer: SGLang 0.5.17's graph
+        # draft phase was read as 3 layers, its eager one as 6.
+        return Naming(cut_generic(step.kernels, self.sig, find_layers=step.stage != DRAFT), "generic")
