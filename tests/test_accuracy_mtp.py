@@ -63,3 +63,48 @@ def test_negative_control_the_nextn_input_in_the_layer_fails_the_bound(case):
     wrong["attention"] = wrong.get("attention", 0.0) + 0.8
     wrong["outside"] = wrong.get("outside", 0.0) - 0.8
     assert max(abs(g) for g in _group_gaps(dataclasses.replace(j, found_groups=wrong)).values()) > MAX_GROUP_GAP_PP
+
+
+DATA = CASES[0].path.parent.parent
+# MTP CUDA-graph decodes (four H100s, tests/data/sglang-real/ep and tbo) against an eager twin with stacks
+# recorded on two H200s (same deployment, same kernels by name): truth.transfer takes the twin's names
+GRAPH_TWINS = [(DATA / "ep" / f"sglang-0.5.17-dsv3-4l-fp8-h100x2-deepep-ll-mtp-graph-TP-{r}-EP-{r}-decode.trace.json.gz",
+                DATA / "mtp" / f"sglang-0.5.17-dsv3-4l-fp8-h200x2-deepep-mtp-eager-TP-{r}-EP-{r}-decode.trace.json.gz")
+               for r in (0, 1)] + \
+              [(DATA / "tbo" / f"sglang-0.5.17-dsv3-4l-fp8-h100x2-deepep-tbo-mtp-graph-TP-{r}-EP-{r}-decode.trace.json.gz",
+                DATA / "tbo" / f"sglang-0.5.17-dsv3-4l-fp8-h200x2-deepep-tbo-mtp-eager-TP-{r}-EP-{r}-decode.trace.json.gz")
+               for r in (0, 1)]
+
+
+@pytest.mark.parametrize("graph,eager", GRAPH_TWINS, ids=[g.name[26:62] for g, _e in GRAPH_TWINS])
+def test_mtp_graph_decodes_against_their_eager_twins(graph, eager):
+    """Every forward of the replay (verify: 4 layers, draft extend: the NextN layer) and every group and
+    compared row within half a point of the twin's names on the replay's durations (read within 0.2)."""
+    from accuracy.judge import judge
+
+    j = judge(str(graph), str(eager))
+    assert j.unnamed_pct < 0.5
+    found = [n for n in j.found_layers if n]  # the replay's forwards (the twin is another run: its count differs)
+    assert set(j.truth_layers) == {4, 1} and found == [4, 1] * (len(found) // 2) and len(found) >= 8, found
+    assert all(abs(g) <= MAX_GROUP_GAP_PP for g in _group_gaps(j).values()), _group_gaps(j)
+    rows = {n: round(sum(j.found_rows.get(k, 0.0) for k in keys) - sum(j.truth_rows.get(k, 0.0) for k in keys), 2)
+            for n, keys in T.COMPARED_ROWS.items()}
+    assert all(abs(g) <= MAX_ROW_GAP_PP for g in rows.values()), {n: g for n, g in rows.items() if abs(g) > 0.1}
+
+
+@pytest.mark.parametrize("graph,eager", GRAPH_TWINS, ids=[g.name[26:62] for g, _e in GRAPH_TWINS])
+def test_what_follows_the_combine_on_a_side_stream_is_not_the_shared_expert(graph, eager):
+    """In the replays' draft extend the returned tokens' scaling and the shared expert's sum run on a side
+    stream after the combine: kernel by kernel, none that the twin names the combine's is named shared
+    experts (a side stream running GEMMs in a MoE layer is otherwise the shared expert's)."""
+    from accuracy.tool import found_of
+    from accuracy.truth import transfer, truth_of
+
+    truth = {round(u.gpu_start, 1): u.row for u in transfer(truth_of(str(eager)), str(graph)).units}
+    from collections import Counter
+
+    rows = found_of(str(graph)).kernel_rows
+    main = Counter(r.stream for r in rows).most_common(1)[0][0]
+    after_combine = [r for r in rows if truth.get(round(r.start_us, 1)) == "combine" and r.stream != main]
+    assert after_combine, "no side-stream kernel the twin names the combine's"
+    assert {r.module for r in after_combine} == {"combine"}, {(r.module, r.kernel_name[:40]) for r in after_combine}

@@ -594,10 +594,18 @@ def _name_the_reordered(members: list[Unit], spare: list[Unit]) -> None:
 
 def _replay_steps(events: list[dict], units: list[Unit]) -> list[list[Unit]]:
     """The replay's units per step: the CPU `step[...]` range (SGLang's profiler labels each forward)
-    around each unit's launch; without such ranges, the whole trace as one."""
+    around each unit's launch, or SGLang 0.5.17's `draft_extend` range (its graph-mode draft extend has
+    no `step[...]` of its own; in eager mode one sits inside it: the outermost range is the step);
+    without such ranges, the whole trace as one."""
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("tid"))
                    for e in events if e.get("cat") == "user_annotation" and e.get("ph") == "X"
-                   and str(e.get("name", "")).startswith("step["))
+                   and (str(e.get("name", "")).startswith("step[") or e.get("name") == "draft_extend"))
+    outermost: list[tuple] = []
+    for span in spans:  # by start: a span inside the last kept one is part of it
+        if outermost and span[1] <= outermost[-1][1]:
+            continue
+        outermost.append(span)
+    spans = outermost
     if len(spans) < 2:
         return [units]
     steps: list[list[Unit]] = [[] for _ in spans]
