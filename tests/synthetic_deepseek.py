@@ -38,6 +38,7 @@ class Expected:
     per_layer_us: dict[tuple[str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     exposed_us: dict[tuple[str, str, str], list[float]] = field(default_factory=lambda: defaultdict(list))
     step_us: list[float] = field(default_factory=list)
+    layers_us: list[float] = field(default_factory=list)  # first layer kernel's start to the last one's end
     draft_step_us: list[float] = field(default_factory=list)
     draft_extend_us: list[float] = field(default_factory=list)
     tree_us: list[float] = field(default_factory=list)
@@ -102,9 +103,11 @@ def _emit_step(w: _Writer, sig: Signature, label: str, kinds: list[str], units: 
     w.kernel("void at::native::embedding_kernel<float>(float*)", 4.0 * scale, MAIN_STREAM)
     sums: dict = defaultdict(float)
     exposed: dict = defaultdict(float)
+    layers_start = w.t
     for kind in kinds:
         for _ in range(units):
             _emit_layer(w, sig, kind, scale, sums, exposed)
+    layers_end = w.t - GAP_US
     # Each layer counts once per key, whatever the number of micro-batches or repeats in it.
     counts: dict = defaultdict(int)
     for kind in kinds:
@@ -125,6 +128,7 @@ def _emit_step(w: _Writer, sig: Signature, label: str, kinds: list[str], units: 
             exp_layers.per_layer_us[key].append(total / counts[key])
             exp_layers.exposed_us[key].append(exposed.get(key, total) / counts[key] if key in exposed else 0.0)
         exp_layers.step_us.append(end - start)
+        exp_layers.layers_us.append(layers_end - layers_start)
         if tree:
             exp_layers.tree_us.append(tree_us)
     w.t += 50.0  # idle time between steps

@@ -108,6 +108,18 @@ def test_at_a_fork_the_branch_running_the_layers_own_kernels_is_the_chain():
     assert main_chain(starts, ends, streams, [False, True, False, True, False]) == [0, 1, 3, 4]
     # a tie in anchors leaves it to timing
     assert main_chain(starts, ends, streams, [False, True, True, False, False]) == [0, 2, 4]
+    # both branches run anchors: the one running more of them is the chain
+    assert main_chain(starts, ends, streams, [False, True, True, True, False]) == [0, 1, 3, 4]
+
+
+def test_a_side_trip_without_the_layers_own_kernels_leaves_the_chain():
+    """SYNTHETIC (answers by hand): stream 2 runs no anchor in the whole step; its kernels 1 and 3 overlap
+    nothing, so timing alone puts them on the chain between stream 1's kernels; they are side work. A
+    stream that runs anchors somewhere (a graph replay's layers hopping there) keeps its trips."""
+    starts = [0.0, 10.0, 20.0, 30.0, 40.0]
+    ends = [9.0, 19.0, 29.0, 39.0, 49.0]
+    assert main_chain(starts, ends, [1, 2, 1, 2, 1], [True, False, False, False, True]) == [0, 2, 4]
+    assert main_chain(starts, ends, [1, 2, 1, 2, 1], [True, False, False, True, True]) == [0, 1, 2, 3, 4]
 
 
 def test_the_recorded_side_stream_replay_matches_its_eager_twin_within_3_points():

@@ -14,6 +14,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from analysis.attribution.steps import segment_steps
 from analysis.ingest.trace_model import Kernel, Range, RankId, RankTrace
 from analysis.pipeline import AnalysisOptions, analyze
@@ -90,3 +92,37 @@ def test_synthetic_gpu_windows_of_one_step_on_several_streams_stay_one_step():
            Range("step[DECODE bs=16]", 230, 20, 470)]
     assert _cut(_trace([], gpu, [5, 35, 65, 95, 205, 240, 290])) == [
         ("step[DECODE bs=16]", 4), ("step[DECODE bs=16]", 3)]
+
+
+def _labelled_trace(path: Path, label: str) -> Path:
+    """SYNTHETIC: three steps under `label`, each four kernels no attention core is among (answers by hand)."""
+    events, t, corr = [], 1000.0, 1
+    for _ in range(3):
+        start = t
+        for name in ("void at::native::vectorized_elementwise_kernel<4>", "Memcpy HtoD (Pageable -> Device)",
+                     "void at::native::index_elementwise_kernel<128>", "void at::native::reduce_kernel<512>"):
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": t, "dur": 2.0,
+                           "args": {"stream": 7, "correlation": corr, "device": 0}})
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": t - 0.5, "dur": 0.2, "args": {"correlation": corr}})
+            corr += 1
+            t += 3.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": label, "pid": 1, "tid": 1,
+                       "ts": start - 1.0, "dur": t - start + 1.0})
+        t += 100.0
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def test_only_a_draft_phase_may_hold_no_layer(tmp_path):
+    """A decode step without a layer is a problem the table names; an MTP draft phase without one is what
+    EAGLE with one speculative step runs (no draft-model pass), and says so."""
+    from analysis.errors import AnalysisError
+
+    with pytest.raises(AnalysisError, match="no layers found in any of the 3 decode steps"):
+        analyze([str(_labelled_trace(tmp_path / "d-TP-0-decode.trace.json.gz", "step[DECODE bs=1]"))],
+                options=AnalysisOptions(run="decode"))
+    draft = analyze([str(_labelled_trace(tmp_path / "m-TP-0-decode.trace.json.gz", "draft"))],
+                    options=AnalysisOptions(run="draft"))
+    assert {s.status for s in draft.step_rows} == {"ok"} and {s.layers_found for s in draft.step_rows} == {0}
+    assert all("no draft-model pass" in s.note for s in draft.step_rows)

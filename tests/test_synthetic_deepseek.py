@@ -40,6 +40,7 @@ def test_single_rank_reproduces_known_numbers(tmp_path, name):
     assert not any(r.group == "unattributed" for r in result.kernel_rows)
     _check_rows(result.d4, [expected])
     assert result.d4.step_ms == pytest.approx(statistics.fmean(expected.step_us) / 1000, abs=1e-9)
+    assert result.d4.layers_ms == pytest.approx(statistics.fmean(expected.layers_us) / 1000, abs=1e-9)
     assert result.d4.num_layers == 61
 
 

@@ -214,8 +214,9 @@ def _place_side(
             )
 
 
-# A copy anchors no layer: the host's input copies repeat in a step without layers too (SGLang 0.5.17's
-# EAGLE draft phase with DeepEP: six host-to-device copies were read as six layers).
+# A copy anchors no layer: host copies repeat in stretches without layers too (SGLang 0.5.17's EAGLE draft
+# phase with DeepEP: six host-to-device copies were read as six layers; a PD prefill window's tail of
+# KV-transfer copies as three).
 COPY_PREFIXES = ("Memcpy", "Memset")
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from analysis.attribution.kernel_classes import COMMUNICATION, class_of_name
+from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.layers import LayerCut, Slot
 from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of
@@ -40,7 +40,6 @@ from analysis.ingest.trace_model import Kernel
 _LOW_LATENCY = ("internode_ll::", "low_latency_")
 _MAX_GAP_US = 50.0  # a moved kernel keeps the gap to its successor in time, at most this
 TBO_NOTE = "two-batch overlap:"  # how a step's note starts its detail (tables/tbo_overlap.py reads it)
-AFTER_LAYERS_RULE = "structure_rules.yaml:outside.after_layers"
 BEFORE_LAYERS_RULE = "structure_rules.yaml:outside.before_layers"
 BETWEEN_LAYERS_RULE = "structure_rules.yaml:moe.after_experts"  # small kernels between layers: the residual's
 SHARED_STREAM = -2  # where the retimed shared experts run (no real stream has a negative number)
@@ -57,7 +56,6 @@ class TwoBatchOrder:
     order: list[int]
     micro_layers: int        # MoE micro-layers: two per MoE layer (A, then B)
     first_dispatch: int      # index of the first micro-layer's dispatch send
-    final_norm: int | None   # index of the first norm after the last combine receive (the model's final norm)
     moe_start: int           # index of the first kernel of the first MoE micro-layer (its attention preparation)
     shared: frozenset[int]   # the shared experts' kernels (run on the main line under TBO)
     main: frozenset[int]     # the kernels of the step's one line across streams (structure's chain)
@@ -120,10 +118,7 @@ def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     order_main = [p for block in blocks for p in block]
     if sorted(order_main) != list(range(len(main))):
         return None
-    final_norm = next((main[p] for p in range(quartets[-1][3] + 1, len(main))
-                       if class_of_name(kernels[main[p]].name) == "norm"), None)
-    return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]],
-                         final_norm, moe_start, frozenset(main[p] for p in shared), frozenset(main))
+    return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]], moe_start, frozenset(main[p] for p in shared), frozenset(main))
 
 
 def _blocks(kernels: list[Kernel], main: list[int], quartets: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -222,26 +217,6 @@ def retimed(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int]) -> lis
     return out
 
 
-def _after_layers_from_the_final_norm(kernels: list[Kernel], plan: TwoBatchOrder, slots: list[Slot]) -> None:
-    """After the last micro-layer's combine come its output, the micro-batches' merge and then the model's
-    final norm, LM head and sampling: from that norm on, nothing is the last layer's. The structural cut
-    finds the final norm by comparing each layer's kernels before its attention with the others', and
-    the dense layers (the whole batch) run other GEMM kernels than the micro-batches (half of it): with
-    a gather in every layer (TP attention) it then counted the LM head in the last layer."""
-    if plan.final_norm is None:
-        return
-    order = plan.order
-    start = order.index(plan.final_norm)
-    for i in order[start:]:
-        slot = slots[i]
-        if slot.section != SECTION_LAYER:
-            continue
-        role = "outside_collective" if class_of_name(kernels[i].name) in COMMUNICATION else "lm_head"
-        row = row_of(role)
-        slots[i] = Slot(SECTION_POST, -1, row.group, row.module, slot.kernel, slot.source, role=role,
-                        rule=AFTER_LAYERS_RULE)
-
-
 def _cut_part(kernels: list[Kernel], plan: TwoBatchOrder, order: list[int], cut_of) -> tuple[LayerCut | None, list[int]]:
     """`cut_of` on a part of the plan's order, retimed; and each inner position's step index."""
     moved = retimed(kernels, plan, order)
@@ -301,7 +276,6 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
         slots[tbo_original[pos]] = slot
     if any(s is None for s in slots):
         return None
-    _after_layers_from_the_final_norm(kernels, plan, slots)
     unit_layers = {u: (u, 0) if u < dense else (dense + (u - dense) // 2, (u - dense) % 2)
                    for u in {s.unit for s in slots if s.section == SECTION_LAYER}}
     layers = len({layer for layer, _ in unit_layers.values()})

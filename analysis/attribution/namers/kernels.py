@@ -45,5 +45,5 @@ class GenericNamer(Namer):
         # Only a step without an attention core the structure knows comes here. In an MTP draft phase
         # that is no forward (EAGLE with one speculative step: the draft tokens' bookkeeping), and what
         # repeats there (host copies, per-token index kernels) is no layer: SGLang 0.5.17's graph
-        # draft phase was read as 3 layers, its eager one as 6.
+        # draft phase was read as 3 layers, its eager one (six host copies) as 6.
         return Naming(cut_generic(step.kernels, self.sig, find_layers=step.stage != DRAFT), "generic")
