@@ -97,3 +97,21 @@ def test_mtp_graph_verify_and_draft_steps():
             labels = {e["name"] for e in json.load(fh)["traceEvents"] if e.get("cat") == "user_annotation"
                       and str(e.get("name", "")).startswith("step[")}
         assert any("TARGET_VERIFY" in label for label in labels)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_negative_control_a_wrong_table_fails_these_bounds(case):
+    """Per case, a table with the dispatch receive named experts (2 points moved from the dispatch row to
+    the experts: what a DeepEP receive waiting milliseconds did before names were pinned) must fail the
+    group-or-row bounds here; the shift is fixed, so a bound widened tenfold lets it pass: this goes red."""
+    j = judge_case(case)
+    truth = {name: sum(j.truth_rows.get(k, 0.0) for k in T.COMPARED_ROWS[name]) for name in EP_ROWS}
+    found = dict(truth)
+    found["dispatch"] = truth["dispatch"] - 2.0
+    found["up_gate"] = truth["up_gate"] + 2.0
+    gaps = _gaps(truth, found, EP_ROWS)
+    assert max(abs(g) for g in gaps.values()) > MAX_ROW_GAP_PP
+    groups = dict(j.truth_groups)
+    groups["attention"] = groups.get("attention", 0.0) - 2.0
+    groups["outside"] = groups.get("outside", 0.0) + 2.0
+    assert max(abs(g) for g in _gaps(j.truth_groups, groups, T.GROUPS).values()) > MAX_GROUP_GAP_PP

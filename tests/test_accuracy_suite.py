@@ -233,3 +233,28 @@ def test_the_standard_map_names_modules_as_their_attributes(case):
             assert qualified.rsplit(".", 1)[-1] in ATTRIBUTE_OF_ROLE[role], (role, qualified)
             checked += 1
     assert checked > 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_negative_control_a_wrong_table_fails_the_bounds(case):
+    """Per case, a table wrong just beyond each bound must fail the comparison: its largest group half a
+    point more than the group bound below the truth (moved outside the layers), and its largest compared
+    row half a point more than that row's bound above the truth. A bound widened tenfold lets both pass:
+    this goes red."""
+    import dataclasses
+
+    from accuracy import table as T
+
+    j = judge_case(case)
+    shift = 3.5  # fixed, not read from the bound: today's group bound is 3 points
+    big = max((g for g in T.GROUPS if g != "outside"), key=lambda g: j.found_groups.get(g, 0.0))
+    wrong = dict(j.found_groups)  # set from the truth: the wrong value is off by the shift whatever the tool found
+    wrong[big] = j.truth_groups.get(big, 0.0) - shift
+    wrong["outside"] = j.truth_groups.get("outside", 0.0) + shift
+    assert [p for p in _group_problems(dataclasses.replace(j, found_groups=wrong)) if p.startswith(f"group {big}:")]
+    rows = _rows_but_the_known(case)
+    want = {name: sum(j.truth_rows.get(k, 0.0) for k in COMPARED_ROWS[name]) for name in rows}
+    row = max(want, key=want.get)
+    off = {k: v for k, v in j.found_rows.items() if k not in COMPARED_ROWS[row]}
+    off[COMPARED_ROWS[row][0]] = want[row] + max(1.0, 0.2 * want[row]) + 0.5  # today's row bound, fixed here
+    assert [p for p in _row_problems(dataclasses.replace(j, found_rows=off), rows) if p.startswith(f"row {row}:")]
