@@ -170,11 +170,13 @@ def profile_decode(dep: "Deployment", load, trace_dir: str, prefix: str, num_ste
                                   with_stack, record_shapes, bool(profile.get("detailed_annotations")))
     if plan.spec.expert_load:  # the expert load of the same steps (harness/sglang/expert_load.py)
         outcome.expert_record = _expert_record(expert_load.start, dep)
+    # the batch the window opens on, read before the start call: on a busy host that call can outlast
+    # the drained requests' remaining tokens (a run of the suite read 2 of 8 after it)
+    outcome.running_at_start = load.running_batch()
     try:
         # A classic capture left running (by-stage state outlives /stop_profile: a later prefill starts an
         # EXTEND capture) refuses every start with a bare 500: stop it, try once more.
         _start_window(dep, body, retry_after_stop=plan.profiler == "v1")
-        outcome.running_at_start = load.running_batch()
         try:
             outcome.traces = collect_traces(dep, trace_dir, prefix, timeout_s, stage=plan.decode_stage,
                                             rename_to=profile["v1_decode_suffix"] if plan.decode_stage else None)
