@@ -12,12 +12,13 @@ that the truth has outside the layers).
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import pytest
 
 from accuracy import table as T
 from accuracy.judge import judge_case
-from benchmarks.accuracy.suite_cases import mtp_ep_cases
+from benchmarks.accuracy.suite_cases import MTP_DIR, mtp_ep_cases
 
 CASES = mtp_ep_cases()
 # Tighter than the suite's 1.5 points: these recordings are read within 0.05, and the NextN input counted
@@ -25,15 +26,6 @@ CASES = mtp_ep_cases()
 MAX_GROUP_GAP_PP = 0.5
 MAX_ROW_GAP_PP = 0.5
 ROWS = ("dispatch", "combine", "up_gate", "act", "down", "shared experts")
-
-
-def _group_gaps(j) -> dict:
-    return {g: round(j.found_groups.get(g, 0.0) - j.truth_groups.get(g, 0.0), 2) for g in T.GROUPS}
-
-
-def _row_gaps(j) -> dict:
-    return {n: round(sum(j.found_rows.get(k, 0.0) for k in T.COMPARED_ROWS[n])
-                     - sum(j.truth_rows.get(k, 0.0) for k in T.COMPARED_ROWS[n]), 2) for n in ROWS}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -48,8 +40,8 @@ def test_every_forward_is_one_step_and_the_draft_phase_has_no_layer(case):
 def test_every_group_and_the_all_to_all_within_half_a_point(case):
     j = judge_case(case)
     assert j.unnamed_pct < 0.5
-    assert all(abs(g) <= MAX_GROUP_GAP_PP for g in _group_gaps(j).values()), _group_gaps(j)
-    assert all(abs(g) <= MAX_ROW_GAP_PP for g in _row_gaps(j).values()), _row_gaps(j)
+    assert all(abs(g) <= MAX_GROUP_GAP_PP for g in j.group_gaps().values()), j.group_gaps()
+    assert all(abs(g) <= MAX_ROW_GAP_PP for g in j.row_gaps(ROWS).values()), j.row_gaps(ROWS)
     assert sum(j.truth_rows.get(k, 0.0) for k in T.COMPARED_ROWS["dispatch"]) > 0
 
 
@@ -62,10 +54,10 @@ def test_negative_control_the_nextn_input_in_the_layer_fails_the_bound(case):
     wrong = dict(j.found_groups)
     wrong["attention"] = wrong.get("attention", 0.0) + 0.8
     wrong["outside"] = wrong.get("outside", 0.0) - 0.8
-    assert max(abs(g) for g in _group_gaps(dataclasses.replace(j, found_groups=wrong)).values()) > MAX_GROUP_GAP_PP
+    assert max(abs(g) for g in dataclasses.replace(j, found_groups=wrong).group_gaps().values()) > MAX_GROUP_GAP_PP
 
 
-DATA = CASES[0].path.parent.parent
+DATA = MTP_DIR.parent
 # MTP CUDA-graph decodes (four H100s, tests/data/sglang-real/ep and tbo) against an eager twin with stacks
 # recorded on two H200s (same deployment, same kernels by name): truth.transfer takes the twin's names
 GRAPH_TWINS = [(DATA / "ep" / f"sglang-0.5.17-dsv3-4l-fp8-h100x2-deepep-ll-mtp-graph-TP-{r}-EP-{r}-decode.trace.json.gz",
@@ -86,9 +78,8 @@ def test_mtp_graph_decodes_against_their_eager_twins(graph, eager):
     assert j.unnamed_pct < 0.5
     found = [n for n in j.found_layers if n]  # the replay's forwards (the twin is another run: its count differs)
     assert set(j.truth_layers) == {4, 1} and found == [4, 1] * (len(found) // 2) and len(found) >= 8, found
-    assert all(abs(g) <= MAX_GROUP_GAP_PP for g in _group_gaps(j).values()), _group_gaps(j)
-    rows = {n: round(sum(j.found_rows.get(k, 0.0) for k in keys) - sum(j.truth_rows.get(k, 0.0) for k in keys), 2)
-            for n, keys in T.COMPARED_ROWS.items()}
+    assert all(abs(g) <= MAX_GROUP_GAP_PP for g in j.group_gaps().values()), j.group_gaps()
+    rows = j.row_gaps()
     assert all(abs(g) <= MAX_ROW_GAP_PP for g in rows.values()), {n: g for n, g in rows.items() if abs(g) > 0.1}
 
 
@@ -101,8 +92,6 @@ def test_what_follows_the_combine_on_a_side_stream_is_not_the_shared_expert(grap
     from accuracy.truth import transfer, truth_of
 
     truth = {round(u.gpu_start, 1): u.row for u in transfer(truth_of(str(eager)), str(graph)).units}
-    from collections import Counter
-
     rows = found_of(str(graph)).kernel_rows
     main = Counter(r.stream for r in rows).most_common(1)[0][0]
     after_combine = [r for r in rows if truth.get(round(r.start_us, 1)) == "combine" and r.stream != main]

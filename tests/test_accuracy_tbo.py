@@ -97,6 +97,5 @@ MAX_ANY_ROW_GAP_PP = 0.5  # these recordings are read within 0.3; layer 0's q_a 
 @pytest.mark.parametrize("path,truth", ALL_CASES, ids=[p.name[26:75] for p, _t in ALL_CASES])
 def test_every_compared_row_within_half_a_point(path, truth):
     j = judge(str(path), str(truth)) if truth else judge(str(path))
-    gaps = {n: round(sum(j.found_rows.get(k, 0.0) for k in keys) - sum(j.truth_rows.get(k, 0.0) for k in keys), 2)
-            for n, keys in T.COMPARED_ROWS.items()}
+    gaps = j.row_gaps()
     assert all(abs(g) <= MAX_ANY_ROW_GAP_PP for g in gaps.values()), {n: g for n, g in gaps.items() if abs(g) > 0.1}

@@ -96,21 +96,17 @@ def test_synthetic_gpu_windows_of_one_step_on_several_streams_stay_one_step():
 
 def _labelled_trace(path: Path, label: str) -> Path:
     """SYNTHETIC: three steps under `label`, each four kernels no attention core is among (answers by hand)."""
-    events, t, corr = [], 1000.0, 1
+    from synthetic_deepseek import _Writer
+
+    w = _Writer()
     for _ in range(3):
-        start = t
+        start = w.t
         for name in ("void at::native::vectorized_elementwise_kernel<4>", "Memcpy HtoD (Pageable -> Device)",
                      "void at::native::index_elementwise_kernel<128>", "void at::native::reduce_kernel<512>"):
-            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": t, "dur": 2.0,
-                           "args": {"stream": 7, "correlation": corr, "device": 0}})
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                           "ts": t - 0.5, "dur": 0.2, "args": {"correlation": corr}})
-            corr += 1
-            t += 3.0
-        events.append({"ph": "X", "cat": "user_annotation", "name": label, "pid": 1, "tid": 1,
-                       "ts": start - 1.0, "dur": t - start + 1.0})
-        t += 100.0
-    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+            w.kernel(name, 2.0, 7)
+        w.annotation(label, start - 1.0, w.t)
+        w.t += 100.0
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": w.events}).encode()))
     return path
 
 

@@ -228,8 +228,12 @@ def _merged(windows: list[Range]) -> list[Range]:
     return out
 
 
-def _step_windows(ranges: list[Range]) -> list[Range]:
-    return sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: (r.start_us, -r.dur_us))
+def _step_windows(ranges: list[Range], per_stream: bool = False) -> list[Range]:
+    """The step annotations among `ranges`, one window per step, by start: `per_stream` (GPU annotations,
+    written on each stream a step used) merges a step's windows first; then windows inside windows are
+    unnested."""
+    windows = sorted((r for r in ranges if STEP_ANNOTATION.match(r.name)), key=lambda r: (r.start_us, -r.dur_us))
+    return _unnested(_merged(windows) if per_stream else windows)
 
 
 def _unnested(windows: list[Range]) -> list[Range]:
@@ -237,8 +241,8 @@ def _unnested(windows: list[Range]) -> list[Range]:
     worker's `draft_extend` range around the forward's own `step[DRAFT_EXTEND_V2 bs=N]`; taken as two
     windows, the kernels before and after the inner one became a step of their own (without stacks:
     draft-extend steps of 0 and 1 layers). The inner windows are the steps (their labels carry the batch);
-    the outer's kernels before the first and after the last join them. GPU annotations: merge a step's
-    windows on its several streams first (`_merged`), or they would nest. `windows`: by start, longer first."""
+    the outer's kernels before the first and after the last join them. `windows`: by start, longer first
+    (GPU annotations merged per step first, or a step's windows on its several streams would nest)."""
     out: list[Range] = []
     i = 0
     while i < len(windows):
@@ -337,7 +341,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             # a kernel belongs to the call it was launched in, or (sampling, input prep) to the
             # call before it; anything launched before the first call, to the first
             buckets[max(0, bisect.bisect_right(starts, point) - 1)].append(kernel)
-        annotations = _unnested(_step_windows(trace.cpu_annotations) or _merged(_step_windows(trace.gpu_annotations)))
+        annotations = _step_windows(trace.cpu_annotations) or _step_windows(trace.gpu_annotations, per_stream=True)
         labels = []
         for call in calls:
             around = next((w for w in annotations if w.start_us <= call.start_us <= w.end_us), None)
@@ -349,7 +353,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
     # CPU step annotations place kernels exactly (through their launch call, a graph replay's too);
     # GPU ones only by time, and a replay can outrun its window. So the CPU ones win wherever they
     # place nearly every kernel.
-    cpu_windows = _unnested(_step_windows(trace.cpu_annotations))
+    cpu_windows = _step_windows(trace.cpu_annotations)
     cpu_kept = []
     if cpu_windows:
         buckets, cpu_rest = _by_windows(kernels, cpu_windows, cpu_points())
@@ -360,7 +364,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
             tail = _place_the_rest(cpu_rest, steps, cpu_point, cpu_windows[-1].end_us)
             return make(steps + [tail], "cpu_annotation", [n for _, n in cpu_kept] + [""])
 
-    gpu_windows = _unnested(_merged(_step_windows(trace.gpu_annotations)))
+    gpu_windows = _step_windows(trace.gpu_annotations, per_stream=True)
     if gpu_windows:
         buckets, rest = _by_windows(kernels, gpu_windows, [k.start_us for k in kernels])
         kept = [(b, w.name) for b, w in zip(buckets, gpu_windows) if b]

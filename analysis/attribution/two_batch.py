@@ -118,7 +118,8 @@ def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     order_main = [p for block in blocks for p in block]
     if sorted(order_main) != list(range(len(main))):
         return None
-    return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]], moe_start, frozenset(main[p] for p in shared), frozenset(main))
+    return TwoBatchOrder(_with_side_streams(kernels, main, order_main), n, main[quartets[0][0]], moe_start,
+                         frozenset(main[p] for p in shared), frozenset(main))
 
 
 def _blocks(kernels: list[Kernel], main: list[int], quartets: list[list[int]]) -> tuple[list[list[int]], list[int]]:

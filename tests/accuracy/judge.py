@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import table as T
 from .tool import found_of
 from .truth import transfer, truth_of
 
@@ -31,6 +32,16 @@ class Judged:
         """Layer counts of the found steps that hold layers: without ranges, SGLang's `draft`
         annotation cuts a step of its own around a few sampling kernels (no forward, no layer)."""
         return [n for n in self.found_layers if n]
+
+    def group_gaps(self) -> dict[str, float]:
+        """Found minus truth per D4 group, in points of the steps' busy time."""
+        return {g: round(self.found_groups.get(g, 0.0) - self.truth_groups.get(g, 0.0), 2) for g in T.GROUPS}
+
+    def row_gaps(self, names=None) -> dict[str, float]:
+        """Found minus truth per compared row (table.COMPARED_ROWS; `names`: those only), in points."""
+        return {n: round(sum(self.found_rows.get(k, 0.0) for k in T.COMPARED_ROWS[n])
+                         - sum(self.truth_rows.get(k, 0.0) for k in T.COMPARED_ROWS[n]), 2)
+                for n in (names if names is not None else T.COMPARED_ROWS)}
 
     @property
     def found_layerless_stages(self) -> list:
