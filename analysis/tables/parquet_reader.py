@@ -5,7 +5,15 @@ Why: `report`, `view`, `compare` and `export` read the per-kernel table `analyze
 that writer writes and the common shapes of other writers' flat tables (a table re-saved by pandas
 or pyarrow): format 1 data pages, PLAIN and dictionary encodings, required or optional columns,
 uncompressed or GZIP pages. Anything else (nested columns, SNAPPY or ZSTD pages, data page v2) is a
-ParquetError saying so, never a wrong value. Sizes are checked before anything is inflated.
+ParquetError saying so, never a wrong value.
+
+Bounded by limit_bytes, whatever the file declares: a few bytes can declare a billion values (one
+run of the RLE / bit-packing hybrid), a page can inflate a thousandfold, so every count is checked
+before anything is built from it. Each page inflates to at most limit_bytes and all pages together
+too; a table holds at most limit_bytes / VALUE_SLOT_BYTES values (rows times columns, and every
+dictionary's values), which the footer shows before a page is read; a page holds no more values
+than its column chunk has left (and one at least, so the pages read are no more than the values), a
+run no more than its page; the footer nests at most thrift_compact.MOST_NESTING deep.
 """
 from __future__ import annotations
 
@@ -27,6 +35,8 @@ _CODECS = {1: "SNAPPY", 3: "LZO", 4: "BROTLI", 5: "LZ4", 6: "ZSTD", 7: "LZ4_RAW"
 _FIXED = {_INT32: "i", _INT64: "q", _FLOAT: "f", _DOUBLE: "d"}
 _KINDS = {_INT32: "int64", _INT64: "int64", _FLOAT: "float64", _DOUBLE: "float64", _BYTE_ARRAY: "string"}
 _PACKED = {8: "B", 16: "H", 32: "I"}
+VALUE_SLOT_BYTES = 8  # a value read takes a list slot (a pointer) at least: values held <= limit_bytes / 8
+_STRING_PREFIX_BYTES = 4  # a PLAIN string's length before its bytes
 
 
 class ParquetError(ValueError):
@@ -39,6 +49,24 @@ class ParquetTable:
 
     def __init__(self, columns: dict[str, list], kinds: dict[str, str], rows: int, metadata: dict[str, str]):
         self.columns, self.kinds, self.rows, self.metadata = columns, kinds, rows, metadata
+
+
+class _Budget:
+    """What one table may still inflate (bytes) and decode (values), shared by all its pages."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes, self.bytes_left = limit_bytes, limit_bytes
+        self.most_values = self.values_left = limit_bytes // VALUE_SLOT_BYTES
+
+    def inflate(self, size: int) -> None:
+        self.bytes_left -= size
+        if self.bytes_left < 0:
+            raise ParquetError(f"pages that inflate to more than {self.limit_bytes} bytes, the most this reads")
+
+    def decode(self, count: int) -> None:
+        self.values_left -= count
+        if self.values_left < 0:
+            raise ParquetError(f"more than the {self.most_values} values this reads")
 
 
 def _fixed(body: bytes, code: str, count: int) -> list:
@@ -54,6 +82,8 @@ def _fixed(body: bytes, code: str, count: int) -> list:
 def _plain(body: bytes, physical: int, count: int) -> list:
     if physical in _FIXED:
         return _fixed(body, _FIXED[physical], count)
+    if count * _STRING_PREFIX_BYTES > len(body):
+        raise ParquetError(f"a page holds {len(body)} bytes, too few for {count} strings")
     out, pos = [], 0
     for _ in range(count):
         size = int.from_bytes(body[pos:pos + 4], "little")
@@ -66,16 +96,19 @@ def _plain(body: bytes, physical: int, count: int) -> list:
 
 
 def _hybrid(body: bytes, pos: int, width: int, count: int) -> list[int]:
-    """`count` values of the RLE / bit-packing hybrid at `pos`, `width` bits each."""
+    """`count` values of the RLE / bit-packing hybrid at `pos`, `width` bits each. No run may hold
+    more values than the page has left (a bit-packed one: its last group of eight padded)."""
     if not 0 <= width <= 32:
         raise ParquetError(f"bit width {width}")
     out: list[int] = []
     value_bytes = (width + 7) // 8
     reader = tc._Reader(body, pos)
     while len(out) < count:
-        header = reader.varint()
+        header, left = reader.varint(), count - len(out)
         if header & 1:  # bit-packed: groups of eight values
             groups = header >> 1
+            if groups * 8 >= left + 8:
+                raise ParquetError(f"a bit-packed run of {groups * 8} values where its page has {left} left")
             start, end = reader.pos, reader.pos + groups * width
             if end > len(body) or groups == 0:
                 raise ParquetError("a bit-packed run past the end of its page")
@@ -92,11 +125,13 @@ def _hybrid(body: bytes, pos: int, width: int, count: int) -> list[int]:
             reader.pos = end
         else:  # a run of one repeated value
             run = header >> 1
-            if run == 0 or reader.pos + value_bytes > len(body):
-                raise ParquetError("an empty run, or a run past the end of its page")
+            if not 0 < run <= left:
+                raise ParquetError(f"a run of {run} values where its page has {left} left")
+            if reader.pos + value_bytes > len(body):
+                raise ParquetError("a run past the end of its page")
             value = int.from_bytes(body[reader.pos:reader.pos + value_bytes], "little")
             reader.pos += value_bytes
-            out += [value] * min(run, count - len(out))
+            out += [value] * run
     return out[:count]
 
 
@@ -105,10 +140,12 @@ def _inflate(data: bytes, codec: int, size: int) -> bytes:
         body = data
     elif codec == _GZIP:
         inflater = zlib.decompressobj(47)  # gzip or zlib container
-        try:
-            body = inflater.decompress(data, size)
+        try:  # one byte more than the header says, to see it is more (max_length 0 would mean no limit)
+            body = inflater.decompress(data, size + 1)
         except zlib.error as exc:
             raise ParquetError(f"a GZIP page does not inflate: {exc}") from None
+        if len(body) > size:
+            raise ParquetError(f"a page inflates to more than the {size} bytes its header gives")
     else:
         raise ParquetError(f"pages compressed with {_CODECS.get(codec, f'codec {codec}')}, which this reader does "
                            "not read (it reads uncompressed and GZIP pages)")
@@ -117,30 +154,44 @@ def _inflate(data: bytes, codec: int, size: int) -> bytes:
     return body
 
 
-def _column(data: bytes, meta: dict, physical: int, optional: bool, limit_bytes: int) -> list:
+def _column(data: bytes, meta: dict, physical: int, optional: bool, rows: int, budget: _Budget) -> list:
+    """The values of one column chunk of a row group of `rows` rows."""
     codec, count = meta.get(4, 0), meta.get(5, 0)
     pos = meta.get(11) or meta.get(9)
     if not isinstance(pos, int) or not 0 <= pos < len(data) or not isinstance(count, int) or count < 0:
         raise ParquetError("a column chunk's offsets or value count are not in the file")
+    if count != rows:  # a flat column has a value (or an empty cell) per row
+        raise ParquetError(f"a column chunk of {count} values in a row group of {rows} rows")
     dictionary: list | None = None
     values: list = []
     while len(values) < count:
         header, pos = tc.read_struct(data, pos)
         page_type, size, packed = header.get(1), header.get(2, -1), header.get(3, -1)
-        if not (0 <= packed <= len(data) - pos and 0 <= size <= limit_bytes):
+        if not (isinstance(packed, int) and isinstance(size, int) and 0 <= packed <= len(data) - pos
+                and 0 <= size <= budget.limit_bytes):
             raise ParquetError(f"a page of {packed} bytes ({size} inflated) does not fit the file")
+        budget.inflate(size)
         body = _inflate(data[pos:pos + packed], codec, size)
         pos += packed
         if page_type == _DICTIONARY_PAGE:
+            if dictionary is not None or values:
+                raise ParquetError("a second dictionary page in a column chunk" if dictionary is not None
+                                   else "a dictionary page after data pages")
             detail = header.get(7) or {}
             if detail.get(2, _PLAIN) not in (_PLAIN, _PLAIN_DICTIONARY):
                 raise ParquetError(f"a dictionary page in encoding {detail.get(2)}")
-            dictionary = _plain(body, physical, detail.get(1, 0))
+            entries = detail.get(1, 0)
+            if not isinstance(entries, int) or entries < 0:
+                raise ParquetError(f"a dictionary page of {entries} values")
+            budget.decode(entries)
+            dictionary = _plain(body, physical, entries)
             continue
         if page_type != _DATA_PAGE:
             raise ParquetError(f"page type {page_type} (this reader reads format 1 data pages)")
         detail = header.get(5) or {}
         page_values, encoding = detail.get(1, 0), detail.get(2)
+        if not isinstance(page_values, int) or not 0 < page_values <= count - len(values):  # pages read <= values
+            raise ParquetError(f"a page of {page_values} values where its column chunk has {count - len(values)} left")
         offset = 0
         present = None
         if optional:  # definition levels: 4-byte length, then the hybrid at width 1
@@ -153,6 +204,11 @@ def _column(data: bytes, meta: dict, physical: int, optional: bool, limit_bytes:
         elif encoding in (_PLAIN_DICTIONARY, _RLE_DICTIONARY):
             if dictionary is None:
                 raise ParquetError("dictionary indices before any dictionary page")
+            if defined and not dictionary:
+                raise ParquetError(f"a page of {defined} dictionary indices into an empty dictionary")
+            if defined and offset >= len(body):
+                raise ParquetError(f"a dictionary-encoded page of {defined} values without the bit width of its "
+                                   "indices")
             indices = _hybrid(body, offset + 1, body[offset], defined) if defined else []
             try:
                 got = list(map(dictionary.__getitem__, indices))
@@ -169,8 +225,18 @@ def _column(data: bytes, meta: dict, physical: int, optional: bool, limit_bytes:
     return values
 
 
+def _structs(value) -> list[dict]:
+    """A footer's list of structs (an absent one: no items)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise ParquetError("unreadable footer: a field of the wrong type (not a list of structs)")
+    return value
+
+
 def read_parquet(data: bytes, limit_bytes: int) -> ParquetTable:
-    """The table in `data` (a whole Parquet file); limit_bytes bounds each page once inflated."""
+    """The table in `data` (a whole Parquet file); limit_bytes bounds what its pages inflate to and,
+    a VALUE_SLOT_BYTES each, the values it holds."""
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
         raise ParquetError("not a Parquet file (no PAR1 at its start and end)")
     size = int.from_bytes(data[-8:-4], "little")
@@ -178,7 +244,7 @@ def read_parquet(data: bytes, limit_bytes: int) -> ParquetTable:
         raise ParquetError("its footer is longer than the file")
     try:
         footer, _ = tc.read_struct(data, len(data) - 8 - size)
-        schema, rows, groups = footer.get(2) or [], footer.get(3, 0), footer.get(4) or []
+        schema, rows, groups = _structs(footer.get(2)), footer.get(3, 0), _structs(footer.get(4))
         leaves = schema[1:]
         if not schema or any(5 in leaf and leaf[5] for leaf in leaves) or len(leaves) != schema[0].get(5, 0):
             raise ParquetError("not a flat table (nested columns)")
@@ -188,15 +254,25 @@ def read_parquet(data: bytes, limit_bytes: int) -> ParquetTable:
         bad = [n for n, t, r in zip(names, physical, repetition) if t not in _KINDS or r not in (_REQUIRED, _OPTIONAL)]
         if bad:
             raise ParquetError(f"column(s) {', '.join(bad)} of a type or repetition this reader does not read")
+        group_rows = [group.get(3) for group in groups]
+        if not isinstance(rows, int) or any(not isinstance(n, int) or n < 0 for n in group_rows) \
+                or sum(group_rows) != rows:
+            raise ParquetError(f"row groups of {sum(n for n in group_rows if isinstance(n, int))} rows, "
+                               f"its footer says {rows}")
+        budget = _Budget(limit_bytes)
+        if rows * max(len(names), 1) > budget.most_values:  # before any page: a column's values are its rows
+            raise ParquetError(f"{rows} rows of {len(names)} columns, more than the {budget.most_values} values "
+                               "this reads")
         columns: dict[str, list] = {name: [] for name in names}
-        for group in groups:
-            chunks = group.get(1) or []
+        for group, in_group in zip(groups, group_rows):
+            chunks = _structs(group.get(1))
             if len(chunks) != len(names):
                 raise ParquetError(f"a row group of {len(chunks)} columns, the schema has {len(names)}")
             for name, kind, rep, chunk in zip(names, physical, repetition, chunks):
-                columns[name] += _column(data, chunk.get(3) or {}, kind, rep == _OPTIONAL, limit_bytes)
+                budget.decode(in_group)
+                columns[name] += _column(data, chunk.get(3) or {}, kind, rep == _OPTIONAL, in_group, budget)
         metadata = {kv.get(1, b"").decode("utf-8", "replace"): kv.get(2, b"").decode("utf-8", "replace")
-                    for kv in footer.get(5) or []}
+                    for kv in _structs(footer.get(5))}
     except tc.ThriftError as exc:
         raise ParquetError(f"unreadable footer or page header: {exc}") from None
     except (AttributeError, TypeError):  # a footer field of another type than Parquet gives it

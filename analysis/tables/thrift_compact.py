@@ -4,13 +4,16 @@ Why here: the per-kernel table is written as Parquet without pyarrow (analysis/t
 says why), and Parquet describes its pages and its schema in this protocol. Only what Parquet uses:
 structs, lists, i16/i32/i64 (zigzag varints), binary and booleans. A struct is written from a list
 of (field id, type, value) and read back as {field id: value}, unknown fields included, so a reader
-skips what it does not know as the protocol intends.
+skips what it does not know as the protocol intends. Reading is bounded by the bytes: no container
+deeper than MOST_NESTING, no list or map of more items than the bytes left could hold.
 """
 from __future__ import annotations
 
 BOOL, I8, I16, I32, I64, DOUBLE, BINARY, LIST, SET, MAP, STRUCT = 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 _FALSE = 2  # a boolean field's type nibble when false (BOOL means true)
-_MOST_NESTING = 64  # Parquet nests four deep; a deeper footer is not a Parquet footer
+# structs, lists and maps inside one another: a Parquet footer nests at most about eight deep (a row
+# group's column chunk's statistics); deeper is not a footer, and unbounded it would exhaust the stack
+MOST_NESTING = 32
 
 
 class ThriftError(ValueError):
@@ -110,7 +113,16 @@ class _Reader:
         raw = self.varint()
         return (raw >> 1) ^ -(raw & 1)
 
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def check_items(self, size: int, least_bytes: int, what: str) -> None:
+        """A container of `size` items, each of at least `least_bytes`, fits in the bytes left."""
+        if size * least_bytes > self.left():
+            raise ThriftError(f"a {what} of {size} items in {self.left()} bytes")
+
     def value(self, kind: int, depth: int):
+        """A value of this type; depth: the structs, lists and maps around it."""
         if kind in (I16, I32, I64):
             return self.signed()
         if kind == BINARY:
@@ -122,23 +134,27 @@ class _Reader:
             self.pos = end
             return data
         if kind == STRUCT:
-            return self.struct(depth + 1)
+            return self.struct(depth)
         if kind in (LIST, SET):
+            _check_depth(depth)
             head = self.byte()
             size, element = head >> 4, head & 0x0F
             if size == 15:
                 size = self.varint()
-            if size > len(self.data):
-                raise ThriftError("a list longer than the bytes that hold it")
+            self.check_items(size, 1, "list")
             if element in (BOOL, _FALSE):
                 return [self.byte() == BOOL for _ in range(size)]
-            return [self.value(element, depth) for _ in range(size)]
+            return [self.value(element, depth + 1) for _ in range(size)]
         if kind == MAP:
+            _check_depth(depth)
             size = self.varint()
             if not size:
                 return {}
+            self.check_items(size, 2, "map")
             types = self.byte()
-            return {self.value(types >> 4, depth): self.value(types & 0x0F, depth) for _ in range(size)}
+            if types >> 4 not in _KEYS:
+                raise ThriftError(f"a map keyed by type {types >> 4}")
+            return {self.value(types >> 4, depth + 1): self.value(types & 0x0F, depth + 1) for _ in range(size)}
         if kind == I8:
             return self.byte()
         if kind == DOUBLE:
@@ -149,8 +165,7 @@ class _Reader:
         raise ThriftError(f"unknown type {kind}")
 
     def struct(self, depth: int = 0) -> dict[int, object]:
-        if depth > _MOST_NESTING:
-            raise ThriftError("nested too deeply")
+        _check_depth(depth)
         fields: dict[int, object] = {}
         last = 0
         while True:
@@ -163,7 +178,15 @@ class _Reader:
             if kind in (BOOL, _FALSE):
                 fields[field_id] = kind == BOOL
             else:
-                fields[field_id] = self.value(kind, depth)
+                fields[field_id] = self.value(kind, depth + 1)
+
+
+_KEYS = (I8, I16, I32, I64, BINARY)  # map keys that read as hashable values
+
+
+def _check_depth(depth: int) -> None:
+    if depth >= MOST_NESTING:
+        raise ThriftError(f"nested more than {MOST_NESTING} deep")
 
 
 def read_struct(data: bytes | memoryview, pos: int = 0) -> tuple[dict[int, object], int]:
