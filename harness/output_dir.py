@@ -15,10 +15,14 @@ marker that listed `../x` made `--out` delete files outside DIR. The rule, check
   naming it, --overwrite or not. A command may leave other files alone beside its own (`beside`:
   the report next to its analysis files, an export in a run's folder); even then it replaces none.
 - DIR is a file, or it (or the nearest existing parent) cannot be written: refused.
+- DIR holds anything named like the command's marker that is not a marker of this project the user
+  owns (a folder, a link, another's file): refused, --overwrite or not, and left as it is.
 
-The files are written into a temporary folder (a sibling of a new DIR, a hidden folder inside an
+The files are written into a private folder (a sibling of a new DIR, a hidden folder inside an
 existing one, so the final moves never cross file systems) and moved into place at the end, with
-SIGINT and SIGTERM held back during the moves. Modes follow the umask, as every other file of a run.
+SIGINT and SIGTERM held back during the moves; into an existing DIR through harness/output_replace.py,
+which removes an earlier file only once it is out of reach and checked again. Modes follow the umask,
+as every other file of a run.
 """
 from __future__ import annotations
 
@@ -32,7 +36,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
-from harness.output_marker import MARKER, files_in, marker_path, marker_text, owned_names, recorded
+from harness.output_marker import (
+    MARKER,
+    Marker,
+    MarkerError,
+    files_in,
+    marker_path,
+    marker_text,
+    owned_names,
+    read_marker,
+    trusted,
+)
+from harness.output_replace import Replacer, move_no_replace
 
 _STAGING_PREFIX = ".moe-harness-tmp-"
 T = TypeVar("T")
@@ -95,38 +110,66 @@ class PreparedOutput:
         _check(self.path, self.command, self.overwrite, self.beside)
         exists = self.path.is_dir()
         if exists:
-            staging = Path(tempfile.mkdtemp(dir=self.path, prefix=_STAGING_PREFIX))
+            staging = Path(tempfile.mkdtemp(dir=self.path, prefix=_STAGING_PREFIX))  # owner-only
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}{_STAGING_PREFIX}"))
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it owner-only
         try:
             result = fill(staging)
             written = files_in(staging)
             tops = {name.partition("/")[0] for name in written} | {p.name for p in staging.iterdir()}
+            marker_name = MARKER.format(command=self.command)
+            if marker_name in tops:
+                raise OutputError(f"`{self.command}` wrote a file named like its marker, {marker_name}: "
+                                  "nothing was moved")
             with _signals_held():
                 if exists:
-                    earlier = recorded(self.path, self.command)
-                    own = owned_names(self.path, earlier)
-                    _refuse_clashes(self.path, self.command, tops, own, self.overwrite)
-                    kept = {} if self.prune else {n: d for n, d in earlier.items()
-                                                  if n.partition("/")[0] in own - tops}
-                    marker_path(staging, self.command).write_text(marker_text({**kept, **written}))
-                    _move_each(staging, self.path)
-                    for name in (own - tops) if self.prune else ():  # earlier output the new one lacks
-                        _remove(self.path / name)
+                    self._replace(staging, written, tops)
                 else:
                     marker_path(staging, self.command).write_text(marker_text(written))
-                    os.rename(staging, self.path)
+                    os.chmod(staging, 0o777 & ~_umask())  # the folder itself is the output: as a new one
+                    try:
+                        move_no_replace(staging, self.path)
+                    except FileExistsError:
+                        raise OutputError(f"--out {self.path} was made by another program while `{self.command}` "
+                                          "was writing: nothing was written there; run it again") from None
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)  # the command's own private folder (gone once moved)
         return result
+
+    def _replace(self, staging: Path, written: dict[str, str], tops: set[str]) -> None:
+        """The staged output into the existing folder, its earlier output replaced or removed only
+        through the Replacer (harness/output_replace.py), the marker last: it lists what was placed."""
+        marker = _read_marker(self.path, self.command)
+        earlier = trusted(marker, self.command)
+        own = owned_names(self.path, earlier)
+        _refuse_clashes(self.path, self.command, tops, own, self.overwrite)
+        kept = {} if self.prune else {n: d for n, d in earlier.items() if n.partition("/")[0] in own - tops}
+        stale_tops = own if self.prune else own & tops  # a replaced folder's files the new output lacks go too
+        new_marker = marker_path(staging, self.command)
+        new_marker.write_text(marker_text({**kept, **written}))
+        with Replacer(self.path) as replacer:
+            for relative, digest in sorted(earlier.items()):
+                if relative.partition("/")[0] in stale_tops and relative not in written:
+                    replacer.remove(relative, digest)
+            replacer.remove_emptied_folders()  # before the placing: a folder of old may be a file now
+            for root, _, files in os.walk(staging):
+                for source in sorted(Path(root) / name for name in files):
+                    relative = source.relative_to(staging).as_posix()
+                    if source != new_marker:
+                        replacer.place(relative, source, earlier.get(relative))
+            if replacer.outcome.not_placed:  # the marker lists only what is there
+                new_marker.write_text(marker_text({n: d for n, d in {**kept, **written}.items()
+                                                   if n not in replacer.outcome.not_placed}))
+            replacer.place(new_marker.name, new_marker, marker.sha256)
+        if replacer.outcome:
+            raise OutputError(f"--out {self.path}: the new output is in place, except: {replacer.outcome.line()}")
 
     def check_names(self, names: Iterable[str]) -> None:
         """Before any work, when the names are known: none is a file the command cannot show it wrote,
         nor its own earlier output without --overwrite (write() checks again before moving)."""
         if self.path.is_dir():
-            own = owned_names(self.path, recorded(self.path, self.command))
+            own = owned_names(self.path, trusted(_read_marker(self.path, self.command), self.command))
             _refuse_clashes(self.path, self.command, set(names), own, self.overwrite)
 
     def write_or_say(self, fill: Callable[[Path], T]) -> tuple[bool, T | None]:
@@ -155,7 +198,7 @@ def _check(folder: Path, command: str, overwrite: bool, beside: set[str] | None)
     if not folder.is_dir():
         return
     marker = MARKER.format(command=command)
-    entries = recorded(folder, command)
+    entries = trusted(_read_marker(folder, command), command)
     own = owned_names(folder, entries)
     changed = {name.partition("/")[0] for name in entries} - own
     present = sorted(p.name for p in folder.iterdir() if not p.name.startswith(_STAGING_PREFIX) and p.name != marker)
@@ -192,24 +235,12 @@ def _names(names: list[str], limit: int = 8) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        path.unlink()
-
-
-def _move_each(staging: Path, folder: Path) -> None:
-    """Each top-level entry replaces its namesake; a folder entry replaces the whole folder."""
-    for entry in sorted(staging.iterdir()):
-        target = folder / entry.name
-        if target.is_dir() and not target.is_symlink():
-            old = Path(tempfile.mkdtemp(dir=folder, prefix=_STAGING_PREFIX))
-            os.rename(target, old / entry.name)
-            os.rename(entry, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(entry, target)
+def _read_marker(folder: Path, command: str) -> Marker:
+    """read_marker, its refusal an OutputError."""
+    try:
+        return read_marker(folder, command)
+    except MarkerError as exc:
+        raise OutputError(f"--out {exc}") from None
 
 
 class _signals_held:
