@@ -124,7 +124,7 @@ def run(scenario: Scenario, scenario_path: Path, runs_root: Path, quiet: bool = 
     progress.console.print(f"run directory: {run_dir}")
     live = _start_live_exporter(scenario, run_dir, metrics, progress)
     write_atomic(run_dir / "scenario.yaml", scenario_to_yaml(scenario, secrets))
-    write_atomic(run_dir / "scenario.source.yaml", secrets.text(read_scenario_text(scenario_path)))
+    write_atomic(run_dir / "scenario.source.yaml", secrets.yaml(read_scenario_text(scenario_path)))
     manifest: dict[str, Any] = {
         "status": "failed",
         "scenario": scenario.name,

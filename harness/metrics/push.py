@@ -4,7 +4,9 @@ Grouping key: job + run_id, so each run is its own group and a re-push of the sa
 it. A Pushgateway that cannot be reached, refuses, or does not answer within PUSH_DEADLINE_S in all
 (the push and, when asked, listing and deleting old groups) is a warning: the run's files are already
 written and the run's result does not depend on monitoring. Credentials in the URL
-(`http://user:password@host:9091`) are sent as Basic authorization and never printed or stored.
+(`http://user:password@host:9091`) are sent as Basic authorization and never printed or stored; nor
+is the value of a secret-looking query parameter (`?token=`): both show as `***`
+(harness/node/url_secrets.py).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from harness.http_deadline import Deadline, request, split_credentials
 from harness.metrics.definitions import RUN_INFO
 from harness.metrics.results import build_registry
 from harness.metrics.run_data import RunData, read_run
-from harness.node.secrets import without_url_credentials
+from harness.node.url_secrets import without_url_credentials
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ class ServerProcess:
     def __init__(self, argv: list[str], env: dict[str, str], log_path: str, tail_lines: int = 60,
                  secrets: Secrets | None = None):
         self.argv, self.env, self.log_path = argv, env, Path(log_path)
-        # masked by value in every log line: the plan's secrets, and this process's own
+        # masked by value in every log line: the plan's secrets, this process's own, and (at start) those
+        # of the environment it inherits
         self.secrets = (secrets or Secrets()) | Secrets.of_launch(env, argv)
         self.proc: subprocess.Popen | None = None
         self._tail: deque[str] = deque(maxlen=tail_lines)
@@ -40,6 +41,9 @@ class ServerProcess:
     def start(self) -> int:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env}
+        # a secret-looking variable the server inherits is as secret as one passed to it (HF_TOKEN set
+        # on the node, not in passthrough_env): masked in the log, and so in the run's copy and messages
+        self.secrets |= Secrets.of_launch({k: v for k, v in os.environ.items() if k not in self.env})
         # start_new_session: the server and every worker it forks share one process group we can kill.
         self.proc = subprocess.Popen(self.argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
