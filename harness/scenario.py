@@ -12,13 +12,31 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.env_names import RULE as ENV_RULE, bad_env_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS_DIR = REPO_ROOT / "scenarios"
 EMBEDDED_PRESETS_PATH = Path(__file__).resolve().parent / "engines" / "embedded" / "presets.yaml"
+
+
+# C0 controls (NUL, tab, newline, ESC, ...), DEL and the C1 controls.
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def no_control_characters(value: str) -> str:
+    """Why: a string that becomes a server's argument, an environment value or a path cannot hold a NUL
+    (exec refuses it: the server fails to start, after placement) and gains nothing from other control
+    characters but a garbled log, plan or terminal; refused here, where the key and line are known."""
+    found = CONTROL_CHARACTER.search(value)
+    if found:
+        raise ValueError(f"control character U+{ord(found.group()):04X} at character {found.start() + 1}: not allowed "
+                         "in a command-line argument, environment value or path")
+    return value
+
+
+ArgText = Annotated[str, AfterValidator(no_control_characters)]  # becomes an argv element, env value or path
 
 
 class ScenarioError(Exception):
@@ -96,7 +114,7 @@ class PDRole(_Strict):
     deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(
         None, description="prefill: normal (large batches), decode: low_latency (CUDA graphs), as SGLang's PD guide")
     two_batch_overlap: bool | None = None
-    attention_backend: str | None = None
+    attention_backend: ArgText | None = None
     cuda_graph_bs: list[int] | None = None
     cuda_graph_max_bs: int | None = Field(None, ge=1)
     max_running_requests: int | None = Field(None, ge=1)
@@ -106,9 +124,9 @@ class PDRole(_Strict):
                              "port for prefill, port + 100 for decode)")
     dist_init_port: int | None = Field(None, ge=1, le=65535, description="default: the engine's for prefill, + 100 "
                                        "for decode")
-    extra_args: list[str] = Field(default_factory=list, description="launch_server arguments of this role only, "
-                                  "after the engine's")
-    env: dict[str, str] = Field(default_factory=dict, description="environment of this role only, over the engine's")
+    extra_args: list[ArgText] = Field(default_factory=list, description="launch_server arguments of this role only, "
+                                      "after the engine's")
+    env: dict[str, ArgText] = Field(default_factory=dict, description="environment of this role only, over the engine's")
 
     _variable_names = field_validator("env")(classmethod(lambda cls, value: variable_names_only(value)))
 
@@ -119,21 +137,21 @@ class PDRouter(_Strict):
     port: int = Field(8000, ge=1, le=65535, description="the router's HTTP port")
     prometheus_port: int = Field(29000, ge=1, le=65535, description="--prometheus-port: where the router serves "
                                  "its own metrics (it ends at start when the port is taken)")
-    extra_args: list[str] = Field(default_factory=list, description="further launch_router arguments, verbatim "
+    extra_args: list[ArgText] = Field(default_factory=list, description="further launch_router arguments, verbatim "
                                   "(e.g. --prefill-policy, --decode-policy)")
     ready_timeout_s: float = Field(300.0, gt=0, description="bound on the router listing every prefill and decode server as a healthy worker")
-    launcher: list[str] | None = Field(
+    launcher: list[ArgText] | None = Field(
         None, description="replaces `python3 -m sglang_router.launch_router` ({python}: the driver's Python)")
 
 
 class SGLangDisaggregation(_Strict):
     """Prefill/decode disaggregation: prefill and decode on separate servers (SGLang's
     --disaggregation-mode), the KV cache sent between them by a transfer backend, a router in front."""
-    transfer_backend: str = Field("mooncake", min_length=1, description="--disaggregation-transfer-backend: mooncake "
+    transfer_backend: ArgText = Field("mooncake", min_length=1, description="--disaggregation-transfer-backend: mooncake "
                                   "(RDMA; MOONCAKE_PROTOCOL=tcp in engine.env without RDMA) or nixl")
     bootstrap_port: int = Field(8998, ge=1, le=65535, description="--disaggregation-bootstrap-port of the prefill "
                                 "server, where the decode side's handshake goes")
-    ib_device: str | None = Field(None, min_length=1, description="--disaggregation-ib-device: the RDMA NICs "
+    ib_device: ArgText | None = Field(None, min_length=1, description="--disaggregation-ib-device: the RDMA NICs "
                                   "(mlx5_0,mlx5_1,...)")
     prefill: PDRole = Field(default_factory=PDRole)
     decode: PDRole = Field(default_factory=PDRole)
@@ -144,43 +162,43 @@ class SGLangEngine(_Strict):
     """An SGLang server launched on every node (the multi-node deployment path)."""
 
     kind: Literal["sglang"]
-    model_path: str = Field(..., description="Hugging Face id or local path of the served model")
+    model_path: ArgText = Field(..., description="Hugging Face id or local path of the served model")
     tp: int = Field(1, ge=1, description="tensor-parallel size (--tp-size)")
     pp: int = Field(1, ge=1, description="pipeline-parallel size (--pp-size); tp x pp = every GPU")
     dp: int = Field(1, ge=1, description="attention data-parallel groups, with dp_attention")
     ep: int = Field(1, ge=1, description="expert-parallel size (--ep-size)")
-    extra_args: list[str] = Field(default_factory=list, description="further launch_server arguments, verbatim")
+    extra_args: list[ArgText] = Field(default_factory=list, description="further launch_server arguments, verbatim")
     dp_attention: bool = Field(False, description="DP attention over dp groups (needs dp > 1): --attn-dp-size "
                                "from SGLang 0.5.23, --dp-size with --enable-dp-attention before")
     moe_a2a_backend: Literal["deepep"] | None = Field(None, description="--moe-a2a-backend")
     deepep_mode: Literal["low_latency", "normal", "auto"] | None = Field(None, description="--deepep-mode")
     deepgemm: bool | None = Field(None, description="SGLANG_ENABLE_JIT_DEEPGEMM; None keeps SGLang's default")
     two_batch_overlap: bool = Field(False, description="--enable-two-batch-overlap")
-    attention_backend: str | None = Field(None, description="--attention-backend")
-    moe_runner_backend: str | None = Field(None, description="--moe-runner-backend")
+    attention_backend: ArgText | None = Field(None, description="--attention-backend")
+    moe_runner_backend: ArgText | None = Field(None, description="--moe-runner-backend")
     cuda_graph_bs: list[int] = Field(default_factory=list, description="decode CUDA-graph batch sizes "
                                      "(--cuda-graph-bs-decode from 0.5.17, --cuda-graph-bs before)")
     cuda_graph_max_bs: int | None = Field(None, ge=1, description="largest decode CUDA-graph batch size "
                                           "(--cuda-graph-max-bs-decode from 0.5.17, --cuda-graph-max-bs before)")
-    load_format: str | None = Field(None, description="--load-format (dummy: random weights)")
+    load_format: ArgText | None = Field(None, description="--load-format (dummy: random weights)")
     speculative: SGLangSpeculative | None = Field(None, description="MTP / EAGLE speculative decoding")
     max_running_requests: int | None = Field(None, ge=1, description="--max-running-requests")
     chunked_prefill_size: int | None = Field(None, ge=1, description="--chunked-prefill-size; with DeepEP "
                                              "low-latency mode at most the dispatch budget, which is the default")
     context_length: int | None = Field(None, ge=1, description="--context-length")
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="--mem-fraction-static")
-    host: str = Field("0.0.0.0", description="--host of node 0's server; the driver connects to node 0's IP "
+    host: ArgText = Field("0.0.0.0", description="--host of node 0's server; the driver connects to node 0's IP "
                       "unless this names one address")
     port: int = Field(30000, ge=1, le=65535, description="HTTP port of node 0's server (node r binds port + r)")
     dist_init_port: int = Field(5000, ge=1, le=65535, description="port of node 0's --dist-init-addr, where "
                                 "the nodes' processes meet (multi-node)")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment for every node")
+    env: dict[str, ArgText] = Field(default_factory=dict, description="extra environment for every node")
     passthrough_env: list[str] = Field(["HF_TOKEN"], description="driver variables copied to the servers (masked in logs)")
     ready_timeout_s: float = Field(1800.0, gt=0, description="bound on weight loading + CUDA-graph capture")
     disaggregation: SGLangDisaggregation | None = Field(
         None, description="prefill/decode disaggregation: a prefill server and a decode server, each over its "
         "own nodes, and SGLang's router in front (docs/run.md)")
-    launcher: list[str] | None = Field(
+    launcher: list[ArgText] | None = Field(
         None, description="TEST ONLY: replaces `python3 -m sglang.launch_server` (the tests start their fake "
         "server this way); {python} is the driver's Python, {repo} the harness checkout on the driver "
         "(both also filled in engine.env values)")
@@ -240,8 +258,8 @@ class Profile(_Strict):
 
 
 class Analysis(_Strict):
-    signature: str = Field("generic", description="built-in signature name or a YAML path")
-    model: str | None = Field(None, description="model spec name (deepseek-v3) or YAML path; None: inferred")
+    signature: ArgText = Field("generic", description="built-in signature name or a YAML path")
+    model: ArgText | None = Field(None, description="model spec name (deepseek-v3) or YAML path; None: inferred")
     rank_policy: str = Field("mean", pattern=r"^(mean|max|rank:.+)$", description="mean | max | rank:LABEL")
 
     @field_validator("signature")
@@ -601,7 +619,8 @@ def scenario_to_yaml(scenario: Scenario, secrets=None) -> str:
 
     Secrets are masked (harness/node/secrets.py): engine.env values of secret-looking or passthrough
     names, secret flags' values in engine.extra_args, URL credentials, and every value of `secrets`
-    (the run's, harness/run_secrets.py) wherever it occurs; a run directory is shared.
+    (the run's, harness/run_secrets.py) wherever it stands whole, and, at any depth (a PD role's env and
+    extra_args too), the value of a secret-looking key and the item after a secret flag (Secrets.yaml).
     """
     from harness.node.secrets import Secrets
 
@@ -613,4 +632,4 @@ def scenario_to_yaml(scenario: Scenario, secrets=None) -> str:
     for key in ("extra_args", "launcher"):
         if isinstance(engine.get(key), list):
             engine[key] = secrets.argv(engine[key])
-    return yaml.safe_dump(secrets.data(data), sort_keys=False)
+    return secrets.yaml(yaml.safe_dump(secrets.data(data), sort_keys=False))

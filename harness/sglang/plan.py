@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 from harness.env_names import RULE as ENV_RULE, bad_env_names
+from harness.sglang.argv_rules import argv_problems
+from harness.sglang.launch_flags import release_flag_table
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
 from harness.node.secrets import Secrets
 from harness.sglang.version import SGLangVersion, load_version
@@ -259,14 +261,17 @@ DEEPEP_BUDGET_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
     """Tokens one rank may hand DeepEP's low-latency dispatch in one forward pass (the buffers are sized
     for it; more is an assertion in deep_ep.cpp that ends the scheduler): the scenario's own
-    engine.env value, else enough for the decode batch a rank can hold (at least SGLang's 128), rounded up
-    to a multiple of 128."""
+    engine.env value (a positive whole number: 0 or less sizes no buffer at all), else enough for the
+    decode batch a rank can hold (at least SGLang's 128), rounded up to a multiple of 128."""
     if DEEPEP_BUDGET_ENV in spec.env:
+        raw, key = spec.env[DEEPEP_BUDGET_ENV], f"engine.env.{DEEPEP_BUDGET_ENV}"
         try:
-            return int(spec.env[DEEPEP_BUDGET_ENV])
+            budget = int(raw)
         except ValueError:
-            raise PlanError(f"engine.env.{DEEPEP_BUDGET_ENV}: {spec.env[DEEPEP_BUDGET_ENV]!r} is not a whole "
-                            "number") from None
+            raise PlanError(f"{key}: {raw!r} is not a whole number") from None
+        if budget < 1:
+            raise PlanError(f"{key}: {raw!r}: the dispatch budget is a positive number of tokens per rank")
+        return budget
     per_rank = spec.max_running_requests or 128
     if spec.dp_attention:
         per_rank = -(-per_rank // spec.dp)
@@ -277,14 +282,54 @@ def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
     return max(128, -(-per_rank // 128) * 128)
 
 
-def extra_arg_value(extra_args: tuple[str, ...] | list[str], flag: str) -> str | None:
-    """The value given to `flag` in engine.extra_args (`--flag V` or `--flag=V`), or None."""
+def extra_arg_values(extra_args: tuple[str, ...] | list[str], flag: str) -> list[str | None]:
+    """Every value engine.extra_args gives `flag` (`--flag V` or `--flag=V`), in order; None where it is
+    given without one."""
+    values: list[str | None] = []
     for i, token in enumerate(extra_args):
-        if token == flag and i + 1 < len(extra_args):
-            return extra_args[i + 1]
-        if token.startswith(flag + "="):
-            return token.split("=", 1)[1]
-    return None
+        if token == flag:
+            following = extra_args[i + 1] if i + 1 < len(extra_args) else None
+            values.append(None if following is None or following.startswith("--") else following)
+        elif token.startswith(flag + "="):
+            values.append(token.split("=", 1)[1])
+    return values
+
+
+def extra_arg_value(extra_args: tuple[str, ...] | list[str], flag: str) -> str | None:
+    """The value SGLang takes for `flag` from engine.extra_args (argparse keeps the last), or None."""
+    values = extra_arg_values(extra_args, flag)
+    return values[-1] if values else None
+
+
+CHUNKED_PREFILL_FLAG = "--chunked-prefill-size"
+# SGLang's --chunked-prefill-size -1 turns chunking off: each prompt is prefilled in one pass
+# (server_args.py's help and its own `chunked_prefill_size = -1` settings, every supported release).
+NO_CHUNKING = -1
+
+
+def chunked_prefill_asks(spec: DeploymentSpec) -> list[tuple[str, int]]:
+    """(scenario key, tokens) of every prefill chunk the deployment asks for: engine.chunked_prefill_size,
+    then each --chunked-prefill-size of engine.extra_args (either spelling). A chunk is a positive
+    number of tokens, or -1 in extra_args (SGLang's own "no chunking"); anything else is a PlanError."""
+    asks = []
+    if spec.chunked_prefill_size is not None:
+        if spec.chunked_prefill_size < 1:
+            raise PlanError(f"engine.chunked_prefill_size = {spec.chunked_prefill_size}: a prefill chunk is a "
+                            "positive number of tokens")
+        asks.append(("engine.chunked_prefill_size", spec.chunked_prefill_size))
+    key = f"engine.extra_args {CHUNKED_PREFILL_FLAG}"
+    for raw in extra_arg_values(spec.extra_args, CHUNKED_PREFILL_FLAG):
+        if raw is None:
+            raise PlanError(f"{key}: needs a value (tokens per prefill chunk)")
+        try:
+            tokens = int(raw)
+        except ValueError:
+            raise PlanError(f"{key}: {raw!r} is not a whole number") from None
+        if tokens < 1 and tokens != NO_CHUNKING:
+            raise PlanError(f"{key} = {tokens}: a prefill chunk is a positive number of tokens "
+                            f"({NO_CHUNKING}: SGLang prefills each prompt whole)")
+        asks.append((key, tokens))
+    return asks
 
 
 def with_safe_prefill(spec: DeploymentSpec) -> DeploymentSpec:
@@ -292,33 +337,30 @@ def with_safe_prefill(spec: DeploymentSpec) -> DeploymentSpec:
     prefill with more tokens on a rank than the dispatch budget kills the scheduler (seen with SGLang
     0.5.17: 8 prompts of 128 tokens against a 128-token budget). So prefill is chunked within the
     budget (SGLang's --chunked-prefill-size caps the tokens of one extend batch on a scheduler, and a
-    rank never holds more than its scheduler's batch); a larger chunk the scenario asks for is refused.
-    `auto` mode prefills with DeepEP's normal kernels and needs no cap."""
+    rank never holds more than its scheduler's batch); every chunk the scenario asks for, in its field
+    or in extra_args, either spelling, each time, must fit (argparse keeps the last of several, and a
+    value given twice is refused by argv_rules, but none may slip past this guard); -1 (no chunking)
+    is refused. `auto` mode prefills with DeepEP's normal kernels and needs no cap."""
+    asks = chunked_prefill_asks(spec)
     if spec.moe_a2a_backend != "deepep" or spec.deepep_mode != "low_latency":
         return spec
     budget = deepep_dispatch_budget(spec)
     # Under DP attention SGLang divides --chunked-prefill-size by dp (server_args.py, every supported
     # release): each DP group's scheduler prefills at most size // dp tokens, and that must fit the budget.
     groups = spec.dp if spec.dp_attention else 1
-    asked, key = spec.chunked_prefill_size, "engine.chunked_prefill_size"
-    if asked is None:
-        raw = extra_arg_value(spec.extra_args, "--chunked-prefill-size")
-        if raw is not None:
-            key = "engine.extra_args --chunked-prefill-size"
-            try:
-                asked = int(raw)
-            except ValueError:
-                raise PlanError(f"{key}: {raw!r} is not a whole number") from None
-            if 0 < asked // groups <= budget:
-                return spec
-    if asked is None:
+    if not asks:
         return replace(spec, chunked_prefill_size=budget * groups)
-    if asked <= 0 or asked // groups > budget:
-        per_group = f" ({asked // groups} per DP group: SGLang divides it by dp)" if groups > 1 else ""
-        raise PlanError(f"{key} = {asked}{per_group}: DeepEP low-latency mode dispatches at most {budget} tokens per "
-                        f"rank ({DEEPEP_BUDGET_ENV}), so a longer prefill chunk would end the server at its first "
-                        f"long prefill; use at most {budget * groups}, raise engine.env.{DEEPEP_BUDGET_ENV}, or use "
-                        "engine.deepep_mode: auto")
+    for key, asked in asks:
+        per_group = f" ({asked // groups} per DP group: SGLang divides it by dp)" if groups > 1 and asked > 0 else ""
+        if asked == NO_CHUNKING or asked // groups > budget:
+            what = " (no chunking: whole prompts)" if asked == NO_CHUNKING else per_group
+            raise PlanError(f"{key} = {asked}{what}: DeepEP low-latency mode dispatches at most {budget} tokens per "
+                            f"rank ({DEEPEP_BUDGET_ENV}), so a longer prefill chunk would end the server at its first "
+                            f"long prefill; use at most {budget * groups}, raise engine.env.{DEEPEP_BUDGET_ENV}, or use "
+                            "engine.deepep_mode: auto")
+        if asked // groups < 1:
+            raise PlanError(f"{key} = {asked}{per_group}: each of the {groups} DP groups would prefill no token per "
+                            f"chunk; use at least {groups}")
     return spec
 
 
@@ -356,6 +398,7 @@ def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
     check_spec(spec)
     spec = with_safe_prefill(spec)
     row = version if isinstance(version, SGLangVersion) else load_version(version)
+    table = release_flag_table(row.version)
     if spec.capture_traces and row.capture_trace is None:
         raise PlanError(f"profile.capture_traces: SGLang {row.version} writes no CUDA-graph capture traces "
                         "(0.5.17 writes one per runner, 0.5.23 one per batch size)")
@@ -367,6 +410,9 @@ def build_plan(spec: DeploymentSpec, profile_dir: str = "/tmp/sglang-profile",
         argv, keys = render_server_args(spec, rank, row)
         argv, env = launcher + tuple(argv), _node_env(spec, profile_dir, environ, row, profiler)
         secrets = Secrets.of_launch(env, argv, spec.passthrough_env)
+        planned = list(argv[len(launcher):len(argv) - len(spec.extra_args)])
+        if problems := argv_problems(spec, row, planned, keys, table):
+            raise PlanError(secrets.text("; ".join(problems)))
         nodes.append(NodeLaunch(rank, argv, env, keys, tuple(sorted(secrets.values))))
     return LaunchPlan(spec, tuple(nodes), row, profiler)
 
