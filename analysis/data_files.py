@@ -34,8 +34,33 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _LONG_NUMBER = re.compile(r"\d{4301,}")
 
 
-def load_yaml(text: str, loader: type = _SAFE_LOADER):
-    """yaml.safe_load of the text, through libyaml where it is installed. Every failure is a
+class _UniqueKeys(_SAFE_LOADER):
+    """The safe loader refusing a key given twice in one mapping: PyYAML keeps the last silently, so
+    `dp: 4` above `dp: 8` would plan with 8 while whoever reads the file sees 4. Keys a merge (`<<`)
+    brings in are not given twice: the mapping's own keys override them, as YAML means."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base constructor says so
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (lines {first} and {line}); keep one", key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, loader: type = _UniqueKeys):
+    """yaml.safe_load of the text, through libyaml where it is installed, a key given twice in one
+    mapping refused (_UniqueKeys). Every failure is a
     yaml.YAMLError, also those PyYAML lets out as other exceptions: a whole number of more than 4300
     digits (Python's limit on converting text to int) and nesting deeper than the parser's stack."""
     try:

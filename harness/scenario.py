@@ -541,32 +541,11 @@ def _describe(err: dict[str, Any]) -> tuple[tuple[Any, ...], str]:
 _KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
 
 
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently).
-    Keys a merge (`<<: *defaults`) brings in are not given twice: the mapping's own keys override them."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (lines {seen[key]} and {line}); keep one", key_node.start_mark)
-            seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
 def parse_scenario(text: str, source: str) -> Scenario:
     from analysis.files import load_yaml
 
     try:
-        data = load_yaml(text, loader=_UniqueKeyLoader)  # a SafeLoader subclass; every failure a YAMLError
+        data = load_yaml(text)  # a key given twice refused; every failure a YAMLError
         root = _composed(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(source, [f"not valid YAML: {exc}"]) from None

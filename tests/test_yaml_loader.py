@@ -39,6 +39,8 @@ class _Limits(msgspec.Struct, forbid_unknown_fields=True):
     ("margin_pct: fast\n", "margin_pct"),
     ("margin_pct: 1\ntypo: 2\n", "typo"),
     ("x" * 100, "more than the 64 bytes"),
+    ("margin_pct: 1\nmargin_pct: 2\n", "key 'margin_pct' given twice (lines 1 and 2)"),  # PyYAML kept 2
+    ("{margin_pct: 1, margin_pct: 1}\n", "given twice (lines 1 and 1)"),
 ])
 def test_a_bad_file_is_one_line_naming_it_and_the_key(tmp_path, text, says):
     path = tmp_path / "limits.yaml"
@@ -53,3 +55,10 @@ def test_a_good_file_reads_as_its_schema(tmp_path):
     path = tmp_path / "limits.yaml"
     path.write_text("margin_pct: 2.5\n")
     assert read_yaml_file(path, _Limits) == _Limits(2.5) and read_yaml_file(path) == {"margin_pct": 2.5}
+
+
+def test_keys_a_merge_brings_in_may_be_overridden(tmp_path):
+    """A merge's keys are defaults, not a second giving: the mapping's own value wins, as YAML means."""
+    path = tmp_path / "limits.yaml"
+    path.write_text("base: &b {margin_pct: 1.0}\nover: {<<: *b, margin_pct: 2.0}\n")
+    assert read_yaml_file(path)["over"] == {"margin_pct": 2.0}
