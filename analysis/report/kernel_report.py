@@ -13,7 +13,7 @@ import msgspec
 from analysis.atomic_files import write_atomically
 from analysis.sol.hardware import Hardware
 from analysis.report.ncu import CLASSES, UNKNOWN, NcuKernel, class_counts, class_means, ridge_point
-from analysis.report.report_doc import Block, Heading, Image, Para, Table, to_html, to_markdown
+from analysis.report.report_doc import Block, Code, Heading, Image, Para, Table, code, literal, to_html, to_markdown
 from analysis.sol.estimate import D4Sol, Deployment, StepSol
 from analysis.report.sol_vs_ncu import RowCheck
 from analysis.report.top_kernels import TopKernelsResult
@@ -67,7 +67,8 @@ def _top_blocks(top: TopKernelsResult) -> list[Block]:
                        "count). 'If 2x faster' is the stage's kernel time if only this kernel ran twice as fast."))
     for stage, rows in top.top.items():
         total = top.stage_total_us[stage]
-        blocks.append(Heading(3, f"Stage: {stage} ({top.stage_steps[stage]} step windows, {total / 1000:,.2f} ms of kernel time)"))
+        blocks.append(Heading(3, f"Stage: {literal(stage)} ({top.stage_steps[stage]} step windows, "
+                                 f"{total / 1000:,.2f} ms of kernel time)"))
         blocks.append(Table(
             ["#", "Time %", "Total us", "Count", "Per step", "Mean us", "Median us", "If 2x faster", "Library", "Kernel"],
             [[str(k.rank), f"{k.share_pct:.1f}%", _f(k.total_us), str(k.count), _f(k.per_step, 1), _f(k.mean_us, 2),
@@ -78,8 +79,8 @@ def _top_blocks(top: TopKernelsResult) -> list[Block]:
                             [[f.family, f"{f.share_pct:.1f}%", _f(f.total_us), str(f.kernels)] for f in fams]))
         if fams:
             lead = fams[0]
-            blocks.append(Para(f"**{lead.family}** leads this stage with {lead.share_pct:.1f}% of kernel time; "
-                               f"the top {len(rows)} kernels cover {sum(k.share_pct for k in rows):.1f}%."))
+            blocks.append(Para(f"**{literal(lead.family)}** leads this stage with {lead.share_pct:.1f}% of kernel "
+                               f"time; the top {len(rows)} kernels cover {sum(k.share_pct for k in rows):.1f}%."))
     return blocks
 
 
@@ -93,9 +94,9 @@ def _sol_blocks(inputs: ReportInputs) -> list[Block]:
         return blocks
     d, hw = inputs.deployment, inputs.hardware
     blocks.append(Para(
-        f"Hardware {hw.name}; batch {d.batch_per_rank} per rank, KV length {d.kv_len}, tp {d.tp}, dp {d.dp}, "
-        f"ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, weights {d.weight_dtype}, KV {d.kv_dtype}, "
-        f"MLA {d.mla_form}. "
+        f"Hardware {literal(hw.name)}; batch {d.batch_per_rank} per rank, KV length {d.kv_len}, tp {d.tp}, "
+        f"dp {d.dp}, ep {d.ep}, MTP draft tokens {d.mtp_draft_tokens}, weights {literal(d.weight_dtype)}, "
+        f"KV {literal(d.kv_dtype)}, MLA {literal(d.mla_form)}. "
         "SOL = max(FLOPs / compute peak, HBM bytes / HBM bandwidth, network bytes / link bandwidth); "
         "% of SOL = 100 x SOL / measured (100% = at the hardware limit). Formulas: docs/sol.md."))
     rows = [[r.group, r.module, r.kernel, _f(r.value_us, 2), r.term or "", _f(r.sol_us, 2),
@@ -144,9 +145,10 @@ def _ncu_blocks(inputs: ReportInputs) -> list[Block]:
     counts = class_counts(kernels)
     n = len(kernels)
     blocks.append(Para(f"{n} profiled launches. Rule (from the seed report): memory bound when arithmetic intensity "
-                       f"is below the ridge point ({ridge_point(hw, inputs.ncu_dtype):.0f} FLOP/B for {inputs.ncu_dtype} on "
-                       f"{hw.name}) and memory throughput is clearly above SM throughput; compute bound for the mirror "
-                       "image; balanced otherwise. Without FLOP counts, throughputs alone decide."))
+                       f"is below the ridge point ({ridge_point(hw, inputs.ncu_dtype):.0f} FLOP/B for "
+                       f"{literal(inputs.ncu_dtype)} on {literal(hw.name)}) and memory throughput is clearly above SM "
+                       "throughput; compute bound for the mirror image; balanced otherwise. Without FLOP counts, "
+                       "throughputs alone decide."))
     if all(k.tensor_flops_counted for k in kernels):
         blocks.append(Para("FLOPs = tensor-core operations (the export's `sm__ops_path_tensor_src_*` counters, one "
                            "FLOP each) + FMA/ADD/MUL pipe instructions (an FMA counts 2); bytes = DRAM read + write."))
@@ -243,16 +245,16 @@ def _appendix_blocks(top: TopKernelsResult) -> list[Block]:
             if k.name in seen:
                 continue
             seen.add(k.name)
-            rows.append([k.readable, k.family, stage, f"`{k.name}`"])
+            rows.append([k.readable, k.family, stage, Code(k.name)])
     blocks.append(Table(["Readable name", "Library", "Stage", "Full signature"], rows))
     return blocks
 
 
 def build_report(inputs: ReportInputs) -> list[Block]:
-    blocks: list[Block] = [Heading(1, inputs.title), Heading(2, "Overview")]
-    blocks.append(Para("Sources: " + ", ".join(f"`{s}`" for s in inputs.sources)))
-    for note in inputs.notes:
-        blocks.append(Para(note))
+    blocks: list[Block] = [Heading(1, literal(inputs.title)), Heading(2, "Overview")]
+    blocks.append(Para("Sources: " + ", ".join(code(s) for s in inputs.sources)))
+    for note in inputs.notes:  # they name files and kernels: as written
+        blocks.append(Para(literal(note)))
     blocks += _top_blocks(inputs.top)
     blocks += _sol_blocks(inputs)
     blocks += _what_if_blocks(inputs)

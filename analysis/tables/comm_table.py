@@ -16,6 +16,7 @@ import msgspec
 from analysis.attribution.comm_split import CommLayer, CommRow, stragglers
 from analysis.attribution.rows import StepRow, usable_statuses
 from analysis.ingest.expert_load import ExpertLoad
+from analysis.markdown_text import markdown_row, markdown_text
 from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, _spread, column_stats, values_by_module
 
 SPLIT_GROUP = "wait / transfer"
@@ -98,19 +99,20 @@ def markdown_sections(columns) -> list[str]:
         if c.comm_unsplit:
             why = ("one rank cannot tell waiting from moving data" if len(c.ranks) < 2
                    else "they have no copy on some rank of their step")
-            lines += ["", f"{c.name}: {c.comm_unsplit} of {c.comm_kernels} communication kernels are not split "
-                          f"into wait and transfer: {why} (comm.csv)"]
+            lines += ["", markdown_text(f"{c.name}: {c.comm_unsplit} of {c.comm_kernels} communication kernels are "
+                                        f"not split into wait and transfer: {why} (comm.csv)")]
         if c.stragglers:
-            lines += ["", f"Stragglers ({c.name}): the rank the others wait for, largest wait first", "",
+            lines += ["", markdown_text(f"Stragglers ({c.name}): the rank the others wait for, largest wait first"), "",
                       "| layer | collective | last rank | last in | others wait (us) | it ran just before | idle before (us) |",
                       "|---|---|---|---|---|---|---|"]
             for s in c.stragglers:
                 before = s.preceding_module if s.preceding_layer == s.layer else f"{s.preceding_module} (layer {s.preceding_layer})"
-                lines.append(f"| {s.layer} | {s.module} | {s.rank} | {s.last_share_pct:.0f}% of {s.collectives} "
-                             f"| {s.others_wait_us:.1f} | {before or '-'} | {s.idle_before_us:.1f} |")
+                lines.append(markdown_row([s.layer, s.module, s.rank, f"{s.last_share_pct:.0f}% of {s.collectives}",
+                                           f"{s.others_wait_us:.1f}", before or "-", f"{s.idle_before_us:.1f}"]))
         layer_lines = _layer_table(c)
         if layer_lines:
-            lines += ["", f"Per layer ({c.name}): us, mean over the used steps and ranks", "", *layer_lines]
+            lines += ["", markdown_text(f"Per layer ({c.name}): us, mean over the used steps and ranks"), "",
+                      *layer_lines]
     return lines
 
 
@@ -126,7 +128,7 @@ def _layer_table(c) -> list[str]:
         header += [f"{m} wait", f"{m} transfer", f"{m} last rank"]
     if load:
         header += ["busiest expert (tokens)", "mean per expert (tokens)", "busiest / mean", "tokens per rank"]
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out = [markdown_row(header), "|" + "---|" * len(header)]
     for layer in layers:
         cells = [str(layer)]
         for m in modules:
@@ -136,5 +138,5 @@ def _layer_table(c) -> list[str]:
             row = load.get(layer)
             cells += ([str(row.max_tokens), f"{row.mean_tokens:.1f}", f"{row.imbalance:.2f}",
                        " / ".join(str(t) for t in row.rank_tokens) or "-"] if row else ["", "", "", ""])
-        out.append("| " + " | ".join(cells) + " |")
+        out.append(markdown_row(cells))
     return out

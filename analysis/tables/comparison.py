@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.atomic_files import write_atomically
+from analysis.markdown_text import markdown_text
 from analysis.tables.d4 import render_markdown, write_table_csv
 from analysis.tables.d4_diff import diff_columns, render_changes_markdown
 
@@ -46,7 +47,8 @@ def compare_columns(columns: list, lang: str = "en", notes: list[str] | None = N
     layer_note = layer_count_note(columns)
     if layer_note:
         got.warnings.append(layer_note[2:].strip())
-    got.markdown = (render_markdown(columns, lang) + layer_note + "".join(f"- {n}\n" for n in notes or [])
+    listed = ([layer_note[2:].strip()] if layer_note else []) + list(notes or [])  # names in them: escaped
+    got.markdown = (render_markdown(columns, lang) + "".join(f"- {markdown_text(n)}\n" for n in listed)
                     + "".join("\n" + render_changes_markdown(changes, lang) for changes in got.changes))
     return got
 

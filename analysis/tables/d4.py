@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from analysis.markdown_text import markdown_row, markdown_text
 from analysis.sol.estimate import SolSettings
 from analysis.attribution.comm_split import CommLayer, Straggler
 from analysis.ingest.expert_load import ExpertLoad
@@ -446,8 +447,9 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
 
 def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
     rows = table_rows(columns, lang)
-    lines = [_TEXT[lang]["title"], "", "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows[1:]]
+    # every cell and note escaped: kernel names, labels and file names come from the user's files
+    lines = [_TEXT[lang]["title"], "", markdown_row(rows[0]), "|" + "---|" * len(rows[0])]
+    lines += [markdown_row(row) for row in rows[1:]]
     notes = []
     for c in columns:
         note = (
@@ -484,7 +486,7 @@ def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
             notes.append(load_note)
     notes += token_cost.notes(columns)
 
-    return "\n".join(lines + [""] + [f"- {n}" for n in notes] + markdown_sections(columns)
+    return "\n".join(lines + [""] + [f"- {markdown_text(n)}" for n in notes] + markdown_sections(columns)
                      + step_time.markdown_section(columns)) + "\n"
 
 

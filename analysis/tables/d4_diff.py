@@ -17,6 +17,7 @@ import msgspec
 
 from analysis.data_files import read_packaged_struct
 from analysis.errors import AnalysisError
+from analysis.markdown_text import markdown_row, markdown_text
 from analysis.tables.d4 import D4Column, group_label
 from analysis.tables.d4_cells import D4Row
 
@@ -180,8 +181,8 @@ def summary_text(changes: Changes, lang: str = "en") -> str:
 def render_changes_markdown(changes: Changes, lang: str = "en") -> str:
     headers, rows = change_table(changes, lang)
     words = labels(lang)
-    lines = [words.title.format(base=changes.base, other=changes.other), "", rule_text(changes, lang), "",
-             "| " + " | ".join(h.replace("|", "\\|") for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
-    return "\n".join([*lines, "", f"- {summary_text(changes, lang)}"]) + "\n"
+    lines = [markdown_text(words.title.format(base=changes.base, other=changes.other)), "",
+             markdown_text(rule_text(changes, lang)), "", markdown_row(headers), "|" + "---|" * len(headers)]
+    lines += [markdown_row(row) for row in rows]
+    return "\n".join([*lines, "", f"- {markdown_text(summary_text(changes, lang))}"]) + "\n"
 

@@ -14,6 +14,7 @@ import msgspec
 
 from analysis.attribution.comm_split import CommRow, RankCollectives
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, StepRow
+from analysis.markdown_text import markdown_row, markdown_text
 from analysis.tables.comm_table import used_steps
 from analysis.tables.d4_cells import D4Row, _per_rank_stat, _policy, column_stats
 
@@ -109,10 +110,9 @@ def markdown_section(columns) -> list[str]:
         if len(c.rank_step_time) < 2:
             continue
         headings = [h for h, _ in RANK_COLUMNS if any(h in v for v in c.rank_step_time.values())]
-        lines += ["", f"Where each rank's step goes ({c.name}): ms per step, mean over the table's steps "
-                      "(steps.csv has each step; docs/analysis.md defines each figure)", "",
-                  "| rank | " + " | ".join(headings) + " |", "|" + "---|" * (len(headings) + 1)]
+        lines += ["", markdown_text(f"Where each rank's step goes ({c.name}): ms per step, mean over the table's "
+                                    "steps (steps.csv has each step; docs/analysis.md defines each figure)"), "",
+                  markdown_row(["rank", *headings]), "|" + "---|" * (len(headings) + 1)]
         for rank, values in sorted(c.rank_step_time.items()):
-            lines.append(f"| {rank} | " + " | ".join(f"{values[h] / 1000:.2f}" if h in values else "" for h in headings)
-                         + " |")
+            lines.append(markdown_row([rank, *(f"{values[h] / 1000:.2f}" if h in values else "" for h in headings)]))
     return lines

@@ -15,6 +15,7 @@ from analysis.attribution.rank.agreement import GROUPS, Agreement, RangeTruth, s
 from analysis.attribution.rank.attribute import RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, load_capture
 from analysis.errors import AnalysisError
+from analysis.markdown_text import markdown_row, markdown_text
 from analysis.attribution.signature import Signature, load_signature
 from analysis.ingest.trace_loader import load_trace
 
@@ -122,19 +123,20 @@ def calibrate(signature: str, truth_trace: str | None = None, decode_trace: str 
 
 
 def render_markdown(cal: Calibration) -> str:
-    lines = ["# Calibration", "", f"Truth: {cal.truth}.", "", f"**{cal.reason}.**", ""]
+    # the truth's file, signature and module names come from the user's files: escaped
+    lines = ["# Calibration", "", markdown_text(f"Truth: {cal.truth}."), "", f"**{markdown_text(cal.reason)}.**", ""]
     header = ["group", *(f"{c.signature} (truth → found, %)" for c in cal.candidates)]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [markdown_row(header), "|" + "---|" * len(header)]
     for g in GROUPS:
         cells = []
         for c in cal.candidates:
             t, f = c.agreement.truth.groups.get(g, 0.0), c.agreement.found.groups.get(g, 0.0)
             cells.append("-" if t == f == 0 else f"{t:.1f} → {f:.1f} ({f - t:+.1f})")
-        lines.append("| " + " | ".join([g, *cells]) + " |")
+        lines.append(markdown_row([g, *cells]))
     lines += ["", "Largest module gaps (pp):", ""]
     for c in cal.candidates:
         gaps = sorted(c.agreement.module_gaps_pp().items(), key=lambda kv: -abs(kv[1]))[:5]
-        lines.append(f"- {c.signature}: " + ", ".join(f"{g}/{m} {v:+.1f}" for (g, m), v in gaps))
+        lines.append("- " + markdown_text(f"{c.signature}: " + ", ".join(f"{g}/{m} {v:+.1f}" for (g, m), v in gaps)))
     for note in cal.notes:
-        lines.append(f"- note: {note}")
+        lines.append(f"- note: {markdown_text(note)}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,75 @@
+"""Text the project did not write (kernel names, labels, file names, run names) put into Markdown so
+that it reads as written and does nothing else.
+
+Why: a trace's strings reach d4.md, compare.md and kernel_report.md. Raw, `<script>` in a kernel name
+runs in a renderer that passes HTML, `[x](javascript:...)` becomes a link, and a `|` or a line break
+splits the table row it sits in. The HTML page escapes everything it shows (html.escape); the
+Markdown outputs escape with this one module. A `<` that would open a tag, a comment or an autolink
+(one before a letter, `/`, `!` or `?`: CommonMark's only ways in) and an `&` that would start an
+entity become entities (every renderer shows them as the characters; `<=` stays as written); the
+other characters that open Markdown (`\\`, a backtick, `*`, `[`, `]`, `~`, `|`, and underscores at
+a word's edge where two such runs could pair into emphasis: `_fwd_kernel` stays as written) get a
+backslash; line breaks become spaces. A C++ template still renders as written: `foo<int>`.
+"""
+from __future__ import annotations
+
+import re
+
+# One pass: a run of underscores, a character that opens Markdown, a "<" that opens a tag or an
+# autolink, an "&" that starts an entity, or a run of line breaks (every character str.splitlines breaks at).
+_SPECIAL = re.compile(r"_+|[\\`*\[\]~|]|<(?=[A-Za-z/!?])|&(?=#?\w+;)|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+")
+_ENTITIES = {"<": "&lt;", "&": "&amp;"}
+# What a code span cannot hold as written: a backtick ends it, `|` and line breaks break a table, and a
+# tag's `<` would be raw in the file (a code span shows an entity as written, not as the character).
+_NOT_IN_CODE_SPAN = re.compile(r"[`|\n\r\v\f\x1c-\x1e\x85\u2028\u2029]|<[A-Za-z/!?]")
+_UNDERSCORES = re.compile(r"_+")
+
+
+def _word_char(text: str, at: int) -> bool:
+    return 0 <= at < len(text) and text[at].isalnum()
+
+
+def _at_word_edge(text: str, start: int, end: int) -> bool:
+    """An underscore run GFM may take for emphasis: inside a word (fused_moe_kernel) it never does."""
+    return not (_word_char(text, start - 1) and _word_char(text, end))
+
+
+def _edge_runs(text: str) -> int:
+    return sum(1 for m in _UNDERSCORES.finditer(text) if _at_word_edge(text, m.start(), m.end()))
+
+
+def _escaped(match: re.Match, pairs: bool = True) -> str:
+    found = match.group()
+    first = found[0]
+    if first == "_":  # emphasis takes two runs at word edges (one opens, one closes): one alone stays
+        if pairs and _at_word_edge(match.string, match.start(), match.end()):
+            return "\\_" * len(found)
+        return found
+    if first in _ENTITIES:
+        return _ENTITIES[first]
+    if first in "\\`*[]~|":
+        return "\\" + first
+    return " "  # line breaks
+
+
+def markdown_text(text: object) -> str:
+    """The text as Markdown that shows it as written: no tag, link, image, code span, emphasis, table
+    cell boundary or line break of its own."""
+    text = str(text)
+    if "_" in text and _edge_runs(text) < 2:
+        return _SPECIAL.sub(lambda m: _escaped(m, pairs=False), text)
+    return _SPECIAL.sub(_escaped, text)
+
+
+def markdown_code(text: object) -> str:
+    """The text shown as code: a code span where one holds it as written, else the text escaped inside
+    <code> tags (a name with `<`, `|` or a backtick)."""
+    text = str(text)
+    if text and not _NOT_IN_CODE_SPAN.search(text) and text.strip(" ") == text:
+        return f"`{text}`"
+    return f"<code>{markdown_text(text)}</code>"
+
+
+def markdown_row(cells: list[object]) -> str:
+    """One table row, each cell escaped as markdown_text."""
+    return "| " + " | ".join(markdown_text(cell) for cell in cells) + " |"
