@@ -43,11 +43,11 @@ from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
-from analysis.ingest import early_half
 from analysis.ingest.second_half import (RANGE_LISTS, WINDOW_BYTES, BadOperator, GzipSecondHalf, HalfRead, Longest,
                                          SecondHalf, encode_half, half_cpu_ops, half_kernels, half_launches,
                                          half_ranges, start_gzip_second_half, start_second_half)
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
+from analysis.ingest.duplicate_kernels import check_no_duplicate_kernels, normalise_names
 
 CHUNK_BYTES = 4 * 1024 * 1024  # uncompressed bytes decoded per slice
 _READ_BYTES = 4 * 1024 * 1024  # plain-file read size
@@ -518,10 +518,8 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
     half: SecondHalf | GzipSecondHalf | None = None
     try:
-        if second_core:  # the one analyze started before importing the pipeline (early_half.py), else one now
-            plain = isinstance(source, _PlainSource)
-            half = early_half.take(fh.fileno(), SecondHalf if plain else GzipSecondHalf) or \
-                _start_second_half(fh.fileno(), plain)
+        if second_core:
+            half = _start_second_half(fh.fileno(), isinstance(source, _PlainSource))
         # Header: everything before the traceEvents array (small; searched as it grows).
         total = 0
         while True:
@@ -557,26 +555,6 @@ def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _
 def _start_second_half(fd: int, plain: bool) -> SecondHalf | GzipSecondHalf | None:
     return start_second_half(fd, _BOUNDARY, _read_second_half) if plain else \
         start_gzip_second_half(fd, _read_gzip_second_half)
-
-
-def start_reading_early(path: str) -> None:
-    """Start the reader of this trace's second half now, for `load_trace(path, second_core=True)` to
-    take over (early_half.py); nothing where the path is not a regular file or does not allow a split."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a named pipe must not wait here for a writer
-    except OSError:
-        return  # the load says why
-    try:  # a pipe or a device: pread fails here, or the second half's start refuses it (not a regular file)
-        info, magic = os.fstat(fd), os.pread(fd, 2, 0)
-    except OSError:
-        os.close(fd)
-        return
-    try:
-        half = _start_second_half(fd, magic != _GZIP_MAGIC)  # the kinds told apart as _open_source tells them
-        if half is not None:
-            early_half.keep(info, half)
-    finally:
-        os.close(fd)  # the child has its own copy
 
 
 def _cut_place(half: SecondHalf | GzipSecondHalf) -> int:
@@ -767,6 +745,7 @@ def load_trace(
             "(neither GPU kernels nor CPU operators: was the profiler recording activities?)",
         )
     kernels = collector.kernels
+    normalise_names(kernels, collector.launches, collector._names)  # "name " is the kernel "name"
     # by (start, stream): two stable sorts on one key each, three times faster than on tuples
     kernels.sort(key=_BY_STREAM)
     kernels.sort(key=_BY_START)
@@ -777,7 +756,7 @@ def load_trace(
     collector.syncs.sort(key=_BY_START)
     _check_longest_kernel(path, collector)
     if require_kernels:  # a capture trace's kernels were launched into a graph, not run on their streams
-        _check_streams_run_in_turn(path, kernels)
+        check_no_duplicate_kernels(path, kernels)  # on its stream or copied onto another
     return RankTrace(
         content_key=_content_key(kernels),
         path=path,
@@ -815,50 +794,6 @@ def _check_longest_kernel(path: str, collector: _Collector) -> None:
         raise TraceLoadError(path, f"event {index} ({event.cat} {event.name[:80]!r}): dur {dur!r} us is longer than "
                                    f"the whole trace ({span_us:.1f} us from its first event to its last): a kernel's "
                                    "dur must fit in the trace (docs/analysis.md, durations)")
-
-
-# Two kernels on one stream may overlap: a programmatic dependent launch starts the next kernel while
-# the previous one drains (up to 69% of the shorter one on the real B300 traces), and a dependent kernel
-# may even start and wait wholly inside the one it depends on (seen on two H100s: a quantisation kernel
-# inside flashinfer's fused all-reduce, 1156 us inside 1562 us). What never happens is the same kernel
-# twice over itself: one kernel name inside, or over more than this share of, its own earlier launch on
-# the stream is one event given twice.
-MOST_STREAM_OVERLAP = 0.9
-
-
-def _check_streams_run_in_turn(path: str, kernels: list[Kernel]) -> None:
-    """A stream runs its kernels one after another, a dependent launch overlapping the one before: the
-    same kernel wholly inside its previous launch on the stream, or over more than MOST_STREAM_OVERLAP
-    of the shorter, is the same activity twice (every kernel event doubled passed every check, each row
-    summed twice): an error naming both (docs/analysis.md, durations). Kernels come by start; CPU
-    operators are not a stream's."""
-    if not kernels or kernels[0].kind == "cpu_op":
-        return
-    last_end: dict[int, float] = {}  # per stream: the latest end so far, and the kernel that ends there
-    last: dict[int, Kernel] = {}
-    get = last_end.get
-    for kernel in kernels:
-        stream, start, dur = kernel.stream, kernel.start_us, kernel.dur_us
-        end = start + dur
-        before = get(stream)
-        if before is None:
-            last_end[stream], last[stream] = end, kernel
-        elif end > before:  # the common case: it ends after every earlier kernel of its stream
-            if start < before:
-                prev = last[stream]
-                if prev.name == kernel.name and \
-                        before - start > MOST_STREAM_OVERLAP * (prev.dur_us if prev.dur_us < dur else dur):
-                    _two_kernels_at_once(path, prev, kernel, before - start)
-            last_end[stream], last[stream] = end, kernel
-        elif start < end and last[stream].name == kernel.name:  # inside its own earlier launch
-            _two_kernels_at_once(path, last[stream], kernel, dur)
-
-
-def _two_kernels_at_once(path: str, prev: Kernel, kernel: Kernel, overlap: float) -> None:
-    raise TraceLoadError(path, f"kernels {prev.name[:60]!r} (start {prev.start_us!r} us, dur {prev.dur_us!r}) and "
-                               f"{kernel.name[:60]!r} (start {kernel.start_us!r} us, dur {kernel.dur_us!r}) overlap by "
-                               f"{overlap:.3f} us on stream {kernel.stream}: a stream runs its kernels in turn, so this "
-                               "is one event given twice (docs/analysis.md, durations)")
 
 
 _KEY_KERNELS = 64  # kernels at each end of a trace that its content key covers
