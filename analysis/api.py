@@ -24,9 +24,8 @@ from __future__ import annotations
 _DOOR: dict[str, tuple[str, str]] = {
     "AnalysisError": ("analysis.errors", "AnalysisError"),
     "AnalysisOptions": ("analysis.analysis_options", "AnalysisOptions"),
-    "analyze": ("analysis.early_read", "analyze"),  # the pipeline's, reading one rank's trace from before its import
     **{name: ("analysis.pipeline", name) for name in (
-        "write_outputs", "attribute", "combine_nodes", "report_reads", "report_source")},
+        "analyze", "write_outputs", "attribute", "combine_nodes", "report_reads", "report_source")},
     "learn_signature": ("analysis.pipeline", "learn_signature_from"),
     **{name: ("analysis.saved_analysis", name) for name in ("open_saved", "write_view")},
     "compare_columns": ("analysis.tables.comparison", "compare_columns"),

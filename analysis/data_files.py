@@ -71,6 +71,10 @@ def load_yaml(text: str, loader: type = _UniqueKeys):
         raise yaml.YAMLError(f"a number with more than 4300 digits{where}" if long else str(exc)) from None
     except RecursionError:
         raise yaml.YAMLError("nested too deeply to read") from None
+    except yaml.MarkedYAMLError as exc:  # libyaml stops at its own depth, with its own words
+        if "maximum nesting depth" not in str(exc.problem):
+            raise
+        raise yaml.YAMLError(f"nested too deeply to read (line {exc.problem_mark.line + 1})") from None
 
 
 def _analysis_error(path: str, problem: str) -> AnalysisError:

@@ -18,13 +18,18 @@ from harness.engines.table_files import WrittenAnalysis
 from harness.recorded_run import RecordedRun, RunDirError
 
 CAPTURE_TRACES = "capture_traces"
+LOAD_RECORDS = "load/requests.jsonl"  # read by harness/sglang/run_analysis.py's finish_analysis
 
 
 def reanalyse(run: RecordedRun, out_dir: Path, problems_at: str | None = None,
               jobs: int | None = None) -> WrittenAnalysis:
     """analysis/'s files for `run` into out_dir (which must exist); problems_at: as write_table_files.
     Raises AnalysisError (a bad trace set) or RunDirError (what the run recorded does not fit)."""
+    from harness.manifest_check import first_mismatch
+
     engine = run.manifest.get("engine") or run.scenario.engine.kind
+    if problem := first_mismatch(run.path, run.manifest, files_read(run, engine)):
+        raise RunDirError(problem)  # each file read again is the one the run wrote
     if engine == "sglang":
         return _sglang(run, out_dir, problems_at, jobs)
     if engine == "embedded":
@@ -36,17 +41,36 @@ def reanalyse(run: RecordedRun, out_dir: Path, problems_at: str | None = None,
     raise RunDirError(f"{run.path / 'manifest.json'}: engine {engine!r} has no analysis to run again")
 
 
+def files_read(run: RecordedRun, engine: str) -> list[Path]:
+    """The run directory's files its analysis reads again: the traces; for SGLang also the capture
+    traces where the run calibrated, its expert_load.json and its load records."""
+    paths = [Path(p) for p in run.traces]
+    if engine == "sglang":
+        paths += [Path(p) for files in (_captures(run) or {}).values() for p in files]
+        recorded = run.manifest.get("expert_load")
+        if isinstance(recorded, dict) and isinstance(recorded.get("file"), str):
+            paths.append(run.path / recorded["file"])
+        paths.append(run.path / LOAD_RECORDS)
+    return paths
+
+
+def _captures(run: RecordedRun) -> dict[int, list[str]] | None:
+    """Each node's capture traces where the run used them (it calibrated), else None."""
+    from harness.node.node_analysis import own_capture_files
+
+    if not isinstance(run.manifest.get("calibration"), list):
+        return None
+    kept = run.manifest.get("capture_traces") or []
+    return {node: own_capture_files(kept, node, run.path / CAPTURE_TRACES / f"node{node}") for node in run.node_traces}
+
+
 def _sglang(run: RecordedRun, out_dir: Path, problems_at: str | None, jobs: int | None) -> WrittenAnalysis:
     from analysis.api import AnalysisError
-    from harness.node.node_analysis import analyse_nodes, analysis_options, analyze_node, calibrate_node, own_capture_files
+    from harness.node.node_analysis import analyse_nodes, analysis_options, analyze_node, calibrate_node
     from harness.sglang.run_analysis import finish_analysis
 
     options = analysis_options(run.scenario, run.run_name, jobs=jobs)
-    captures = None
-    if isinstance(run.manifest.get("calibration"), list):  # the run used its capture traces (and calibrated)
-        kept = run.manifest.get("capture_traces") or []
-        captures = {node: own_capture_files(kept, node, run.path / CAPTURE_TRACES / f"node{node}")
-                    for node in run.node_traces}
+    captures = _captures(run)
 
     def calibrate_all(jobs_by_node: dict) -> list[dict]:
         return [calibrate_node(node, paths, opts) for node, (paths, opts) in jobs_by_node.items()]

@@ -33,11 +33,11 @@ def run_dir_of(folder: Path) -> Path | None:
 
 def manifest_files(run_dir: Path) -> dict[str, str]:
     """path -> sha256 of every file the run's manifest lists; RecordError when it is not a manifest."""
-    from analysis.files import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
 
     path = run_dir / MANIFEST
     try:
-        data = read_json(path, DOCUMENT_LIMIT_BYTES, "a run manifest")
+        data = read_json(path, CONFIG_LIMIT_BYTES, "a run manifest")
     except InputFileError as exc:
         raise RecordError(str(exc)) from None
     entries = data.get("files") if isinstance(data, dict) else None

@@ -7,7 +7,6 @@ that is not one of the run's traces is left out with a note, never taken for a r
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +54,10 @@ def read_run_dir(path: str | Path) -> RecordedRun:
     if isinstance(roles, dict) and roles:  # harness/engines/sglang_pd.py: each role is a run directory
         raise RunDirError(f"{run_dir}: a prefill/decode run; each role is a run directory of its own: "
                           + ", ".join(str(run_dir / str(folder)) for folder in roles.values()))
+    from harness.manifest_check import first_mismatch
+
+    if (run_dir / SCENARIO).is_file() and (problem := first_mismatch(run_dir, manifest, [run_dir / SCENARIO])):
+        raise RunDirError(problem)  # (a missing one is _scenario's error, as it always was)
     scenario = _scenario(run_dir)
     name = manifest.get("run_name") or Path(str(manifest.get("run_dir") or run_dir)).name  # a PD role's has run_name
     node_traces, notes = _kept_traces(run_dir, manifest, scenario)
@@ -69,10 +72,12 @@ def _manifest(run_dir: Path) -> dict:
         what = "its run is still going or stopped before the end" if (run_dir / SCENARIO).is_file() else \
             "not a run directory"
         raise RunDirError(f"{run_dir}: no {MANIFEST} ({what}; harness/run.py writes it last)")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+
+    try:  # bounded like every manifest reader: it lists the run's files and is never big
+        manifest = read_json(path, CONFIG_LIMIT_BYTES, "a run manifest")
+    except InputFileError as exc:
+        raise RunDirError(str(exc)) from None
     if not isinstance(manifest, dict):
         raise RunDirError(f"{path}: must hold a JSON object")
     return manifest
@@ -83,22 +88,25 @@ def _scenario(run_dir: Path) -> Scenario:
     folder when it is there, else from this checkout's root: a Ray job runs in a copy of the repository."""
     import yaml
 
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
     from harness.scenario import ScenarioError, parse_scenario
 
     path = run_dir / SCENARIO
     if not path.is_file():
         raise RunDirError(f"{run_dir}: no {SCENARIO} (the scenario the run resolved; harness/run.py writes it first)")
-    text = path.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        text = read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario")
+        data = load_yaml(text)
         analysis = data.get("analysis") if isinstance(data, dict) else None
         if isinstance(analysis, dict) and any(_from_checkout(analysis.get(k)) for k in ("model", "signature")):
             for key in ("model", "signature"):
                 analysis[key] = _from_checkout(analysis.get(key)) or analysis.get(key)
             text = yaml.safe_dump(data, sort_keys=False)
         return parse_scenario(text, str(path))
+    except InputFileError as exc:
+        raise RunDirError(str(exc)) from None
     except yaml.YAMLError as exc:
-        raise RunDirError(f"{path}: not valid YAML: {exc}") from None
+        raise RunDirError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
     except ScenarioError as exc:
         raise RunDirError(f"{path}: {'; '.join(exc.problems)}") from None
 

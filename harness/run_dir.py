@@ -6,7 +6,6 @@ whether the run finished.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -72,11 +71,10 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A run file's sha256, streamed through the input door (constant memory; a device is refused)."""
+    from analysis.files import input_sha256
+
+    return input_sha256(path, None, "a run file")
 
 
 def file_inventory(run_dir: Path) -> list[dict[str, Any]]:

@@ -100,65 +100,7 @@ def main() -> dict:
         alone = _loaded(path, False)
         split = _loaded(path, True)
         return {"same": split == alone, "taken": len(taken), "children_left": children_left()}
-    if case.startswith("early-"):
-        return early(case, args)
     raise SystemExit(f"unknown case {case}")
-
-
-def early(case: str, args: list[str]) -> dict:
-    """The reader started as `analyze` parses its command line (analysis/ingest/early_half.py): how
-    many were started and taken over, what the loader took, and what was left running."""
-    from analysis.ingest import early_half
-
-    second_half.SPLIT_MIN_BYTES = second_half.SPLIT_MIN_GZIP_BYTES = 0
-    started, took = [], []
-    real_keep, real_take = early_half.keep, early_half.take
-
-    def keep(info, half):
-        started.append("analysis.pipeline" in sys.modules)  # the point: reading before the pipeline is imported
-        real_keep(info, half)
-
-    def take(fd, kind):
-        half = real_take(fd, kind)
-        took.append(half is not None)
-        return half
-
-    early_half.keep, early_half.take = keep, take
-    seen: dict = {}
-    if case in ("early-command", "early-command-fails"):  # OUT PATH [OPTION...]: the command as a user runs it
-        import contextlib
-        import io
-
-        from harness import cli
-
-        out, path, *options = args
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-            seen["exit"] = cli.main(["analyze", path, "--out", out, *options])
-        seen["said"] = err.getvalue().strip().splitlines()[-1:]
-    elif case == "early-file-changed":  # PATH: the file is touched between the early start and the load
-        path = args[0]
-        alone = _loaded(path, False)
-        trace_loader.start_reading_early(path)
-        info = os.stat(path)
-        os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
-        seen["same"] = _loaded(path, True) == alone
-        seen["waiting_after_load"] = len(early_half._waiting)
-        early_half.close_all()
-    elif case == "early-other-kind":  # PLAIN GZIP: a reader of the gzip file kept under the plain file's identity
-        plain, packed = args
-        alone = _loaded(plain, False)
-        trace_loader.start_reading_early(packed)
-        _ident, half = early_half._waiting[0]
-        early_half._waiting[0] = (early_half.identity(os.stat(plain)), half)
-        seen["same"] = _loaded(plain, True) == alone
-    elif case == "early-fifo":  # FOLDER: a named pipe is not opened for reading (that would wait for a writer)
-        fifo = os.path.join(args[0], "pipe-TP-0-DECODE.trace.json")
-        os.mkfifo(fifo)
-        trace_loader.start_reading_early(fifo)
-    else:
-        raise SystemExit(f"unknown case {case}")
-    return {**seen, "started": len(started), "after_the_pipeline": sum(started), "took": sum(took), "taken": len(taken),
-            "waiting": len(early_half._waiting), "children_left": children_left()}
 
 
 if __name__ == "__main__":

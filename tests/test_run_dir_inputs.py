@@ -58,11 +58,22 @@ def test_a_file_in_traces_that_is_not_a_trace_is_left_out_with_a_note(run_dir, t
     assert (tmp_path / "out" / "d4.csv").read_text() == (BUNDLED / "analysis" / "d4.csv").read_text()
 
 
-def test_a_run_that_kept_no_traces_is_refused_in_one_line(run_dir, tmp_path, capsys):
+def _as_a_run_that_kept_no_traces(run_dir: Path) -> None:
+    """The copy made a run with outputs.keep_traces: false: no traces/, and its scenario.yaml says so,
+    as the run's manifest lists it (a scenario.yaml edited behind the manifest is refused)."""
     shutil.rmtree(run_dir / "traces")
     scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
     scenario["outputs"]["keep_traces"] = False
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    text = yaml.safe_dump(scenario, sort_keys=False).encode()
+    (run_dir / "scenario.yaml").write_bytes(text)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    entry = next(e for e in manifest["files"] if e["path"] == "scenario.yaml")
+    entry.update(bytes=len(text), sha256=hashlib.sha256(text).hexdigest())
+    (run_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def test_a_run_that_kept_no_traces_is_refused_in_one_line(run_dir, tmp_path, capsys):
+    _as_a_run_that_kept_no_traces(run_dir)
     assert main(["analyze", str(run_dir), "--out", str(tmp_path / "out")]) == 2
     _one_line_error(capsys, str(run_dir), "kept no traces", "outputs.keep_traces: false", "analysis")
     assert not (tmp_path / "out").exists()
@@ -128,10 +139,7 @@ def test_compare_and_export_analyse_a_run_again_where_its_tables_are_missing(run
 
 
 def test_a_run_that_kept_no_traces_is_read_from_its_stored_tables_where_they_suffice(run_dir, tmp_path, capsys):
-    shutil.rmtree(run_dir / "traces")
-    scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text())
-    scenario["outputs"]["keep_traces"] = False
-    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    _as_a_run_that_kept_no_traces(run_dir)
     capsys.readouterr()
     # compare and metrics read analysis.json and d4_detail.csv, which the run kept
     assert main(["compare", f"kept={run_dir}"]) == 0

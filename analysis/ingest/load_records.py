@@ -9,13 +9,13 @@ clock makes that vanishingly rare.) Times are seconds on the load's own clock.
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import msgspec
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, shown_path
+from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
 
 
 class RequestChunks(msgspec.Struct):
@@ -49,33 +49,39 @@ def chunks_of(itl_ms: list[float], first_token_s: float) -> list[tuple[float, in
 
 
 def load_request_chunks(path: str | Path) -> list[RequestChunks]:
-    """The completed requests of a requests.jsonl; a malformed line is an error naming file and line."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise AnalysisError(f"{path}: cannot read the load records: {exc.strerror or exc}") from None
+    """The completed requests of a requests.jsonl, read line by line through the input door (a table:
+    TABLE_LIMIT_BYTES; a FIFO or pipe streamed, a device refused); a malformed line is an error naming
+    file and line."""
     out: list[RequestChunks] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise AnalysisError(f"{where}: not a JSON object: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise AnalysisError(f"{where}: not a JSON object")
-        if not record.get("ok"):
-            continue
-        start = _number(record.get("start_s"), "start_s", where)
-        ttft = _number(record.get("ttft_ms"), "ttft_ms", where)
-        itl = record.get("itl_ms")
-        if not isinstance(itl, list):
-            raise AnalysisError(f"{where}: itl_ms must be a list of numbers, got {itl!r}")
-        itl = [_number(v, f"itl_ms[{i}]", where) for i, v in enumerate(itl)]
-        first = start + ttft / 1000.0
-        out.append(RequestChunks(int(record.get("request_id", number)), first, chunks_of(itl, first)))
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES) as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    _add_request(out, line, f"{shown_path(path)}:{number}", number)
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{shown_path(path)}: cannot read the load records: not UTF-8 ({exc.reason})") from None
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc.path}: cannot read the load records: {exc.problem}") from None
     if not out:
-        raise AnalysisError(f"{path}: no completed request in the load records")
+        raise AnalysisError(f"{shown_path(path)}: no completed request in the load records")
     return out
+
+
+def _add_request(out: list[RequestChunks], line: str, where: str, number: int) -> None:
+    """The line's request, where it completed, appended to out."""
+    try:
+        record = parsed_json(line, where)
+    except InputFileError as exc:
+        raise AnalysisError(f"{where}: not a JSON object: {exc.problem}") from None
+    if not isinstance(record, dict):
+        raise AnalysisError(f"{where}: not a JSON object")
+    if not record.get("ok"):
+        return
+    start = _number(record.get("start_s"), "start_s", where)
+    ttft = _number(record.get("ttft_ms"), "ttft_ms", where)
+    itl = record.get("itl_ms")
+    if not isinstance(itl, list):
+        raise AnalysisError(f"{where}: itl_ms must be a list of numbers, got {itl!r}")
+    itl = [_number(v, f"itl_ms[{i}]", where) for i, v in enumerate(itl)]
+    first = start + ttft / 1000.0
+    out.append(RequestChunks(int(record.get("request_id", number)), first, chunks_of(itl, first)))

@@ -30,7 +30,11 @@ import msgspec
 
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow
 from analysis.errors import AnalysisError
+from analysis.input_files import InputFileError, read_input, read_input_gzip
 
+# the trace is held whole to be written again (its events as objects take several times its size):
+# at most this much, as stored and as inflated
+ANNOTATED_TRACE_LIMIT_BYTES = 1024 * 1024 * 1024
 SLICE_CAT = "gpu_user_annotation"
 TRACK_SUFFIX = " · layer / group / module"
 _DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -115,10 +119,16 @@ def stream_slices(rows: list[KernelRow], moe: set[tuple[str, int, int]]) -> list
 
 
 def _read(path: Path) -> dict:
+    """The whole trace document, read through the input door within ANNOTATED_TRACE_LIMIT_BYTES (as
+    stored and as inflated: a few MB of .gz can inflate to gigabytes)."""
     try:
-        raw = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
+        limit_bytes = ANNOTATED_TRACE_LIMIT_BYTES
+        raw = read_input_gzip(path, limit_bytes, limit_bytes, "the trace to annotate") if path.name.endswith(".gz") \
+            else read_input(path, limit_bytes, "the trace to annotate")
         doc = msgspec.json.decode(raw)
-    except (OSError, EOFError, msgspec.DecodeError) as exc:
+    except InputFileError as exc:
+        raise AnalysisError(f"{exc}; --no-annotated-trace leaves the annotated trace out") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise AnalysisError(f"{path}: cannot read the trace: {exc}") from None
     if isinstance(doc, list):
         doc = {"traceEvents": doc}

@@ -3,6 +3,8 @@ again as its run analysed it (harness/commands/analyze_run_dir.py)."""
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -115,9 +117,14 @@ def options_from(args, run_name: str, labels: dict[str, str] | None = None):
                            sol=sol_settings_from(args, model=args.model), layers=args.layers, strict=args.strict)
 
 
+def _is_pipe(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def run(args) -> int:
-    # write_outputs is taken once the analysis is done: asked for here, it would import the pipeline
-    # before `analyze` starts reading a one-rank trace (analysis/early_read.py)
     from analysis.api import AnalysisError, analyze, list_builtins
 
     given = options_given(args)
@@ -148,7 +155,7 @@ def run(args) -> int:
 
     for flag, value, kind in (("--expert-load", args.expert_load, "expert_load"),
                               ("--load-records", args.load_records, "load_records")):
-        if value:
+        if value and not _is_pipe(value):  # a pipe reads once: the analysis reads it, and says what is wrong
             try:
                 check_input(kind, value)  # a bad file is the user's input: exit 2 before any trace is read
             except AnalysisError as exc:

@@ -1,14 +1,19 @@
 """Summary of load records: percentiles per metric and output throughput per GPU."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 
 def load_records(path: str) -> list[dict]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    """Each line of a load/requests.jsonl, read line by line through the input door (a table:
+    TABLE_LIMIT_BYTES); a line that is not JSON is an InputFileError naming file and line."""
+    from analysis.files import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
+
+    try:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "the load records") as lines:
+            return [parsed_json(line, f"{path}:{number}") for number, line in enumerate(lines, 1) if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not UTF-8 text ({exc.reason})") from None
 
 
 def summarize(records: list[dict], num_gpus: int, accept_length: float | None = None) -> dict:

@@ -142,11 +142,14 @@ def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, Sta
     return {stage: times}
 
 
-def _read_json(path: Path) -> dict:
-    from analysis.files import DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+def _read_json(path: Path, manifest: bool = False) -> dict:
+    """A JSON object the run wrote: a document (DOCUMENT_LIMIT_BYTES), or its manifest, which lists
+    files and is never big (CONFIG_LIMIT_BYTES, as every reader of a manifest bounds it)."""
+    from analysis.files import CONFIG_LIMIT_BYTES, DOCUMENT_LIMIT_BYTES, InputFileError, read_json
 
     try:
-        data = read_json(path, DOCUMENT_LIMIT_BYTES, "a JSON file")
+        data = read_json(path, CONFIG_LIMIT_BYTES if manifest else DOCUMENT_LIMIT_BYTES,
+                         "a run manifest" if manifest else "a JSON file")
     except InputFileError as exc:
         raise RunDataError(exc.path, exc.problem) from None
     if not isinstance(data, dict):
@@ -197,7 +200,7 @@ def read_run(run_dir: str | Path, status: str | None = None) -> RunData:
     if not (run_dir / MANIFEST).is_file() and not (run_dir / SCENARIO).is_file():
         raise RunDataError(run_dir, f"not a run directory (neither {MANIFEST} nor {SCENARIO}, which a run writes "
                                     "first); give runs/<scenario>-<timestamp>")
-    manifest = _read_json(run_dir / MANIFEST) if (run_dir / MANIFEST).is_file() else {}
+    manifest = _read_json(run_dir / MANIFEST, manifest=True) if (run_dir / MANIFEST).is_file() else {}
     if status is None and not manifest:  # no manifest: a live run's, or one that died before writing it
         from harness.run_owner import live_owner
 
