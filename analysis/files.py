@@ -21,10 +21,11 @@ from analysis.input_files import (
     open_input_text,
     parsed_json,
     read_input,
+    read_input_range,
     read_input_text,
     read_json,
 )
 
 __all__ = ["CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "input_sha256",
-           "load_yaml", "open_input_text", "parsed_json", "read_input", "read_input_text", "read_json", "shown_path",
-           "write_atomically", "written_aside"]
+           "load_yaml", "open_input_text", "parsed_json", "read_input", "read_input_range", "read_input_text",
+           "read_json", "shown_path", "write_atomically", "written_aside"]

@@ -51,6 +51,9 @@ class InputFileError(AnalysisError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # raised in a Ray actor, it travels pickled: rebuilt from what it holds
+        return (type(self), (self.path, self.problem))
+
 
 def _size_text(limit_bytes: int) -> str:
     return f"{limit_bytes // MIB} MiB" if limit_bytes >= MIB else f"{limit_bytes} bytes"
@@ -136,6 +139,18 @@ def read_input(path: str | os.PathLike, limit_bytes: int, what: str = "the file"
     with open_input(path, limit_bytes, what) as raw:
         try:
             return io.BufferedReader(raw).read()
+        except OSError as exc:
+            raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_input_range(path: str | os.PathLike, offset: int, size_bytes: int, what: str = "the file") -> bytes:
+    """At most size_bytes of a regular file from offset: a file shipped in pieces is never held whole
+    (a node's trace of gigabytes goes back to the driver this way)."""
+    with open_input(path, None, what) as raw:
+        if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+            raise InputFileError(path, f"{what} is a pipe: only a regular file is read in pieces")
+        try:
+            return os.pread(raw.fileno(), size_bytes, offset)
         except OSError as exc:
             raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
 

@@ -50,8 +50,9 @@ def create_run_dir(root: Path, scenario_name: str, now: float | None = None) -> 
     raise RuntimeError(f"cannot create a run directory under {root}: 999 runs named {base}")
 
 
-def write_atomic(path: Path, data: bytes | str) -> Path:
-    """A run directory's file, written aside, on disk, then moved in (analysis.api.write_atomically)."""
+def write_atomic(path: Path, data) -> Path:
+    """A run directory's file (bytes, text, or a function writing into the open binary file), written
+    aside, on disk, then moved in (analysis.files.write_atomically)."""
     from analysis.files import write_atomically
 
     return write_atomically(path, data, durable=True)

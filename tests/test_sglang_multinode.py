@@ -2,6 +2,7 @@
 real actors: plan -> node check -> placement -> one server per node -> steady load -> profile every rank."""
 import asyncio
 import json
+import os
 import socket
 import sys
 import threading
@@ -281,3 +282,29 @@ def test_node_check_refuses_unknown_deprecated_and_mismatched_releases(cluster, 
     assert "node 0: --enable-dp-attn (from engine.extra_args): unknown: SGLang 0.5.17 says: not a flag" in text
     assert "node 0: --disable-cuda-graph (from engine.extra_args): deprecated: SGLang 0.5.17 says:" in text
     assert not (tmp_path / "logs").exists() and not _fake_servers()  # nothing was started
+
+
+def test_a_node_file_comes_back_in_pieces_whole_and_a_pipe_is_refused(cluster, tmp_path):
+    """A node's file travels in pieces (harness/node/node_files.py): never held whole by either side,
+    the copy equal byte for byte; the actor reads only a regular file that way (a FIFO is refused)."""
+    from harness.node.node_files import fetch_node_file
+    from harness.sglang.server_actor import SGLangNodeActor
+
+    actor = SGLangNodeActor.remote(0)
+    source = tmp_path / "rank.trace.json.gz"
+    data = bytes(range(256)) * (14 * 1024 + 7)  # 3.5 MiB and a bit: four pieces, the last short
+    source.write_bytes(data)
+    asked = []
+
+    def read_piece(offset, size):
+        asked.append((offset, size))
+        return actor.read_file.remote(str(source), offset, size)
+
+    copy = fetch_node_file(read_piece, tmp_path / "copy" / source.name, 60, piece_bytes=1 << 20)
+    assert copy.read_bytes() == data
+    assert [offset for offset, _ in asked] == [0, 1 << 20, 2 << 20, 3 << 20]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ray.exceptions.RayTaskError, match="only a regular file is read in pieces"):
+        fetch_node_file(lambda offset, size: actor.read_file.remote(str(fifo), offset, size), tmp_path / "f", 60)
+    assert not (tmp_path / "f").exists()

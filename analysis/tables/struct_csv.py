@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError
+from analysis.input_files import TABLE_LIMIT_BYTES, open_input_text
 
 
 def _nullable_fields(cls) -> set[str]:
@@ -30,7 +31,7 @@ def read_struct_csv(path: str | Path, cls) -> list:
     nullable = _nullable_fields(cls)
     rows = []
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
             reader = csv.DictReader(handle)
             present = set(reader.fieldnames or [])
             required = {f.name for f in msgspec.inspect.type_info(cls).fields if f.required}
@@ -46,4 +47,6 @@ def read_struct_csv(path: str | Path, cls) -> list:
                     raise AnalysisError(f"{path}: line {line_no}: {exc}") from None
     except OSError as exc:
         raise AnalysisError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise AnalysisError(f"{path}: not UTF-8 text") from None
     return rows

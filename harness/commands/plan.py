@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-import yaml
 
 from harness.commands import COMMANDS
 
@@ -41,18 +38,10 @@ def load_deployment_spec(name_or_path: str):
     """The DeploymentSpec of an sglang scenario file (path or name under scenarios/)."""
     from harness.sglang.plan import PlanError
     from harness.sglang.spec import deployment_spec
-    try:
-        from harness.scenario import load_scenario
-    except ImportError:  # schema not present: read the YAML directly
-        load_scenario = None
-    if load_scenario is not None:
-        scenario, path = load_scenario(name_or_path)
-        data = scenario.model_dump(mode="json")
-    else:
-        path = Path(name_or_path)
-        if not path.exists():
-            path = Path(__file__).resolve().parents[2] / "scenarios" / f"{name_or_path}.yaml"
-        data = yaml.safe_load(path.read_text())
+    from harness.scenario import load_scenario
+
+    scenario, path = load_scenario(name_or_path)
+    data = scenario.model_dump(mode="json")
     engine = data.get("engine") or {}
     if engine.get("kind") != "sglang":
         raise PlanError(f"{path}: engine.kind is {engine.get('kind')!r}; `plan` is for sglang scenarios")

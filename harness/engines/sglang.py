@@ -26,6 +26,7 @@ from harness.sglang import expert_load
 from harness.sglang.capture_traces import capture_use, copy_capture_traces
 from harness.node.node_analysis import analyse_nodes, analysis_options, own_capture_files
 from harness.node.node_dir import node_dir_for
+from harness.node.node_files import fetch_node_file
 from harness.sglang.plan import build_plan
 from harness.sglang.profile import profile_decode, profile_extend
 from harness.sglang.running_batch import wait_for_running_batch
@@ -193,8 +194,9 @@ class SGLangEngine(Engine):
             kept = []
             for rank, paths in sorted(traces.on_nodes.items()):
                 for p in paths:
-                    data = ray.get(self.dep.actors[rank].read_file.remote(p), timeout=self.scenario.profile.timeout_s)
-                    kept.append(write_atomic(self.run_dir / "traces" / Path(p).name, data))
+                    actor = self.dep.actors[rank]
+                    kept.append(fetch_node_file(lambda offset, size, actor=actor, p=p: actor.read_file.remote(p, offset, size),
+                                                self.run_dir / "traces" / Path(p).name, self.scenario.profile.timeout_s))
             self.manifest["traces"] = [p.name for p in kept]
         return Traces(in_run_dir=kept, on_nodes=traces.on_nodes)
 

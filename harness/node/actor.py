@@ -14,6 +14,8 @@ from typing import Protocol
 
 import ray
 
+from analysis.files import read_input_range
+from harness.node.node_files import NODE_FILE_PIECE_BYTES
 from harness.node.process import ServerProcess
 from harness.node.secrets import Secrets
 from harness.node.trace_files import TraceWaitError, wait_for_traces
@@ -52,15 +54,16 @@ class NodeActor:
                                     secrets=Secrets(getattr(launch, "secret_values", ())))
         return self.server.start()
 
-    def read_log(self) -> bytes:
-        """The whole server log (already masked), so the driver can keep it in the run directory."""
+    def read_log(self, offset: int = 0, size_bytes: int = NODE_FILE_PIECE_BYTES) -> bytes:
+        """A piece of the server log (already masked), so the driver can keep it in the run directory."""
         if self.server is None or not self.server.log_path.exists():
             return b""
-        return self.server.log_path.read_bytes()
+        return read_input_range(self.server.log_path, offset, min(size_bytes, NODE_FILE_PIECE_BYTES), "the server log")
 
-    def read_file(self, path: str) -> bytes:
-        """One file of this node (a rank's trace), shipped through Ray: nodes share no file system."""
-        return Path(path).read_bytes()
+    def read_file(self, path: str, offset: int = 0, size_bytes: int = NODE_FILE_PIECE_BYTES) -> bytes:
+        """A piece of one file of this node (a rank's trace), shipped through Ray: nodes share no file
+        system; harness/node/node_files.py asks for the pieces and writes them."""
+        return read_input_range(path, offset, min(size_bytes, NODE_FILE_PIECE_BYTES))
 
     def remove_files(self, paths: list[str]) -> None:
         for p in paths:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from harness.run_dir import write_atomic
+from harness.node.node_files import fetch_node_file
 from harness.run_errors import RunFailed
 from harness.sglang.plan import node_ranges
 from harness.sglang.server_actor import Deployment
@@ -29,9 +29,9 @@ def copy_capture_traces(dep: Deployment, trace_dir: str, run_dir: Path) -> list[
             raise RunFailed(f"profile.capture_traces: node {rank} wrote no CUDA-graph capture trace "
                             f"({capture.pattern}) in {folder}; see logs/sglang-node{rank}.log")
         for p in paths:
-            data = ray.get(actor.read_file.remote(p), timeout=300)
-            kept.append(str(write_atomic(run_dir / "capture_traces" / f"node{rank}" / Path(p).name, data)
-                            .relative_to(run_dir)))
+            dest = run_dir / "capture_traces" / f"node{rank}" / Path(p).name
+            fetch_node_file(lambda offset, size, actor=actor, p=p: actor.read_file.remote(p, offset, size), dest, 300)
+            kept.append(str(dest.relative_to(run_dir)))
     return kept
 
 

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.run_dir import write_atomic
+from analysis.files import DOCUMENT_LIMIT_BYTES, InputFileError, read_input
+from harness.node.node_files import fetch_node_file
 from harness.sglang.http_post import post_json
 from harness.sglang.plan import expert_record_dir
 
@@ -72,8 +73,8 @@ def dump(dep: "Deployment", trace_dir: str, run_dir: Path) -> Path:
             raise ExpertRecordError(f"no {pattern} in node 0's {folder} {DUMP_WAIT_S:.0f} s after "
                                     f"{dep.plan.sglang.endpoints['dump_expert_record']}")
         time.sleep(0.2)
-    data = ray.get(node0.read_file.remote(new[-1]), timeout=60)
-    return write_atomic(run_dir / "expert_load" / Path(new[-1]).name, data)
+    return fetch_node_file(lambda offset, size: node0.read_file.remote(new[-1], offset, size),
+                           run_dir / "expert_load" / Path(new[-1]).name, 60)
 
 
 def logical_count(dump: Path) -> list[list[list[int]]]:
@@ -84,7 +85,11 @@ def logical_count(dump: Path) -> list[list[list[int]]]:
         raise ExpertRecordError(f"{dump.name}: reading SGLang's dump needs torch, which this Python lacks; "
                                 "the file is kept") from None
     try:
-        data = torch.load(io.BytesIO(dump.read_bytes()), map_location="cpu", weights_only=True)
+        raw = read_input(dump, DOCUMENT_LIMIT_BYTES, "an expert-distribution dump")
+    except InputFileError as exc:
+        raise ExpertRecordError(str(exc)) from None
+    try:
+        data = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         counts = data["logical_count"]
     except Exception as exc:  # a torch error of any kind: the file is not the dump we expect
         raise ExpertRecordError(f"{dump.name}: not an expert-distribution dump in stat mode: {exc}") from None

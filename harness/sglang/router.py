@@ -99,12 +99,12 @@ def stop_router(actor, logs_to: str | Path | None = None) -> None:
     """Stop the router's process (its log copied to logs_to first where given), then its actor."""
     import ray
 
-    from harness.run_dir import write_atomic
+    from harness.node.node_files import fetch_node_file
 
     try:
         ray.get(actor.stop.remote(), timeout=60)
         if logs_to is not None:
-            write_atomic(Path(logs_to) / "router.log", ray.get(actor.read_log.remote(), timeout=60))
+            fetch_node_file(lambda offset, size: actor.read_log.remote(offset, size), Path(logs_to) / "router.log", 60)
     except Exception:  # noqa: BLE001 - a dead actor has nothing left to stop or copy
         pass
     finally:

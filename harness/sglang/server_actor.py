@@ -48,15 +48,14 @@ class Deployment:
 
     def fetch_logs(self, dest_dir: str | Path) -> list[Path]:
         """Copy every node's server log into dest_dir (best effort: a dead actor's log is skipped)."""
-        from harness.run_dir import write_atomic
-        refs = [a.read_log.remote() for a in self.actors]
+        from harness.node.node_files import fetch_node_file
         out = []
-        for rank, ref in enumerate(refs):
+        for rank, actor in enumerate(self.actors):
             try:
-                data = ray.get(ref, timeout=60)
+                out.append(fetch_node_file(lambda offset, size, actor=actor: actor.read_log.remote(offset, size),
+                                           Path(dest_dir) / f"sglang-node{rank}.log", 60))
             except Exception:  # noqa: BLE001 - the node is gone; its tail is in the error message
                 continue
-            out.append(write_atomic(Path(dest_dir) / f"sglang-node{rank}.log", data))
         return out
 
     def stop_servers(self, logs_to: str | Path | None = None) -> None:
