@@ -2,7 +2,8 @@
 
 Each run directory is kept as the job wrote it, except: every trace slimmed (../../accuracy/slim_trace.py:
 the analysis reads the same kernels, launches and step labels; the tables it writes are unchanged) and
-each role's kernels_long.parquet left out (the bundled runs' rule, tests/data/sglang-real/ray-run).
+each role's kernels_long.parquet left out (the bundled runs' rule, tests/data/sglang-real/ray-run), and
+the manifests re-sealed to the slimmed bytes (../../reseal_bundled_run.py).
 
 Usage: python benchmarks/gpu/pd/bundle_pd_ray.py RUNS_DIR [OUT_DIR]
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SLIM = REPO / "benchmarks" / "accuracy" / "slim_trace.py"
+RESEAL = REPO / "benchmarks" / "reseal_bundled_run.py"  # the manifests then list the slimmed bytes
 
 
 def bundle(run_dir: Path, out_root: Path) -> Path:
@@ -26,6 +28,7 @@ def bundle(run_dir: Path, out_root: Path) -> Path:
         slim = trace.with_name(trace.name + ".slim")
         subprocess.run([sys.executable, str(SLIM), str(trace), str(slim)], check=True, capture_output=True)
         slim.replace(trace)
+    subprocess.run([sys.executable, str(RESEAL), str(out)], check=True, capture_output=True)
     return out
 
 
