@@ -1,8 +1,7 @@
 """What an analysis may be asked to do differently (AnalysisOptions), apart from the pipeline.
 
-Why a module of its own: `analyze` builds its options before it runs, and the command's analysis
-starts reading a one-rank trace before the pipeline is imported (analysis/early_read.py); options
-that lived in the pipeline would import it first.
+Why a module of its own: the harness builds an analysis' options (from a scenario, a run's manifest)
+where it needs no pipeline, and options that lived in the pipeline would import it first.
 """
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Which trace files the paths of a command line name.
 
-Why a module of its own: `analyze` asks it twice, once before the pipeline is imported (to start
-reading a one-rank trace: analysis/early_read.py) and once in the pipeline; both must see the same
-files, and the first may not import the pipeline.
+Why a module of its own: the harness asks which files a path names (checking an input before a run
+uses it) as the pipeline does; both must see the same files, and the first need not import the pipeline.
 """
 from __future__ import annotations
 
