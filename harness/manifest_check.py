@@ -63,3 +63,23 @@ def first_mismatch(run_dir: Path, manifest: dict, paths: Iterable[str | Path]) -
             return (f"{path}: its sha256 differs from the one {record} lists: it does not match the manifest "
                     "(edited or replaced since the run)")
     return None
+
+
+def saved_run_mismatch(given: str | Path) -> str | None:
+    """For `view` of a run directory (or its analysis/ folder): the first of the run's
+    traces and analysis.json that does not match its manifest, else None (no manifest: nothing to check).
+    The page annotates those traces and analyses them again where the kernel table was left out."""
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+
+    given = Path(given)
+    run_dir = given.parent if given.name == "analysis" else given
+    if not (run_dir / MANIFEST).is_file():
+        return None
+    try:
+        manifest = read_json(run_dir / MANIFEST, CONFIG_LIMIT_BYTES, "a run manifest")
+    except InputFileError as exc:
+        return str(exc)
+    if not isinstance(manifest, dict):
+        return f"{run_dir / MANIFEST}: not a run manifest"
+    traces = sorted((run_dir / "traces").glob("*.trace.json*")) if (run_dir / "traces").is_dir() else []
+    return first_mismatch(run_dir, manifest, [*traces, run_dir / "analysis" / "analysis.json"])

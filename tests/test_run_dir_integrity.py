@@ -40,10 +40,11 @@ def _one_error_line(capsys, *words: str) -> str:
 def _commands(run_dir: Path, out: Path) -> dict[str, list[str]]:
     return {"analyze": ["analyze", str(run_dir), "--out", str(out / "analyze")],
             "report": ["report", str(run_dir), "--out", str(out / "report")],
-            "export": ["export", str(run_dir), "--out", str(out / "export")]}
+            "export": ["export", str(run_dir), "--out", str(out / "export")],
+            "view": ["view", str(run_dir), "--out", str(out / "view")]}  # the page annotates the traces
 
 
-@pytest.mark.parametrize("command", ["analyze", "report", "export"])
+@pytest.mark.parametrize("command", ["analyze", "report", "export", "view"])
 def test_a_trace_replaced_by_another_runs_is_refused(command, run_dir, tmp_path, capsys):
     """The issue's case: the trace swapped for another run's under the same name was analysed as this
     run's. Of another size: refused by the size the manifest lists, before it is hashed."""

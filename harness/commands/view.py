@@ -55,10 +55,14 @@ def _unique_names(runs: list) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.api import AnalysisError, open_saved, write_view
+    from harness.manifest_check import saved_run_mismatch
 
     try:
         out_path = Path(args.out) if args.out else Path(args.run) / "view"
         out = prepare_output(out_path, "view", args.overwrite)
+        for given in (args.run, *args.compare_with):
+            if problem := saved_run_mismatch(given):
+                raise AnalysisError(problem)
         runs = [open_saved(args.run, kernels=True)] + [open_saved(p, kernels=False) for p in args.compare_with]
         _unique_names(runs)
         names = out.write(lambda folder: write_view(folder, out.path, runs, lang=args.lang, rank=args.rank,
