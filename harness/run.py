@@ -294,12 +294,13 @@ def main_from_args(args: argparse.Namespace) -> int:
     try:
         scenario, path = load_scenario(args.scenario)
     except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(f"moe-harness run: {line}" for line in exc.lines()), file=sys.stderr)
         return 2
     from harness.deployment_check import deployment_problems
 
     if problems := deployment_problems(scenario, args.sglang_version):  # the plan phase's refusals, now
-        print(f"error: {ScenarioError(str(path), problems)}", file=sys.stderr)
+        print("\n".join(f"moe-harness run: {line}" for line in ScenarioError(str(path), problems).lines()),
+              file=sys.stderr)
         return 2
     root = Path(args.runs_dir).expanduser().resolve() if args.runs_dir else default_runs_root()
     try:

@@ -48,6 +48,10 @@ class ScenarioError(Exception):
         body = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"scenario {self.source}:\n{body}")
 
+    def lines(self) -> list[str]:
+        """One line per problem, each naming the file: what a command prints."""
+        return [f"{self.source}: {problem}" for problem in self.problems]
+
 
 class _Strict(BaseModel):
     # strict: `batch_size: true` is not the number 1, `deepgemm: 1` not true (YAML already gives real types)

@@ -177,7 +177,8 @@ def test_every_signature_regex_compiles_at_load_naming_its_key(tmp_path, where, 
                 "weights: {'(bad': 1.0}}\n")
         key = "layer.0.weights"
     else:
-        text = f"name: s\ndescription: d\ngeneric: true\nfamilies: [{{family: f, group: g, match: f}}]\n{where}: {bad}\n"
+        families = "" if where == "families" else "families: [{family: f, group: g, match: f}]\n"  # a key once
+        text = f"name: s\ndescription: d\ngeneric: true\n{families}{where}: {bad}\n"
         key = "families.0.match" if where == "families" else "module_ranges.map.0.within"
     path = tmp_path / "sig.yaml"
     path.write_text(text)
@@ -221,3 +222,14 @@ def test_invalid_utf8_is_one_error_line_not_a_traceback(tmp_path, capsys):
     bad.write_bytes(raw)
     assert main(["analyze", str(bad)]) == 2
     assert str(bad) in _one_error_line(capsys)
+
+
+def test_run_refuses_a_scenario_one_line_per_problem_each_naming_the_file(tmp_path, capsys):
+    """As `validate` does: a header line and indented bullets were lines a log search could not tie
+    to the file."""
+    path = tmp_path / "bad.yaml"
+    path.write_text('name: x\nengine:\n  kind: sglang\n  bogus: 1\n  model_path: "a\\0b"\n')
+    assert main(["run", "--scenario", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith(f"moe-harness run: {path}: ") for line in lines), lines
+    assert any("engine.bogus (line 4): unknown key" in line for line in lines), lines

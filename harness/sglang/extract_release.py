@@ -275,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(table['flags'])} flags, {len(table['environ'])} variables, "
                   f"{len(table['routes'])} routes")
         if args.add:
+            from harness.sglang.launch_flags import main as launch_flags_main
+
+            launch_flags_main(["--write"])  # validate's shipped flag table gets the new release too
             old = json.loads(table_path(previous, tables_dir).read_text())
             print(f"\nWhat changed from {previous} to {args.add} (review, then record it under releases "
                   f"\"{args.add}\" in {VERSIONS_PATH.relative_to(REPO_ROOT)} and in docs/sglang.md):")
