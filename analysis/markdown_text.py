@@ -7,7 +7,8 @@ splits the table row it sits in. The HTML page escapes everything it shows (html
 Markdown outputs escape with this one module. A `<` that would open a tag, a comment or an autolink
 (one before a letter, `/`, `!` or `?`: CommonMark's only ways in) and an `&` that would start an
 entity become entities (every renderer shows them as the characters; `<=` stays as written); the
-other characters that open Markdown (`\\`, a backtick, `*`, `[`, `]`, `~`, `|`, and underscores at
+other characters that open Markdown (a `\\` before punctuation or at the end: elsewhere it is shown as
+written, so a file name's `\\xff` stays readable; a backtick, `*`, `[`, `]`, `~`, `|`, and underscores at
 a word's edge where two such runs could pair into emphasis: `_fwd_kernel` stays as written) get a
 backslash; line breaks become spaces. A C++ template still renders as written: `foo<int>`.
 """
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import re
 
-# One pass: a run of underscores, a character that opens Markdown, a "<" that opens a tag or an
+# One pass: a run of underscores, a backslash that escapes (before ASCII punctuation, or ending the
+# text: a line break), a character that opens Markdown, a "<" that opens a tag or an
 # autolink, an "&" that starts an entity, or a run of line breaks (every character str.splitlines breaks at).
-_SPECIAL = re.compile(r"_+|[\\`*\[\]~|]|<(?=[A-Za-z/!?])|&(?=#?\w+;)|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+")
+_SPECIAL = re.compile(r"_+|\\(?=[!-/:-@\[-`{-~]|$)|[`*\[\]~|]|<(?=[A-Za-z/!?])|&(?=#?\w+;)"
+                      r"|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+")
 _ENTITIES = {"<": "&lt;", "&": "&amp;"}
 # What a code span cannot hold as written: a backtick ends it, `|` and line breaks break a table, and a
 # tag's `<` would be raw in the file (a code span shows an entity as written, not as the character).

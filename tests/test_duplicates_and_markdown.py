@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from markdown_it import MarkdownIt
 
 from harness.cli import main
@@ -155,3 +157,14 @@ def _text(cell_html: str) -> str:
     from html import unescape
 
     return unescape(re.sub(r"<[^>]+>", "", cell_html)).strip()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("\\xff\\xfe-TP-0-DECODE", "\\xff\\xfe-TP-0-DECODE"),  # a backslash before a letter escapes nothing
+    ("a\\|b", "a\\\\\\|b"),  # before punctuation it would escape the bar: both escaped
+    ("ends\\", "ends\\\\"),  # at the end of a line it would be a line break
+])
+def test_a_backslash_is_escaped_only_where_markdown_would_read_it(text, shown):
+    from analysis.markdown_text import markdown_text
+
+    assert markdown_text(text) == shown
