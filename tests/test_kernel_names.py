@@ -104,3 +104,13 @@ def test_mangled_cutlass3_grouped_gemm_reads_as_grouped_gemmuniversal():
     assert names and all(n.startswith("_ZN7cutlass13device_kernel") for n in names)
     assert {readable_name(n) for n in names} == {"GemmUniversal (grouped)"}
     assert {kernel_family(n) for n in names} == {"CUTLASS"}
+
+
+def test_sglangs_custom_all_reduce_is_sgl_kernel_and_vllms_is_vllm():
+    """The two custom all-reduce kernels share a name and differ by namespace: SGLang's (recorded on two
+    H200 nodes, tests/data/sglang-real/ray-run) was filed under vLLM by the bare name."""
+    trace = next((Path(__file__).parent / "data/sglang-real/ray-run/sglang_dsv3_4l_2x2_deepep-20261126-124934/traces")
+                 .glob("*TP-0-EP-0-DECODE.trace.json.gz"))
+    (name,) = sorted({k.name for k in load_trace(trace).kernels if "cross_device_reduce" in k.name})[:1]
+    assert name.startswith("void sglang::cross_device_reduce") and kernel_family(name) == "sgl-kernel"
+    assert kernel_family(name.replace("sglang::", "vllm::")) == "vLLM"
