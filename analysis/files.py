@@ -17,6 +17,7 @@ from analysis.input_files import (
     DOCUMENT_LIMIT_BYTES,
     TABLE_LIMIT_BYTES,
     InputFileError,
+    JsonLineError,
     input_sha256,
     open_input_text,
     parsed_json,
@@ -24,8 +25,9 @@ from analysis.input_files import (
     read_input_range,
     read_input_text,
     read_json,
+    read_json_lines,
 )
 
-__all__ = ["CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "input_sha256",
-           "load_yaml", "open_input_text", "parsed_json", "read_input", "read_input_range", "read_input_text",
-           "read_json", "shown_path", "write_atomically", "written_aside"]
+__all__ = ["CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "TABLE_LIMIT_BYTES", "InputFileError", "JsonLineError",
+           "input_sha256", "load_yaml", "open_input_text", "parsed_json", "read_input", "read_input_range", "read_input_text",
+           "read_json", "read_json_lines", "shown_path", "write_atomically", "written_aside"]

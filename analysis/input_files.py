@@ -21,6 +21,7 @@ import select
 import stat
 import time
 import zlib
+from collections.abc import Iterator
 
 from analysis.errors import AnalysisError, shown_path
 
@@ -271,6 +272,28 @@ def _nested_deeper(text: bytes | bytearray | str, limit: int) -> bool:
             return False
         skeleton = skeleton.replace(b"[]", b"")
     return bool(skeleton)
+
+
+class JsonLineError(InputFileError):
+    """A line of a JSON-lines file that is not JSON (or nests too deep): `path` is FILE:LINE."""
+
+
+def read_json_lines(path: str | os.PathLike, limit_bytes: int, what: str = "the file") -> Iterator[tuple[str, object]]:
+    """(FILE:LINE, value) for each non-blank line of a JSON-lines file (load/requests.jsonl), read line by
+    line within limit_bytes, never whole: a line that is not JSON is a JsonLineError, bytes that are
+    not UTF-8 an InputFileError naming the file."""
+    with open_input_text(path, limit_bytes, what) as lines:
+        try:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    where = f"{shown_path(path)}:{number}"
+                    try:
+                        value = parsed_json(line, where)
+                    except InputFileError as exc:
+                        raise JsonLineError(where, exc.problem) from None
+                    yield where, value
+        except UnicodeDecodeError as exc:
+            raise InputFileError(path, f"not UTF-8 text ({exc.reason})") from None
 
 
 def read_json(path: str | os.PathLike, limit_bytes: int, what: str = "the file") -> object:

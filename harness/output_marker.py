@@ -121,7 +121,7 @@ def read_marker(folder: Path, command: str) -> Marker:
     """The command's marker in folder, read without following a link; MarkerError when the name holds
     anything but a marker of this project that the user running the command owns (a folder, a link,
     a device, another user's file, other content): that is never replaced, nor believed."""
-    from analysis.files import CONFIG_LIMIT_BYTES
+    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, parsed_json
 
     path = marker_path(folder, command)
     refused = (f"{path} is {{}}, not a marker `{command}` wrote: nothing there is replaced or believed; "
@@ -148,9 +148,9 @@ def read_marker(folder: Path, command: str) -> Marker:
             raise MarkerError(refused.format(f"larger than a marker can be ({CONFIG_LIMIT_BYTES} bytes)"))
     finally:
         os.close(fd)
-    try:
-        entries = _entries(json.loads(data), path.name)
-    except (ValueError, RecursionError):
+    try:  # opened above without following a link; parsed as every JSON input is (its depth bounded)
+        entries = _entries(parsed_json(data, path), path.name)
+    except InputFileError:
         entries = None
     if entries is None:
         raise MarkerError(refused.format("a file of other content"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
+from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, JsonLineError, read_json_lines
 
 
 class RequestChunks(msgspec.Struct):
@@ -54,12 +54,10 @@ def load_request_chunks(path: str | Path) -> list[RequestChunks]:
     file and line."""
     out: list[RequestChunks] = []
     try:
-        with open_input_text(path, TABLE_LIMIT_BYTES) as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    _add_request(out, line, f"{shown_path(path)}:{number}", number)
-    except UnicodeDecodeError as exc:
-        raise AnalysisError(f"{shown_path(path)}: cannot read the load records: not UTF-8 ({exc.reason})") from None
+        for where, record in read_json_lines(path, TABLE_LIMIT_BYTES):
+            _add_request(out, record, where)
+    except JsonLineError as exc:
+        raise AnalysisError(f"{exc.path}: not a JSON object: {exc.problem}") from None
     except InputFileError as exc:
         raise AnalysisError(f"{exc.path}: cannot read the load records: {exc.problem}") from None
     if not out:
@@ -67,12 +65,8 @@ def load_request_chunks(path: str | Path) -> list[RequestChunks]:
     return out
 
 
-def _add_request(out: list[RequestChunks], line: str, where: str, number: int) -> None:
-    """The line's request, where it completed, appended to out."""
-    try:
-        record = parsed_json(line, where)
-    except InputFileError as exc:
-        raise AnalysisError(f"{where}: not a JSON object: {exc.problem}") from None
+def _add_request(out: list[RequestChunks], record: object, where: str) -> None:
+    """The line's request (`where`: FILE:LINE), where it completed, appended to out."""
     if not isinstance(record, dict):
         raise AnalysisError(f"{where}: not a JSON object")
     if not record.get("ok"):
@@ -84,4 +78,5 @@ def _add_request(out: list[RequestChunks], line: str, where: str, number: int) -
         raise AnalysisError(f"{where}: itl_ms must be a list of numbers, got {itl!r}")
     itl = [_number(v, f"itl_ms[{i}]", where) for i, v in enumerate(itl)]
     first = start + ttft / 1000.0
-    out.append(RequestChunks(int(record.get("request_id", number)), first, chunks_of(itl, first)))
+    line_number = int(where.rsplit(":", 1)[1])
+    out.append(RequestChunks(int(record.get("request_id", line_number)), first, chunks_of(itl, first)))

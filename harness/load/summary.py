@@ -7,13 +7,9 @@ import numpy as np
 def load_records(path: str) -> list[dict]:
     """Each line of a load/requests.jsonl, read line by line through the input door (a table:
     TABLE_LIMIT_BYTES); a line that is not JSON is an InputFileError naming file and line."""
-    from analysis.files import TABLE_LIMIT_BYTES, InputFileError, open_input_text, parsed_json
+    from analysis.files import TABLE_LIMIT_BYTES, read_json_lines
 
-    try:
-        with open_input_text(path, TABLE_LIMIT_BYTES, "the load records") as lines:
-            return [parsed_json(line, f"{path}:{number}") for number, line in enumerate(lines, 1) if line.strip()]
-    except UnicodeDecodeError as exc:
-        raise InputFileError(path, f"not UTF-8 text ({exc.reason})") from None
+    return [record for _, record in read_json_lines(path, TABLE_LIMIT_BYTES, "the load records")]
 
 
 def summarize(records: list[dict], num_gpus: int, accept_length: float | None = None) -> dict:

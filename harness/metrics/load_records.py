@@ -115,26 +115,16 @@ def _record(raw: dict, where: str) -> RequestRecord:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
-    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text, parsed_json
+    from analysis.files import TABLE_LIMIT_BYTES, InputFileError, read_json_lines
 
     records = []
     try:
-        with open_input_text(path, TABLE_LIMIT_BYTES, "the load records") as handle:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{line_no}"
-                try:
-                    raw = parsed_json(line, where)
-                except InputFileError as exc:
-                    raise RunDataError(where, exc.problem) from None
-                if not isinstance(raw, dict):
-                    raise RunDataError(where, "each line must be a JSON object")
-                records.append(_record(raw, where))
-    except InputFileError as exc:
+        for where, raw in read_json_lines(path, TABLE_LIMIT_BYTES, "the load records"):
+            if not isinstance(raw, dict):
+                raise RunDataError(where, "each line must be a JSON object")
+            records.append(_record(raw, where))
+    except InputFileError as exc:  # a line that is not JSON names FILE:LINE
         raise RunDataError(exc.path, exc.problem) from None
-    except UnicodeDecodeError as exc:
-        raise RunDataError(path, f"not UTF-8 text: {exc.reason}") from None
     return records
 
 
