@@ -4,7 +4,7 @@ import pytest
 
 from harness.sglang.plan import (NODE0_PLACEHOLDER, DeploymentSpec, PlanError, SpeculativeSpec, build_plan,
                                  expected_rank_labels)
-from harness.node.secrets import mask_argv, mask_env, mask_text, secret_values
+from harness.node.secrets import Secrets, mask_argv, mask_env
 from harness.sglang.spec import deployment_spec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,17 +52,20 @@ def test_secrets_pass_through_but_are_masked_when_printed():
         assert secret not in text
     assert "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=" in plan.render().replace("'", "")
     assert mask_argv(["--api-key=abc", "--port", "1"]) == ["--api-key=***", "--port", "1"]
+    assert mask_argv(["--api-key", "--port", "1", "env", "HF_TOKEN=abc"]) == ["--api-key", "--port", "1", "env",
+                                                                            "HF_TOKEN=***"]  # a flag is no value
     assert mask_env({"NUM_DRAFT_TOKENS": "4", "AWS_SECRET_ACCESS_KEY": "s"}) == {"NUM_DRAFT_TOKENS": "4",
                                                                                 "AWS_SECRET_ACCESS_KEY": "***"}
-    assert mask_text("token is hf_abcdef.", {"HF_TOKEN": "hf_abcdef"}) == "token is ***."
+    assert Secrets.of_launch({"HF_TOKEN": "hf_abcdef"}).text("token is hf_abcdef.") == "token is ***."
 
 
 def test_secret_flag_and_variable_values_are_masked_in_node_messages():
-    # what a node check echoes back (SGLang's own error text) is masked with these values
-    found = secret_values(["--model-path", "m", "--api-key", "sk-flag-1234", "--admin-api-key=adm-5678"],
-                          {"HF_TOKEN": "hf_abcd", "API_KEY": "sk-env-9999", "PORT": "30000"})
-    text = "bad --api-key sk-flag-1234 / adm-5678, token hf_abcd, env key sk-env-9999, port 30000"
-    assert mask_text(text, found) == "bad --api-key *** / ***, token ***, env key ***, port 30000"
+    # what a node check echoes back (SGLang's own error text) is masked with these values, as
+    # harness/sglang/node_check.py masks it (values of 8 characters or more are searched in free text)
+    secrets = Secrets.of_launch({"HF_TOKEN": "hf_abcdefg", "API_KEY": "sk-env-9999", "PORT": "30000"},
+                                ["--model-path", "m", "--api-key", "sk-flag-1234", "--admin-api-key=adm-56789"])
+    text = "bad --api-key sk-flag-1234 / adm-56789, token hf_abcdefg, env key sk-env-9999, port 30000"
+    assert secrets.text(text) == "bad --api-key *** / ***, token ***, env key ***, port 30000"
 
 
 def test_rank_labels_follow_sglang_trace_naming():

@@ -34,8 +34,8 @@ from harness.node.secret_names import is_secret_name, is_unset_value
 from harness.node.url_secrets import url_credentials, without_url_credentials
 from harness.node.yaml_masking import masked_yaml
 
-__all__ = ["MASK", "SHORTEST_SEARCHED_CHARS", "Secrets", "is_secret_name", "mask_argv", "mask_env", "mask_text",
-           "secret_argv_values", "secret_values", "url_credentials", "without_url_credentials"]
+__all__ = ["MASK", "SHORTEST_SEARCHED_CHARS", "Secrets", "is_secret_name", "mask_argv", "mask_env",
+           "secret_argv_values", "url_credentials", "without_url_credentials"]
 
 MASK = "***"
 SHORTEST_SEARCHED_CHARS = 8
@@ -65,19 +65,29 @@ def _mask_named_values(text: str) -> str:
     return _NAMED_VALUE.sub(masked, text)
 
 
-def secret_argv_values(argv: Iterable[str]) -> list[str]:
-    """The value after each secret-looking flag (--api-key X, --api-key=X) and of each secret-looking
-    assignment (a launcher's `env HF_TOKEN=X`)."""
-    words = list(argv)
+def _argv_secrets(words: list[str]) -> list[tuple[int, int]]:
+    """Where a command line holds secrets, as (word, first character of the secret in it): the value
+    after a secret-looking flag (`--api-key X`: the whole next word, unless it is a flag itself:
+    `--disable-auth --port 1`), of `--api-key=X`, and of a secret-looking assignment (`env HF_TOKEN=X`).
+    The one reading of both secret_argv_values and mask_argv."""
     found = []
     for i, word in enumerate(words):
         name, eq, value = word.partition("=")
         if name.startswith("--") and is_secret_name(name):
-            following = words[i + 1] if i + 1 < len(words) else ""
-            found.append(value if eq else ("" if following.startswith("--") else following))
-        elif eq and ENV_NAME.match(name) and is_secret_name(name):
-            found.append(value)
+            if eq:
+                found.append((i, len(name) + 1))
+            elif i + 1 < len(words) and not words[i + 1].startswith("--"):
+                found.append((i + 1, 0))
+        elif eq and value and ENV_NAME.match(name) and is_secret_name(name):
+            found.append((i, len(name) + 1))
     return found
+
+
+def secret_argv_values(argv: Iterable[str]) -> list[str]:
+    """The value after each secret-looking flag (--api-key X, --api-key=X) and of each secret-looking
+    assignment (a launcher's `env HF_TOKEN=X`)."""
+    words = list(argv)
+    return [words[i][start:] for i, start in _argv_secrets(words)]
 
 
 class Secrets:
@@ -160,39 +170,10 @@ def mask_env(env: dict[str, str]) -> dict[str, str]:
 def mask_argv(argv: list[str]) -> list[str]:
     """Mask the value after a flag whose name looks secret (--api-key X, --api-key=X) and of a
     secret-looking assignment (env HF_TOKEN=X); a flag that follows is no value (--disable-auth --port 1)."""
-    out: list[str] = []
-    hide_next = False
-    for token in argv:
-        if hide_next and not token.startswith("--"):
-            out.append(MASK)
-            hide_next = False
-            continue
-        hide_next = False
-        name, eq, value = token.partition("=")
-        if name.startswith("--") and is_secret_name(name):
-            out.append(f"{name}={MASK}" if eq else token)
-            hide_next = not eq
-        elif eq and value and ENV_NAME.match(name) and is_secret_name(name):
-            out.append(f"{name}={MASK}")
-        else:
-            out.append(token)
+    out = list(argv)
+    starts: dict[int, int] = {}
+    for i, start in _argv_secrets(out):  # a word that is a flag's value is masked whole
+        starts[i] = min(start, starts.get(i, start))
+    for i, start in starts.items():
+        out[i] = out[i][:start] + MASK
     return out
-
-
-def secret_values(argv: list[str], env: dict[str, str]) -> dict[str, str]:
-    """What must not be echoed, named for mask_text: secret-looking variables, and the values of the
-    flags mask_argv masks (--api-key X, --api-key=X)."""
-    found = {k: v for k, v in env.items() if is_secret_name(k)}
-    for i, token in enumerate(argv):
-        name, eq, value = token.partition("=")
-        if name.startswith("--") and is_secret_name(name):
-            found[name] = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-    return found
-
-
-def mask_text(text: str, env: dict[str, str]) -> str:
-    """Replace every secret value of env that occurs in text (for log lines and error messages)."""
-    for name, value in env.items():  # by substring, from 4 characters: only tests call this (test_sglang_plan.py)
-        if is_secret_name(name) and value and len(value) >= 4:
-            text = text.replace(value, MASK)
-    return text
