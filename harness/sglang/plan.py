@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from harness.env_names import RULE as ENV_RULE, bad_env_names
-from harness.sglang.argv_rules import argv_problems
+from harness.sglang.argv_rules import argv_problems, flag_uses
 from harness.sglang.launch_flags import release_flag_table
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
 from harness.node.secrets import Secrets
@@ -284,15 +284,8 @@ def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
 
 def extra_arg_values(extra_args: tuple[str, ...] | list[str], flag: str) -> list[str | None]:
     """Every value engine.extra_args gives `flag` (`--flag V` or `--flag=V`), in order; None where it is
-    given without one."""
-    values: list[str | None] = []
-    for i, token in enumerate(extra_args):
-        if token == flag:
-            following = extra_args[i + 1] if i + 1 < len(extra_args) else None
-            values.append(None if following is None or following.startswith("--") else following)
-        elif token.startswith(flag + "="):
-            values.append(token.split("=", 1)[1])
-    return values
+    given without one (argv_rules.flag_uses reads the tokens)."""
+    return [values[0] if values else None for name, values in flag_uses(extra_args) if name == flag]
 
 
 def extra_arg_value(extra_args: tuple[str, ...] | list[str], flag: str) -> str | None:
