@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,8 +24,14 @@ from tests.run_dir_reanalysis import assert_analyze_reproduces
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-START_TIMEOUT_S = 90
+# On a 2-core machine with another process on one core the head never took a job within 90 s: the
+# old probe ran `ray job list` and `ray job submit` every 2 s, each an interpreter importing Ray
+# (2.4 CPU-seconds each), so the probing alone used more than the one core the starting agent needed.
+# Each probe is now one HTTP request, and the wait is long enough for a machine that is busy.
+START_TIMEOUT_S = 300
+PROBE_TIMEOUT_S = 20
 JOB_TIMEOUT_S = 150
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the head is on loopback
 
 
 def _free_port() -> int:
@@ -77,29 +85,33 @@ class RayHead:
         self.proc = subprocess.Popen(
             cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
+        started = time.monotonic()
+        deadline = started + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ray start exited with {self.proc.returncode}")
-            probe = subprocess.run(
-                [str(BIN / "ray"), "job", "list", "--address", self.dashboard],
-                env=_env(), capture_output=True, timeout=30,
-            )
-            if probe.returncode == 0 and self._agent_takes_jobs():
+            if self._agent_takes_jobs():
+                self.took_s = time.monotonic() - started
                 return
             time.sleep(2)
         raise RuntimeError(f"Ray head did not take jobs on {self.dashboard} within {START_TIMEOUT_S} s: "
                            f"{getattr(self, 'last_probe', '')}")
 
     def _agent_takes_jobs(self) -> bool:
-        """The job list answers as soon as the dashboard runs, but submissions need the node's
-        dashboard agent registered (else "No available agent to submit job"): submit a no-op job."""
-        probe = subprocess.run(
-            [str(BIN / "ray"), "job", "submit", "--address", self.dashboard, "--no-wait", "--", "true"],
-            env=_env(), capture_output=True, text=True, timeout=60,
+        """The dashboard answers before submissions work: they need the node's dashboard agent registered
+        (else "No available agent to submit job"). Submit a no-op job through the dashboard's REST API."""
+        request = urllib.request.Request(
+            f"{self.dashboard}/api/jobs/", data=json.dumps({"entrypoint": "true"}).encode(),
+            headers={"Content-Type": "application/json"}, method="POST",
         )
-        self.last_probe = (probe.stdout + probe.stderr)[-1500:]
-        return probe.returncode == 0
+        try:
+            with _NO_PROXY.open(request, timeout=PROBE_TIMEOUT_S) as answer:
+                return 200 <= answer.status < 300
+        except urllib.error.HTTPError as refused:  # the head runs but cannot take the job yet
+            self.last_probe = f"HTTP {refused.code}: {refused.read()[-1500:].decode(errors='replace')}"
+        except (OSError, TimeoutError) as not_up:  # not listening yet
+            self.last_probe = repr(not_up)
+        return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
