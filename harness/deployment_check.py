@@ -19,7 +19,7 @@ def deployment_problems(scenario: Scenario, sglang_version: str | None = None) -
     from harness.sglang.version import VersionError
 
     if scenario.engine.disaggregation is not None:  # each role is a deployment of its own
-        from harness.sglang.pd_roles import role_scenarios
+        from harness.pd_roles import role_scenarios
         return [f"engine.disaggregation.{role} (the SGLang plan of the {role} role): {problem.split(': ', 1)[1]}"
                 for role, role_scenario in role_scenarios(scenario).items()
                 for problem in deployment_problems(role_scenario, sglang_version)]

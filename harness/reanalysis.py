@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.engines.table_files import WrittenAnalysis
+from harness.table_files import WrittenAnalysis
 from harness.recorded_run import RecordedRun, RunDirError
 
 CAPTURE_TRACES = "capture_traces"

@@ -410,7 +410,7 @@ def combination_problems(s: Scenario) -> list[str]:
             what = f"engine.tp ({e.tp})" + (f" x engine.pp ({e.pp})" if e.pp > 1 else "")
             problems.append(f"{what} exceeds the cluster's GPUs (nodes x gpus_per_node = {total_gpus})")
         # A PD pair's prefill server never holds the decode batch: the batch checks are the decode role's.
-        from harness.sglang.plan import extra_arg_value
+        from harness.argv_tokens import extra_arg_value
         prefill_role = extra_arg_value(e.extra_args, "--disaggregation-mode") == "prefill"
         if not prefill_role and e.max_running_requests is not None and w.batch_size > e.max_running_requests:
             problems.append(
@@ -451,8 +451,8 @@ def combination_problems(s: Scenario) -> list[str]:
 
 def disaggregation_problems(s: Scenario) -> list[str]:
     """A PD scenario: the roles' nodes make the cluster, the ports differ, and each role's own scenario
-    (harness/sglang/pd_roles.py) is one that could run alone; its problems are named with the role."""
-    from harness.sglang.pd_roles import ROLES, role_data
+    (harness/pd_roles.py) is one that could run alone; its problems are named with the role."""
+    from harness.pd_roles import ROLES, role_data
 
     pd, problems = s.engine.disaggregation, []
     if pd.prefill.nodes + pd.decode.nodes != s.cluster.nodes:

@@ -156,7 +156,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/engines/embedded/engine.py", "DecodeEngine.profile", "open"): _OWN_OUTPUT + " (the profiler's trace)",
     ("harness/engines/embedded/engine.py", "DecodeEngine.profile", "shutil.copyfileobj"): _OWN_OUTPUT,
     ("harness/engines/sglang_pd.py", "SGLangPDEngine.analyse", ".read_text"): _OWN_OUTPUT + " (ttft_split.md)",
-    ("harness/engines/table_files.py", "write_table_files", ".read_text"): _OWN_OUTPUT + " (d4.md)",
+    ("harness/table_files.py", "write_table_files", ".read_text"): _OWN_OUTPUT + " (d4.md)",
     ("harness/exports/tables.py", "load_schema", ".read_text"): _SHIPPED,
     ("harness/node/actor.py", "NodeActor.copy_traces", "shutil.copyfile"):
         "a copy of the rank traces its own server wrote, streamed (never held, never parsed)",

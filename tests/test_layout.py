@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["ingest", "attribution", "sol", "tables", "report"]  # in pipeline order
 SHARED = {"errors", "data_files", "rules", "rules_schema", "gc_paused", "input_files", "atomic_files"}  # analysis' own helpers every stage may use
@@ -214,26 +216,32 @@ def test_no_import_cycles_in_harness_or_analysis():
 
 
 def _folder(module: str, packages: set[str]) -> str:
-    """The folder (package) a module lies in: itself for a package's __init__; analysis/'s own modules
-    (the door analysis.api, the shared helpers) each stand alone."""
+    """The folder (package) a module lies in: itself for a package's __init__; the top package's own
+    modules (analysis's door and shared helpers, harness's command-wide modules) each stand alone."""
     folder = module if module in packages else module.rsplit(".", 1)[0]
-    return module if folder == "analysis" else folder
+    return module if folder in ("analysis", "harness") else folder
 
 
-def test_no_import_cycles_between_the_folders_of_analysis():
-    """The folders of analysis/ import one another one way only (attribution <- attribution.namers <-
-    attribution.rank): a folder whose modules import another's, while that one's import it back, is
-    one design cut in two places."""
-    graph = {m: t for m, t in _module_graph().items() if m.startswith("analysis")}
-    packages = {".".join(p.relative_to(ROOT).parts[:-1]) for p in (ROOT / "analysis").rglob("__init__.py")}
+def _folder_graph(top: str) -> dict[str, set[str]]:
+    """The folders of one top package (analysis or harness) -> the folders of it their modules import."""
+    graph = {m: t for m, t in _module_graph().items() if m.split(".")[0] == top}
+    packages = {".".join(p.relative_to(ROOT).parts[:-1]) for p in (ROOT / top).rglob("__init__.py")}
     folders: dict[str, set[str]] = {}
     for module, targets in graph.items():
         here = _folder(module, packages)
-        folders.setdefault(here, set()).update(_folder(t, packages) for t in targets if t.startswith("analysis"))
+        folders.setdefault(here, set()).update(_folder(t, packages) for t in targets if t.split(".")[0] == top)
     for here, targets in folders.items():
         targets.discard(here)
-    cycles = _cycles(folders)
-    assert not cycles, "folder cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+    return folders
+
+
+@pytest.mark.parametrize("top", ["analysis", "harness"])
+def test_no_import_cycles_between_folders(top: str):
+    """The folders of analysis/ (attribution <- attribution.namers <- attribution.rank) and of harness/
+    (engines -> sglang, never back) import one another one way only: a folder whose modules import
+    another's, while that one's import it back, is one design cut in two places."""
+    cycles = _cycles(_folder_graph(top))
+    assert not cycles, f"folder cycles in {top}/: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
 def test_the_cycle_check_finds_a_cycle():

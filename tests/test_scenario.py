@@ -207,7 +207,7 @@ def test_a_pd_scenarios_roles_and_windows(tmp_path, capsys) -> None:
     """The roles' scenarios: each role's nodes, keys, disaggregation flags and window; `plan` prints both
     roles' commands and the router's."""
     from harness.cli import main
-    from harness.sglang.pd_roles import profiled_roles, role_scenarios
+    from harness.pd_roles import profiled_roles, role_scenarios
 
     scenario, _ = load_scenario(str(PD_SCENARIO))
     roles = role_scenarios(scenario)

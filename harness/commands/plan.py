@@ -10,7 +10,7 @@ def load_deployment_specs(name_or_path: str):
     """({role: DeploymentSpec}, router settings or None, path) of an sglang scenario file: one spec under
     "" for a one-server scenario, one per role for a prefill/decode (PD) scenario."""
     from harness.scenario import load_scenario
-    from harness.sglang.pd_roles import role_scenarios
+    from harness.pd_roles import role_scenarios
     from harness.sglang.plan import PlanError
     from harness.sglang.spec import scenario_deployment
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 def _deployments(scenario) -> dict[str, object]:
     """{role: DeploymentSpec}: "" for a one-server scenario, each role of a prefill/decode pair."""
-    from harness.sglang.pd_roles import role_scenarios
+    from harness.pd_roles import role_scenarios
     from harness.sglang.spec import scenario_deployment
 
     if scenario.engine.disaggregation is None:

@@ -25,7 +25,7 @@ from harness.run_dir import write_atomic, write_manifest
 from harness.run_errors import RunFailed
 from harness.run_secrets import run_secrets
 from harness.scenario import scenario_to_yaml
-from harness.sglang.pd_roles import ROLES, profiled_roles, role_scenarios
+from harness.pd_roles import ROLES, profiled_roles, role_scenarios
 from harness.sglang.router import RouterLaunch, router_argv, start_router, stop_router
 from harness.sglang.running_batch import wait_for_running_batch
 from harness.sglang.server_actor import DeploymentError

@@ -16,24 +16,13 @@ import re
 from dataclasses import fields
 from typing import Any
 
+from harness.argv_tokens import flag_uses
 from harness.sglang.flags import FlagTable
 from harness.sglang.launch_flags import canonical_flag
 from harness.sglang.render import scenario_key
 from harness.sglang.version import SGLangVersion
 
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def flag_uses(tokens: list[str] | tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """(flag, its values) per `--flag` token, in order: `--flag=V`, or the tokens up to the next flag."""
-    uses: list[tuple[str, list[str]]] = []
-    for token in tokens:
-        if token.startswith("--"):
-            name, eq, value = token.partition("=")
-            uses.append((name, [value] if eq else []))
-        elif uses:
-            uses[-1][1].append(token)
-    return uses
 
 
 def _shown(name: str, values: list[str]) -> str:

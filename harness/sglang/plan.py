@@ -17,7 +17,8 @@ from pathlib import Path
 import yaml
 
 from harness.env_names import RULE as ENV_RULE, bad_env_names
-from harness.sglang.argv_rules import argv_problems, flag_uses
+from harness.argv_tokens import extra_arg_values
+from harness.sglang.argv_rules import argv_problems
 from harness.sglang.launch_flags import release_flag_table
 from harness.sglang.render import NODE0_PLACEHOLDER, render_server_args
 from harness.node.secrets import Secrets
@@ -280,18 +281,6 @@ def deepep_dispatch_budget(spec: DeploymentSpec) -> int:
     # A multiple of 128: the prefill chunk derived from it must stay a multiple of the KV page size
     # (SGLang asserts it; 64 for FlashMLA).
     return max(128, -(-per_rank // 128) * 128)
-
-
-def extra_arg_values(extra_args: tuple[str, ...] | list[str], flag: str) -> list[str | None]:
-    """Every value engine.extra_args gives `flag` (`--flag V` or `--flag=V`), in order; None where it is
-    given without one (argv_rules.flag_uses reads the tokens)."""
-    return [values[0] if values else None for name, values in flag_uses(extra_args) if name == flag]
-
-
-def extra_arg_value(extra_args: tuple[str, ...] | list[str], flag: str) -> str | None:
-    """The value SGLang takes for `flag` from engine.extra_args (argparse keeps the last), or None."""
-    values = extra_arg_values(extra_args, flag)
-    return values[-1] if values else None
 
 
 CHUNKED_PREFILL_FLAG = "--chunked-prefill-size"

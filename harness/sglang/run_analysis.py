@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.engines.table_files import WrittenAnalysis, write_table_files
+from harness.table_files import WrittenAnalysis, write_table_files
 from harness.node.node_analysis import calibration_report, combine
 from harness.run_dir import write_atomic
 from harness.scenario import Scenario

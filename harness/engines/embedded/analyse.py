@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.engines.table_files import WrittenAnalysis
+from harness.table_files import WrittenAnalysis
 from harness.scenario import Scenario
 
 
@@ -23,7 +23,7 @@ def analyse(trace_paths: list[Path], scenario: Scenario, run_name: str, out_dir:
 
     from analysis.api import AnalysisOptions, analyze
 
-    from harness.engines.table_files import write_table_files
+    from harness.table_files import write_table_files
     from harness.scenario_sol import hardware_for_device, sol_settings_for
 
     a = scenario.analysis
