@@ -25,15 +25,15 @@ from analysis.tables.d4_detail import write_detail
 from analysis.tables.encoded_rows import EncodedRows
 from analysis.tables.forked_encoding import ForkedEncoding
 from analysis.tables.kernel_table import KERNEL_TABLE, write_kernel_table
-from analysis.tables.parquet_writer import RowGroup
+from analysis.io.parquet_writer import RowGroup
 from analysis.tables.rank_digest import Digest, RankDigest
 from analysis.tables.self_check_parts import RankChecks
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.tables.load_compare import compare_with_load
 from analysis.tables.step_time import with_step_time
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
-from analysis.atomic_files import write_atomically
-from analysis.input_files import DOCUMENT_LIMIT_BYTES, read_input
+from analysis.io.atomic_files import write_atomically
+from analysis.io.input_files import DOCUMENT_LIMIT_BYTES, read_input
 from analysis.forked_call import cores_for, fork_allowed
 from analysis.gc_paused import gc_paused
 from analysis.trace_paths import TRACE_SUFFIXES, expand_paths

@@ -10,7 +10,7 @@ import functools
 from pathlib import Path
 from typing import TypeVar
 
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 RULES_DIR = Path(__file__).resolve().parent / "data" / "rules"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from analysis.data_files import check_regexes
+from analysis.io.data_files import check_regexes
 
 
 class _Rule(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

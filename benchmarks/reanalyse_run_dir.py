@@ -64,7 +64,7 @@ def same_content(old: Path, new: Path) -> bool:
     if a == b:
         return True
     if new.suffix == ".parquet":
-        from analysis.tables.parquet_reader import read_parquet
+        from analysis.io.parquet_reader import read_parquet
 
         table_a, table_b = read_parquet(a, len(a) * 1000), read_parquet(b, len(b) * 1000)
         return table_a.kinds == table_b.kinds and table_a.rows == table_b.rows and all(

@@ -70,7 +70,7 @@ def _csv_without(text: str, columns: set[str]) -> str:
 
 def _as_older_csv(path: Path) -> bytes:
     """A Parquet table's rows as the csv module writes them (None as an empty cell), header first."""
-    from analysis.tables.parquet_reader import read_parquet
+    from analysis.io.parquet_reader import read_parquet
 
     data = path.read_bytes()
     table = read_parquet(data, max(len(data), 1) * 1000)

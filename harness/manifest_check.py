@@ -33,7 +33,7 @@ def listed_files(manifest: dict) -> dict[str, dict]:
 def first_mismatch(run_dir: Path, manifest: dict, paths: Iterable[str | Path]) -> str | None:
     """The one-line problem of the first of `paths` (inside run_dir) that the manifest lists but that is
     missing, of another size or another sha256; None where every listed one matches."""
-    from analysis.files import InputFileError, input_sha256
+    from analysis.api import InputFileError, input_sha256
 
     listed = listed_files(manifest)
     if not listed:
@@ -69,7 +69,7 @@ def saved_run_mismatch(given: str | Path) -> str | None:
     """For `view` of a run directory (or its analysis/ folder): the first of the run's
     traces and analysis.json that does not match its manifest, else None (no manifest: nothing to check).
     The page annotates those traces and analyses them again where the kernel table was left out."""
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_json
 
     given = Path(given)
     run_dir = given.parent if given.name == "analysis" else given

@@ -104,7 +104,7 @@ def _entries(data: object, marker_name: str) -> dict[str, str] | None:
 def recorded(folder: Path, command: str) -> dict[str, str]:
     """The marker's entries whose paths stay inside the folder; {} when there is no readable marker.
     For reading a file back only: what may be replaced is `trusted(read_marker(...))`."""
-    from analysis.files import CONFIG_LIMIT_BYTES, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, read_json
     from analysis.api import AnalysisError
 
     path = marker_path(folder, command)
@@ -121,7 +121,7 @@ def read_marker(folder: Path, command: str) -> Marker:
     """The command's marker in folder, read without following a link; MarkerError when the name holds
     anything but a marker of this project that the user running the command owns (a folder, a link,
     a device, another user's file, other content): that is never replaced, nor believed."""
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, parsed_json
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, parsed_json
 
     path = marker_path(folder, command)
     refused = (f"{path} is {{}}, not a marker `{command}` wrote: nothing there is replaced or believed; "
@@ -167,7 +167,7 @@ def _kind(mode: int) -> str:
 @functools.cache
 def output_names(command: str) -> tuple[str, ...] | None:
     """The command's output name patterns (harness/output_names.yaml); None for a command not listed."""
-    from analysis.files import load_yaml
+    from analysis.api import load_yaml
 
     names = load_yaml(OUTPUT_NAMES.read_text(encoding="utf-8")).get(command)
     return None if names is None else tuple(names)

@@ -33,7 +33,7 @@ def run_dir_of(folder: Path) -> Path | None:
 
 def manifest_files(run_dir: Path) -> dict[str, str]:
     """path -> sha256 of every file the run's manifest lists; RecordError when it is not a manifest."""
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_json
 
     path = run_dir / MANIFEST
     try:

@@ -72,7 +72,7 @@ def _manifest(run_dir: Path) -> dict:
         what = "its run is still going or stopped before the end" if (run_dir / SCENARIO).is_file() else \
             "not a run directory"
         raise RunDirError(f"{run_dir}: no {MANIFEST} ({what}; harness/run.py writes it last)")
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_json
 
     try:  # bounded like every manifest reader: it lists the run's files and is never big
         manifest = read_json(path, CONFIG_LIMIT_BYTES, "a run manifest")
@@ -88,7 +88,7 @@ def _scenario(run_dir: Path) -> Scenario:
     folder when it is there, else from this checkout's root: a Ray job runs in a copy of the repository."""
     import yaml
 
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
     from harness.scenario import ScenarioError, parse_scenario
 
     path = run_dir / SCENARIO

@@ -52,8 +52,8 @@ def create_run_dir(root: Path, scenario_name: str, now: float | None = None) -> 
 
 def write_atomic(path: Path, data) -> Path:
     """A run directory's file (bytes, text, or a function writing into the open binary file), written
-    aside, on disk, then moved in (analysis.files.write_atomically)."""
-    from analysis.files import write_atomically
+    aside, on disk, then moved in (analysis.api.write_atomically)."""
+    from analysis.api import write_atomically
 
     return write_atomically(path, data, durable=True)
 
@@ -73,7 +73,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 def sha256_of(path: Path) -> str:
     """A run file's sha256, streamed through the input door (constant memory; a device is refused)."""
-    from analysis.files import input_sha256
+    from analysis.api import input_sha256
 
     return input_sha256(path, None, "a run file")
 

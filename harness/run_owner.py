@@ -29,7 +29,7 @@ def release(run_dir: Path) -> None:
 
 def live_owner(run_dir: Path) -> str | None:
     """'pid N on HOST' when a live process owns the directory, else None."""
-    from analysis.files import CONFIG_LIMIT_BYTES, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, read_json
     from analysis.api import AnalysisError
 
     try:  # bounded: a FIFO or a huge file in its place is no owner, never a hang

@@ -546,7 +546,7 @@ _KEY_IN_MESSAGE = re.compile(r"^([a-z_]+(?:\.[a-z_]+)+)")
 
 
 def parse_scenario(text: str, source: str) -> Scenario:
-    from analysis.files import load_yaml
+    from analysis.api import load_yaml
 
     try:
         data = load_yaml(text)  # a key given twice refused; every failure a YAMLError
@@ -584,7 +584,7 @@ def _composed(text: str) -> yaml.Node | None:
 
 def read_scenario_text(path: Path) -> str:
     """The scenario file's text: bounded (CONFIG_LIMIT_BYTES), UTF-8, never a device or a FIFO's wait."""
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
 
     try:
         return read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario")

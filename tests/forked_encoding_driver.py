@@ -21,7 +21,7 @@ from analysis.attribution.rank import attribute as rank_attribute
 from analysis.attribution.rank import forked_naming
 from analysis.tables import forked_encoding
 from analysis.tables.kernel_table import COLUMNS, METADATA
-from analysis.tables.parquet_writer import write_row_groups
+from analysis.io.parquet_writer import write_row_groups
 from child_processes import children_left
 
 made: list[forked_encoding.ForkedEncoding] = []

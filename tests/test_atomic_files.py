@@ -1,4 +1,4 @@
-"""Files written aside and moved in (analysis/atomic_files.py): what every table, report, export and
+"""Files written aside and moved in (analysis/io/atomic_files.py): what every table, report, export and
 run-directory file is written through."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from analysis.atomic_files import write_atomically, written_aside
+from analysis.io.atomic_files import write_atomically, written_aside
 
 
 def _mode(path) -> int:
@@ -31,7 +31,7 @@ def test_bytes_text_and_a_writer_land_whole_with_the_umask_mode(tmp_path):
 
 
 def _import_umask() -> int:
-    from analysis import atomic_files
+    from analysis.io import atomic_files
 
     return atomic_files._UMASK
 

@@ -81,7 +81,7 @@ def test_a_fifo_without_a_writer_is_refused_not_waited_for(tmp_path, capsys):
                                   ["report", str(CPU_DEMO), "--ncu", "/dev/zero", "--hardware", "h100"]])
 def test_a_device_is_never_read(argv, tmp_path, monkeypatch, capsys):
     """/dev/zero as --expert-load or --ncu was read whole (6 and 11 GB in seconds)."""
-    from analysis.input_files import read_input
+    from analysis.io.input_files import read_input
 
     with pytest.raises(Exception, match="not a regular file or a pipe"):
         read_input("/dev/zero", 1024)

@@ -72,7 +72,7 @@ def test_a_table_written_before_a_column_was_added_exports_its_default(tmp_path,
     """An analysis written before `module_path` existed: exported with the column empty, its other
     columns as they were; a column without a default missing is still an error."""
     from analysis.pipeline import KERNEL_TABLE
-    from analysis.tables.parquet_writer import write_parquet
+    from analysis.io.parquet_writer import write_parquet
     from analysis.tables.kernel_table import COLUMNS
 
     run_dir = synthetic_run.build(tmp_path, kernel_table=kernel_table)

@@ -1,4 +1,4 @@
-"""One input door (analysis/input_files.py): every byte a command reads from outside goes through it,
+"""One input door (analysis/io/input_files.py): every byte a command reads from outside goes through it,
 bounded in bytes read, bytes inflated, nesting depth and time.
 
 First a walk of analysis/ and harness/ for reads that go around the door (open() for reading,
@@ -32,7 +32,7 @@ DATA = ROOT / "tests" / "data"
 SGLANG = DATA / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-fused-moe-TP-0-DECODE.trace.json.gz"
 CPU_DEMO = DATA / "embedded-cpu-demo-TP-0-DECODE.trace.json.gz"
 RUN = DATA / "sglang-real/ray-run/sglang_dsv3_4l_1gpu_full-20261124-214640"
-DOOR = "analysis/input_files.py"
+DOOR = "analysis/io/input_files.py"
 
 
 # --- the walk -------------------------------------------------------------------------------------
@@ -150,7 +150,7 @@ _MAINTAINER = "a maintainer's tool over SGLang wheels and the project's own tabl
 
 # Reads that may go around the door, each with why it is safe.
 ALLOWED: dict[tuple[str, str, str], str] = {
-    ("analysis/atomic_files.py", "written_aside", "open"): "its own temporary file, opened to fsync it",
+    ("analysis/io/atomic_files.py", "written_aside", "open"): "its own temporary file, opened to fsync it",
     ("analysis/forked_call.py", "_proc_kib", "open"): "a /proc file, read with a byte bound",
     ("analysis/forked_call.py", "ForkedCall.result", "os.fdopen"): "the pipe from its own forked child",
     ("harness/engines/embedded/engine.py", "DecodeEngine.profile", "open"): _OWN_OUTPUT + " (the profiler's trace)",
@@ -218,7 +218,7 @@ def test_no_read_goes_around_the_door():
         "json.load", "open", "yaml.safe_load(handle)", "shutil.copyfile")] + [("Reader.method", ".read_text")]
     reads = reads_around_the_door()
     around = [r for r in reads if r.key not in ALLOWED and r.key not in NOT_YET_ROUTED]
-    assert not around, ("read through analysis/input_files.py (open_input, read_input, read_json, open_input_text, "
+    assert not around, ("read through analysis/io/input_files.py (open_input, read_input, read_json, open_input_text, "
                         "read_input_gzip, input_sha256), or list in ALLOWED with why it is safe:\n"
                         + "\n".join(f"{r.path}:{r.line}: {r.function}: {r.kind}" for r in around))
     stale = sorted(set(ALLOWED) - {r.key for r in reads}) + sorted(set(NOT_YET_ROUTED) - {r.key for r in reads})
@@ -319,7 +319,7 @@ def test_a_runs_load_records_are_held_to_their_bound(run_dir, tmp_path, monkeypa
 
 
 def test_the_harness_reader_of_load_records_goes_through_the_door(tmp_path):
-    from analysis.files import InputFileError
+    from analysis.api import InputFileError
     from harness.load.summary import load_records
 
     records = tmp_path / "synthetic-requests.jsonl"
@@ -365,7 +365,7 @@ def test_a_fifo_with_a_writer_is_read_whole_and_right(what, tmp_path, capsys):
 def test_a_fifo_whose_writer_stalls_is_an_error_not_a_hang(what, tmp_path, monkeypatch, capsys):
     """The writer sends part, then nothing: after the idle bound (lowered to 1 s) a one-line error.
     The old reader waited on the writer (here it resumes after 30 s and the command went through)."""
-    import analysis.input_files as door
+    import analysis.io.input_files as door
 
     monkeypatch.setattr(door, "PIPE_IDLE_LIMIT_S", 1.0, raising=False)
     fifo = tmp_path / ("synthetic-TP-0-DECODE.trace.json" if what == "trace" else "synthetic-requests.jsonl")
@@ -421,7 +421,7 @@ def test_nesting_is_bounded_by_the_structure_not_by_brackets_in_strings():
     """JSON_DEPTH_LIMIT levels and no more, counted on the brackets outside strings: a bracket inside a
     string neither adds a level nor hides one (strings of "]" then "[" around each level would cancel
     the levels of a count over every bracket)."""
-    from analysis.input_files import InputFileError, parsed_json
+    from analysis.io.input_files import InputFileError, parsed_json
 
     def nested(levels: int) -> list:
         value: list = []
@@ -453,7 +453,7 @@ def test_the_annotated_trace_inflates_within_its_bound(run_dir, tmp_path, monkey
 
 
 def test_a_gzip_is_inflated_member_by_member_and_a_cut_or_corrupt_one_is_named(tmp_path):
-    from analysis.input_files import InputFileError, read_input_gzip
+    from analysis.io.input_files import InputFileError, read_input_gzip
 
     text = b'{"traceEvents": []}' * 1000
     members = tmp_path / "synthetic-members.json.gz"

@@ -16,9 +16,9 @@ from analysis.pipeline import AnalysisError, AnalysisOptions, analyze, write_out
 
 from analysis.tables.kernel_table import read_kernel_rows
 from analysis.attribution.rows import KernelRow
-from analysis.tables import parquet_writer, thrift_compact as tc
+from analysis.io import parquet_writer, thrift_compact as tc
 from analysis.tables.kernel_table import COLUMNS, KERNEL_TABLE, write_kernel_table
-from analysis.tables.parquet_reader import ParquetError, read_parquet
+from analysis.io.parquet_reader import ParquetError, read_parquet
 from conftest import real_trace
 from harness.cli import main
 from kernel_tables import as_older_analysis, write_older_csv

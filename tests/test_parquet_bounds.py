@@ -22,7 +22,7 @@ import pytest
 
 from analysis.attribution.rows import KernelRow
 from analysis.tables.kernel_table import COLUMNS, KERNEL_TABLE, write_kernel_table
-from analysis.tables.parquet_reader import ParquetError, read_parquet
+from analysis.io.parquet_reader import ParquetError, read_parquet
 from fuzz.parquet_cases import (DECLARED_SHAPES, DICTIONARY_FLAWS, MOST_NESTING, NESTINGS, declared_values,
                                 deep_footer, dictionary_flaw, empty_pages, hostile_cases, inflating_pages,
                                 long_footer_list, rows_unlike_values, understated_page)
@@ -40,7 +40,7 @@ resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 """
 _READS = _BOUNDED + """
 import json
-from analysis.tables.parquet_reader import read_parquet
+from analysis.io.parquet_reader import read_parquet
 for path, limit_bytes in zip(sys.argv[2::2], sys.argv[3::2]):
     try:
         with open(path, "rb") as fh:

@@ -1,4 +1,4 @@
-"""One reader for every YAML data file of analysis/ (analysis/data_files.py read_yaml_file): rule files,
+"""One reader for every YAML data file of analysis/ (analysis/io/data_files.py read_yaml_file): rule files,
 thresholds and settings beside the code, page style, signatures, models, hardware, SOL maps. It reads
 within a bound, and every problem is one line naming the file (and, for a schema, the key)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def test_no_module_but_the_loader_parses_yaml():
                 owner = node.func.value.id if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) else ""
                 if name == "load_yaml" or (owner == "yaml" and name in YAML_CALLS):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not found, "read YAML through analysis.data_files.read_yaml_file:\n" + "\n".join(found)
+    assert not found, "read YAML through analysis.io.data_files.read_yaml_file:\n" + "\n".join(found)
 
 
 class _Limits(msgspec.Struct, forbid_unknown_fields=True):

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_json
+from analysis.io.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_json
 from analysis.errors import AnalysisError, TraceLoadError
 from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot

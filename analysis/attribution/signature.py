@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.data_files import (
+from analysis.io.data_files import (
     builtin_names,
     check_field_regexes,
     check_regexes,

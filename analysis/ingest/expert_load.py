@@ -19,7 +19,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input
+from analysis.io.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input
 
 FORMAT = "moe-harness expert load 1"
 FILE_NAME = "expert_load.json"
@@ -122,7 +122,7 @@ def write_expert_load(folder: str | Path, counts: list[list[list[int]]], ep_size
     """FILE_NAME in folder (written aside, on disk, then moved in) from a recorder's counts (expert_load_doc)."""
     import json
 
-    from analysis.atomic_files import write_atomically
+    from analysis.io.atomic_files import write_atomically
 
     doc = expert_load_doc(counts, ep_size, placement_known, source)
     return write_atomically(Path(folder) / FILE_NAME, json.dumps(doc) + "\n", durable=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, JsonLineError, read_json_lines
+from analysis.io.input_files import TABLE_LIMIT_BYTES, InputFileError, JsonLineError, read_json_lines
 
 
 class RequestChunks(msgspec.Struct):

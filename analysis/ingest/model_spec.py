@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from analysis.data_files import builtin_names, convert, read_mapping, resolve, validation_problems
+from analysis.io.data_files import builtin_names, convert, read_mapping, resolve, validation_problems
 from analysis.errors import ModelSpecError
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "models"

@@ -38,7 +38,7 @@ INFLATER = _inflate_lib.__name__  # which library inflates .json.gz (reported by
 import msgspec
 
 from analysis.errors import TraceLoadError
-from analysis.input_files import InputFileError, open_input
+from analysis.io.input_files import InputFileError, open_input
 from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls

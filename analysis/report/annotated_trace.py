@@ -30,7 +30,7 @@ import msgspec
 
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, KernelRow
 from analysis.errors import AnalysisError
-from analysis.input_files import InputFileError, read_input, read_input_gzip
+from analysis.io.input_files import InputFileError, read_input, read_input_gzip
 
 # the trace is held whole to be written again (its events as objects take several times its size):
 # at most this much, as stored and as inflated

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.atomic_files import write_atomically
+from analysis.io.atomic_files import write_atomically
 from analysis.sol.hardware import Hardware
 from analysis.report.ncu import CLASSES, UNKNOWN, NcuKernel, class_counts, class_means, ridge_point
 from analysis.report.report_doc import Block, Code, Heading, Image, Para, Table, code, literal, to_html, to_markdown

@@ -16,9 +16,9 @@ from pathlib import Path
 import msgspec
 
 from analysis.report.demangle import demangle
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.errors import AnalysisError
-from analysis.input_files import DOCUMENT_LIMIT_BYTES, MIB, InputFileError, read_input
+from analysis.io.input_files import DOCUMENT_LIMIT_BYTES, MIB, InputFileError, read_input
 from analysis.sol.hardware import Hardware
 
 METRICS_FILE = Path(__file__).parent / "ncu_metrics.yaml"

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import DOCUMENT_LIMIT_BYTES, TABLE_LIMIT_BYTES, InputFileError, open_input_text, read_json
+from analysis.io.input_files import DOCUMENT_LIMIT_BYTES, TABLE_LIMIT_BYTES, InputFileError, open_input_text, read_json
 from analysis.report.kernel_report import ReportInputs, build_report
 from analysis.report.top_kernels import samples_from_rows, top_kernels
 from analysis.sol.estimate import SolSettings

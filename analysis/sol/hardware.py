@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.data_files import builtin_names, read_mapping, resolve
+from analysis.io.data_files import builtin_names, read_mapping, resolve
 from analysis.errors import AnalysisError
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.errors import ModelSpecError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 DEFAULT_MAP = Path(__file__).parent / "sol_module_map.yaml"

@@ -7,7 +7,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.atomic_files import write_atomically
+from analysis.io.atomic_files import write_atomically
 from analysis.markdown_text import markdown_text
 from analysis.tables.d4 import render_markdown, write_table_csv
 from analysis.tables.d4_diff import diff_columns, render_changes_markdown

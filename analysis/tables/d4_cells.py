@@ -39,7 +39,7 @@ class _StatisticsFile(msgspec.Struct, forbid_unknown_fields=True):
 @lru_cache(maxsize=1)
 def step_statistics() -> dict[str, StepStatistic]:
     """The statistics file's entries by name, in its order."""
-    from analysis.data_files import read_yaml_file
+    from analysis.io.data_files import read_yaml_file
 
     return read_yaml_file(STATISTICS_FILE, _StatisticsFile).statistics
 

@@ -13,7 +13,7 @@ import functools
 import math
 from pathlib import Path
 
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 
 THRESHOLDS_FILE = Path(__file__).with_name("derived_notes.yaml")
 EXPERT_TERMS = ("experts_up_gate", "experts_down")

@@ -14,10 +14,10 @@ import io
 from collections.abc import Iterator, Sequence
 
 from analysis.attribution.rows import KernelRow
-from analysis.input_files import TABLE_LIMIT_BYTES
+from analysis.io.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_table import COLUMNS, METADATA, rows_of_table
-from analysis.tables.parquet_reader import read_parquet
-from analysis.tables.parquet_writer import RowGroup, write_row_groups
+from analysis.io.parquet_reader import read_parquet
+from analysis.io.parquet_writer import RowGroup, write_row_groups
 
 
 class EncodedRows(Sequence):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from analysis.attribution.rows import KernelRow
 from analysis.forked_call import ForkedCall
-from analysis.input_files import TABLE_LIMIT_BYTES
+from analysis.io.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_table import encode_kernel_table
-from analysis.tables.parquet_writer import RowGroup
+from analysis.io.parquet_writer import RowGroup
 
 
 def _encoded(rows: list[KernelRow]) -> list[RowGroup]:

@@ -8,7 +8,7 @@ import csv
 from pathlib import Path
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import TABLE_LIMIT_BYTES, InputFileError, open_input_text
+from analysis.io.input_files import TABLE_LIMIT_BYTES, InputFileError, open_input_text
 from analysis.attribution.rows import KernelRow
 
 _FIELDS = KernelRow.__struct_fields__

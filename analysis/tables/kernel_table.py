@@ -18,10 +18,10 @@ import msgspec
 
 from analysis.attribution.rows import KernelRow
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import TABLE_LIMIT_BYTES
+from analysis.io.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_rows_csv import read_kernel_rows_csv
-from analysis.tables.parquet_reader import ParquetTable, read_parquet_file
-from analysis.tables.parquet_writer import FLOAT64, INT64, STRING, RowGroup, encode_row_groups, write_row_groups
+from analysis.io.parquet_reader import ParquetTable, read_parquet_file
+from analysis.io.parquet_writer import FLOAT64, INT64, STRING, RowGroup, encode_row_groups, write_row_groups
 
 KERNEL_TABLE = "kernels_long.parquet"
 OLDER_KERNEL_TABLE = "kernels_long.csv"  # what analyses wrote before the Parquet table

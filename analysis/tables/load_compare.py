@@ -27,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.attribution.rows import StepRow
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.ingest.load_records import RequestChunks
 from analysis.tables.comm_table import used_steps
 from analysis.tables.d4_cells import _per_rank_stat, _policy

@@ -17,7 +17,7 @@ from analysis.attribution.overlap import StreamSummary, stream_summary
 from analysis.attribution.rows import KernelRow, StepRow
 from analysis.tables.d4 import StepCells, main_stage, step_cells
 from analysis.tables.kernel_table import encode_kernel_table
-from analysis.tables.parquet_writer import RowGroup
+from analysis.io.parquet_writer import RowGroup
 from analysis.tables.self_check_parts import RankChecks, rank_checks, rows_by_step
 from analysis.tables.self_checks import thresholds
 from analysis.tables.share_overlap import ShareCells, share_cells

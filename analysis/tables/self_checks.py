@@ -21,7 +21,7 @@ from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.rows import KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import DRAFT_STAGES, UNKNOWN
 from analysis.attribution.steps import KNOWN_STAGES
-from analysis.data_files import read_yaml_file
+from analysis.io.data_files import read_yaml_file
 from analysis.ingest.model_spec import ModelSpec
 from analysis.tables.d4 import D4Column
 from analysis.tables.self_check_parts import RankChecks, describe, rank_checks, rows_by_step

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from analysis.errors import AnalysisError
-from analysis.input_files import TABLE_LIMIT_BYTES, open_input_text
+from analysis.io.input_files import TABLE_LIMIT_BYTES, open_input_text
 
 
 def _nullable_fields(cls) -> set[str]:

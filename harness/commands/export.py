@@ -22,7 +22,7 @@ def register(subparsers) -> None:
         description="Write RUN's analysis tables (kernels_long, steps, d4) with a schema_version column; "
                     "columns are documented in docs/exports.md. Read from RUN/analysis; when a table asked for is "
                     "missing there, all of them come from the run's traces analysed again with the options it "
-                    "recorded (a note on stderr says so). Parquet needs pyarrow.")
+                    "recorded (a note on stderr says so).")
     parser.add_argument("run", metavar="RUN", help="run directory (runs/<scenario>-<timestamp>)")
     parser.add_argument("--format", choices=FORMATS, default="csv", help="output format (default csv)")
     parser.add_argument("--out", help="output directory (default RUN/exports)")

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from analysis.files import InputFileError
+    from analysis.api import InputFileError
     from harness.metrics.ttft_split import TtftSplitError, markdown, split_files
 
     try:

@@ -92,7 +92,7 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
     """Rows of one analysis table, typed per columns.yaml, with schema_version prepended."""
     version, specs = load_schema()
     spec = specs[table]
-    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text
+    from analysis.api import InputFileError, TABLE_LIMIT_BYTES, open_input_text
     from harness.recorded_files import RecordError, check_as_written
 
     path = spec.source_in(run_dir)
@@ -131,7 +131,7 @@ def read_table(run_dir: Path, table: str) -> list[dict]:
 
 def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
     """Rows of a Parquet analysis table (the kernel table), its columns checked against the schema."""
-    from analysis.files import TABLE_LIMIT_BYTES
+    from analysis.api import TABLE_LIMIT_BYTES
     from analysis.api import AnalysisError, read_parquet_table
 
     try:
@@ -155,7 +155,7 @@ def _parquet_rows(path: Path, spec: TableSpec, version: int) -> list[dict]:
 
 
 def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
-    from analysis.files import write_atomically
+    from analysis.api import write_atomically
 
     def write(handle) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns)
@@ -166,21 +166,15 @@ def write_csv(rows: list[dict], columns: list[str], path: Path) -> Path:
 
 
 def write_parquet(rows: list[dict], spec: TableSpec, path: Path) -> Path:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise RunDataError(path, "Parquet needs pyarrow: pip install 'moe-harness[parquet]'") from None
-    arrow_types = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64()}
-    version, _ = load_schema()
-    fields = [pa.field(SCHEMA_VERSION_COLUMN, pa.int32(), nullable=False)]
-    fields += [pa.field(c.name, arrow_types[c.base_type], nullable=c.nullable) for c in spec.columns]
-    schema = pa.schema(fields, metadata={"moe_harness_schema_version": str(version), "table": spec.name})
-    table = pa.Table.from_pylist(rows, schema=schema)
-    from analysis.files import written_aside
+    """The rows as Parquet through the analysis's own writer (the one that writes kernels_long.parquet):
+    the schema version an INT32 column, each column of columns.yaml typed as declared, "?" nullable."""
+    from analysis.api import write_parquet_columns, written_aside
 
-    with written_aside(path) as temp:
-        pq.write_table(table, temp)
+    version, _ = load_schema()
+    columns = [(SCHEMA_VERSION_COLUMN, "int32")] + [(c.name, c.type) for c in spec.columns]
+    values = {name: [row[name] for row in rows] for name, _ in columns}
+    with written_aside(path) as temp, open(temp, "wb") as out:
+        write_parquet_columns(out, values, columns, {"moe_harness_schema_version": str(version), "table": spec.name})
     return path
 
 

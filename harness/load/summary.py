@@ -7,7 +7,7 @@ import numpy as np
 def load_records(path: str) -> list[dict]:
     """Each line of a load/requests.jsonl, read line by line through the input door (a table:
     TABLE_LIMIT_BYTES); a line that is not JSON is an InputFileError naming file and line."""
-    from analysis.files import TABLE_LIMIT_BYTES, read_json_lines
+    from analysis.api import TABLE_LIMIT_BYTES, read_json_lines
 
     return [record for _, record in read_json_lines(path, TABLE_LIMIT_BYTES, "the load records")]
 

@@ -115,7 +115,7 @@ def _record(raw: dict, where: str) -> RequestRecord:
 
 
 def read_records(path: Path) -> list[RequestRecord]:
-    from analysis.files import TABLE_LIMIT_BYTES, InputFileError, read_json_lines
+    from analysis.api import TABLE_LIMIT_BYTES, InputFileError, read_json_lines
 
     records = []
     try:

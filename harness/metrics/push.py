@@ -55,7 +55,7 @@ def _handler(deadline: Deadline, auth: dict[str, str]):
 
 def _groups_of_scenario(gateway: str, job: str, scenario: str, deadline: Deadline, auth: dict[str, str]) -> list[str]:
     """run_id of every group under `job` whose run_info says it ran `scenario`."""
-    from analysis.files import InputFileError, parsed_json
+    from analysis.api import InputFileError, parsed_json
 
     status, answer = request(f"{gateway}/api/v1/metrics", deadline, headers=auth)
     if status >= 400:

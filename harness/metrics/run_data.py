@@ -61,7 +61,7 @@ class RunData:
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     """Every row of a table the run wrote, bounded (TABLE_LIMIT_BYTES); a row with more or fewer
     fields than the header (a cut file) is an error naming its line."""
-    from analysis.files import InputFileError, TABLE_LIMIT_BYTES, open_input_text
+    from analysis.api import InputFileError, TABLE_LIMIT_BYTES, open_input_text
 
     try:
         with open_input_text(path, TABLE_LIMIT_BYTES, "a table") as handle:
@@ -145,7 +145,7 @@ def stage_times(d4: dict, where: Path, steps_path: Path | None) -> dict[str, Sta
 def _read_json(path: Path, manifest: bool = False) -> dict:
     """A JSON object the run wrote: a document (DOCUMENT_LIMIT_BYTES), or its manifest, which lists
     files and is never big (CONFIG_LIMIT_BYTES, as every reader of a manifest bounds it)."""
-    from analysis.files import CONFIG_LIMIT_BYTES, DOCUMENT_LIMIT_BYTES, InputFileError, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, DOCUMENT_LIMIT_BYTES, InputFileError, read_json
 
     try:
         data = read_json(path, CONFIG_LIMIT_BYTES if manifest else DOCUMENT_LIMIT_BYTES,
@@ -160,7 +160,7 @@ def _read_json(path: Path, manifest: bool = False) -> dict:
 def _read_yaml(path: Path) -> dict:
     import yaml
 
-    from analysis.files import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
+    from analysis.api import CONFIG_LIMIT_BYTES, InputFileError, load_yaml, read_input_text
 
     try:
         data = load_yaml(read_input_text(path, CONFIG_LIMIT_BYTES, "a scenario"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
-from analysis.files import CONFIG_LIMIT_BYTES, DOCUMENT_LIMIT_BYTES, load_yaml, read_input_text
+from analysis.api import CONFIG_LIMIT_BYTES, DOCUMENT_LIMIT_BYTES, load_yaml, read_input_text
 
 PARTS_FILE = Path(__file__).resolve().parents[1] / "sglang" / "ttft_parts.yaml"
 TTFT_PART = "time to first token"

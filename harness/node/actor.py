@@ -14,7 +14,7 @@ from typing import Protocol
 
 import ray
 
-from analysis.files import read_input_range
+from analysis.api import read_input_range
 from harness.node.node_files import NODE_FILE_PIECE_BYTES
 from harness.node.process import ServerProcess
 from harness.node.secrets import Secrets

@@ -2,7 +2,7 @@
 returns it whole holds it twice over (the actor's bytes, the driver's copy) before a byte is written.
 
 The actor answers `read_file(path, offset, size_bytes)` / `read_log(offset, size_bytes)` with at most
-NODE_FILE_PIECE_BYTES (analysis.files.read_input_range); the driver writes each piece as it comes into
+NODE_FILE_PIECE_BYTES (analysis.api.read_input_range); the driver writes each piece as it comes into
 a file written aside and moved in (a failure leaves no half file).
 """
 from __future__ import annotations

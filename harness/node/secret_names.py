@@ -19,7 +19,7 @@ _PART_BREAK = re.compile(r"[_.\-]+|(?<=[a-z0-9])(?=[A-Z])")
 
 @functools.lru_cache(maxsize=1)
 def _words() -> dict[str, frozenset[str]]:
-    from analysis.files import CONFIG_LIMIT_BYTES, load_yaml, read_input_text
+    from analysis.api import CONFIG_LIMIT_BYTES, load_yaml, read_input_text
 
     data = load_yaml(read_input_text(NAMES_FILE, CONFIG_LIMIT_BYTES, "the secret names file"))
     bad = [k for k in LISTS if not isinstance(data, dict) or not isinstance(data.get(k), list)]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.files import DOCUMENT_LIMIT_BYTES, InputFileError, read_input
+from analysis.api import DOCUMENT_LIMIT_BYTES, InputFileError, read_input
 from harness.node.node_files import fetch_node_file
 from harness.sglang.http_post import post_json
 from harness.sglang.plan import expert_record_dir

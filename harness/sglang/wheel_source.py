@@ -91,7 +91,7 @@ def extract_members(wheel: Path, members: tuple[str, ...], dest: Path) -> list[s
 def _complete_members(marker: Path) -> list | None:
     """The members a complete cache holds, per its marker; None when the marker is missing or unreadable
     (the cache is then filled again)."""
-    from analysis.files import CONFIG_LIMIT_BYTES, read_json
+    from analysis.api import CONFIG_LIMIT_BYTES, read_json
     from analysis.api import AnalysisError
 
     try:

@@ -211,7 +211,7 @@ def _writer(fifo: Path, payload: bytes, stall_s: float = 0.0):
 
 
 def _lower_pipe_idle_limit():
-    import analysis.input_files as door
+    import analysis.io.input_files as door
     door.PIPE_IDLE_LIMIT_S = 1.0
 
 

@@ -1,4 +1,4 @@
-"""Hostile Parquet files, built byte by byte, for the bounds of analysis/tables/parquet_reader.py.
+"""Hostile Parquet files, built byte by byte, for the bounds of analysis/io/parquet_reader.py.
 
 Why by hand: the project's writer only writes well-formed tables, and a crafted or damaged
 kernels_long.parquet costs what its few bytes declare: two billion values in 144 bytes, a
@@ -13,13 +13,13 @@ import random
 import zlib
 from dataclasses import dataclass
 
-from analysis.tables import thrift_compact as tc
+from analysis.io import thrift_compact as tc
 
 MAGIC = b"PAR1"
 MIB = 1 << 20
 # The reader's bounds, restated rather than imported, so the cases build against any reader, one
 # without these bounds included (to see a test of them fail there).
-TABLE_LIMIT_BYTES = 1024 * MIB  # what the commands read kernels_long.parquet with (analysis/input_files.py)
+TABLE_LIMIT_BYTES = 1024 * MIB  # what the commands read kernels_long.parquet with (analysis/io/input_files.py)
 VALUE_SLOT_BYTES = 8  # the reader reads at most limit_bytes / 8 values (a list slot each)
 MOST_NESTING = 32  # the deepest the reader follows a footer's structs, lists and maps
 

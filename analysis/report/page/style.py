@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.data_files import read_packaged_struct
+from analysis.io.data_files import read_packaged_struct
 
 STYLE_FILE = Path(__file__).with_name("style.yaml")
 LANGS = ("en", "zh")

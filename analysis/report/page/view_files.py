@@ -30,7 +30,7 @@ def write_view_files(folder: Path, columns: list, run: ViewRun, changes: list, l
                      annotated: bool = True) -> list[str]:
     """Write the page (and the annotated traces, and the derived kernel table) into folder; the names
     written. `links`: (text, relative path) of the analysis files the page points to."""
-    from analysis.atomic_files import write_atomically
+    from analysis.io.atomic_files import write_atomically
     from analysis.ingest.rank_id import rank_id_for
     from analysis.report.annotated_trace import annotate_trace, annotated_name
     from analysis.report.page.page import PageInputs, render_page
