@@ -10,7 +10,7 @@ import msgspec
 import yaml
 
 from analysis.errors import AnalysisError
-from analysis.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
+from analysis.io.input_files import CONFIG_LIMIT_BYTES, InputFileError, read_input_text
 
 
 def builtin_names(folder: Path) -> list[str]:

@@ -1,7 +1,7 @@
 """Read a flat Parquet table into one list per column, standard library only.
 
 Why: `report`, `view`, `compare` and `export` read the per-kernel table `analyze` writes
-(analysis/tables/parquet_writer.py), and none of them should need pyarrow for it. This reads what
+(analysis/io/parquet_writer.py), and none of them should need pyarrow for it. This reads what
 that writer writes and the common shapes of other writers' flat tables (a table re-saved by pandas
 or pyarrow): format 1 data pages, PLAIN and dictionary encodings, required or optional columns,
 uncompressed or GZIP pages. Anything else (nested columns, SNAPPY or ZSTD pages, data page v2) is a
@@ -22,8 +22,8 @@ import zlib
 from array import array
 
 from analysis.errors import AnalysisError, shown_path
-from analysis.input_files import InputFileError, read_input
-from analysis.tables import thrift_compact as tc
+from analysis.io.input_files import InputFileError, read_input
+from analysis.io import thrift_compact as tc
 
 MAGIC = b"PAR1"
 _INT32, _INT64, _FLOAT, _DOUBLE, _BYTE_ARRAY = 1, 2, 4, 5, 6

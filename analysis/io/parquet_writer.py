@@ -4,11 +4,11 @@ Why not pyarrow: the per-kernel table of a 400 MB trace has about 226,000 rows, 
 wrote in about 1.8 s (94 MB, each row repeating a demangled kernel name of up to several hundred
 characters). Parquet stores each repeated string once per row group (dictionary encoding), but
 importing pyarrow to write it costs about 0.13 s and, in this process, about 75 MB of resident
-memory for its libraries: more than the analysis of that trace holds. The subset written here is the
-one every Parquet reader (pyarrow, pandas, polars, DuckDB, Spark) reads: required flat columns,
+memory for its libraries: more than the analysis of that trace holds (benchmarks/parquet_writers_bench.py
+measures both; `export` writes with this one too). The subset written here is the one every Parquet
+reader (pyarrow, pandas, polars, DuckDB, Spark) reads: required or optional (nullable) flat columns,
 format 1 data pages, dictionary pages for strings and integers (RLE_DICTIONARY indices, bit-packed
-at 8, 16 or 32 bits), PLAIN doubles, each page GZIP-compressed (zlib). benchmarks/kernel_table_bench.py
-measures it against the csv module and pyarrow.
+at 8, 16 or 32 bits), PLAIN doubles, each page GZIP-compressed (zlib).
 
 Columns are built one at a time from the rows, per row group, so memory grows by one column's values,
 never by the table.
@@ -22,22 +22,24 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from analysis.tables import thrift_compact as tc
+from analysis.io import thrift_compact as tc
 
 MAGIC = b"PAR1"
-STRING, INT64, FLOAT64 = "string", "int64", "float64"
+STRING, INT64, INT32, FLOAT64 = "string", "int64", "int32", "float64"
+NULLABLE = "?"  # a kind ending in it ("float64?") is an OPTIONAL column: None is a missing value
 ROW_GROUP_ROWS = 1 << 18  # rows per row group: bounds the memory of one column's values
 GZIP_LEVEL = 1  # measured: level 1 is most of level 6's size at a third of its time
-CREATED_BY = "moe-harness (analysis/tables/parquet_writer.py)"
+CREATED_BY = "moe-harness (analysis/io/parquet_writer.py)"
 
 # Parquet's enums (parquet.thrift)
-_T_INT64, _T_DOUBLE, _T_BYTE_ARRAY = 2, 5, 6
-_REQUIRED = 0
+_T_INT32, _T_INT64, _T_DOUBLE, _T_BYTE_ARRAY = 1, 2, 5, 6
+_REQUIRED, _OPTIONAL = 0, 1
 _CONVERTED_UTF8 = 0
 _PLAIN, _RLE, _RLE_DICTIONARY = 0, 3, 8
 _GZIP = 2
 _DATA_PAGE, _DICTIONARY_PAGE = 0, 2
-_PHYSICAL = {STRING: _T_BYTE_ARRAY, INT64: _T_INT64, FLOAT64: _T_DOUBLE}
+_PHYSICAL = {STRING: _T_BYTE_ARRAY, INT64: _T_INT64, INT32: _T_INT32, FLOAT64: _T_DOUBLE}
+_FIXED_ARRAYS = {INT64: "q", INT32: "i"}
 _INDEX_ARRAYS = ((8, "B"), (16, "H"), (32, "I"))  # bit width of the indices and the array type holding them
 
 
@@ -83,21 +85,39 @@ def _indices(values: list, position: dict, distinct: int) -> bytes:
     return bytes(header) + packed
 
 
+def _defined_levels(values: list) -> bytes:
+    """An OPTIONAL column's definition levels (1 present, 0 missing) as a data page v1 holds them: the
+    byte length (4 bytes, little-endian), then one bit-packed run of the hybrid at bit width 1."""
+    groups = (len(values) + 7) // 8
+    bits = [value is not None for value in values] + [False] * (groups * 8 - len(values))
+    packed = bytes(sum(bit << i for i, bit in enumerate(bits[g * 8:g * 8 + 8])) for g in range(groups))
+    run = bytearray()
+    tc._varint((groups << 1) | 1, run)
+    run += packed
+    return len(run).to_bytes(4, "little") + bytes(run)
+
+
 class _Chunk:
     """One column of one row group: its pages, and what the footer says of them."""
 
     def __init__(self, name: str, kind: str, values: list):
         self.name, self.kind, self.rows = name, kind, len(values)
+        base = kind.rstrip(NULLABLE)
         self.uncompressed = 0  # page headers and bodies before compression, as the footer counts them
         self.pages: list[tuple[int, bytes, bytes]] = []  # (page type, header, compressed body)
-        if kind == FLOAT64:
-            self._page(_DATA_PAGE, _little_endian(array("d", values)), _PLAIN)
+        levels = b""
+        if kind.endswith(NULLABLE):
+            levels = _defined_levels(values)
+            values = [value for value in values if value is not None]
+        if base == FLOAT64 or not values:
+            plain = _little_endian(array("d", values)) if base == FLOAT64 else b""
+            self._page(_DATA_PAGE, levels + plain, _PLAIN)
             return
         position = {value: i for i, value in enumerate(dict.fromkeys(values))}
         distinct = list(position)
-        plain = _plain_strings(distinct) if kind == STRING else _little_endian(array("q", distinct))
+        plain = _plain_strings(distinct) if base == STRING else _little_endian(array(_FIXED_ARRAYS[base], distinct))
         self._page(_DICTIONARY_PAGE, plain, _PLAIN, len(distinct))
-        self._page(_DATA_PAGE, _indices(values, position, len(distinct)), _RLE_DICTIONARY)
+        self._page(_DATA_PAGE, levels + _indices(values, position, len(distinct)), _RLE_DICTIONARY)
 
     def _page(self, page_type: int, body: bytes, encoding: int, dictionary_values: int = 0) -> None:
         packed = _compress(body)
@@ -122,7 +142,7 @@ class _Chunk:
             out.write(body)
             written += len(header) + len(body)
         encodings = [_PLAIN, _RLE] + ([_RLE_DICTIONARY] if dictionary_offset is not None else [])
-        meta = [(1, tc.I32, _PHYSICAL[self.kind]), (2, tc.LIST, (tc.I32, encodings)),
+        meta = [(1, tc.I32, _PHYSICAL[self.kind.rstrip(NULLABLE)]), (2, tc.LIST, (tc.I32, encodings)),
                 (3, tc.LIST, (tc.BINARY, [self.name])), (4, tc.I32, _GZIP), (5, tc.I64, self.rows),
                 (6, tc.I64, self.uncompressed), (7, tc.I64, written), (9, tc.I64, data_offset),
                 (11, tc.I64, dictionary_offset)]
@@ -159,10 +179,27 @@ def encode_row_groups(rows: list, columns: list[tuple[str, str]]) -> Iterator[Ro
                                    for name, kind in columns])
 
 
+def encode_columns(values: dict[str, list], columns: list[tuple[str, str]]) -> Iterator[RowGroup]:
+    """A table held as columns ({name: its values}, all of one length) as row groups of at most
+    ROW_GROUP_ROWS rows."""
+    rows = len(values[columns[0][0]]) if columns else 0
+    if any(len(values[name]) != rows for name, _ in columns):
+        raise ValueError("columns of different lengths")
+    for first in range(0, rows, ROW_GROUP_ROWS):
+        end = min(rows, first + ROW_GROUP_ROWS)
+        yield RowGroup(end - first, [_Chunk(name, kind, values[name][first:end]) for name, kind in columns])
+
+
+def write_columns(out: BinaryIO, values: dict[str, list], columns: list[tuple[str, str]], metadata: dict[str, str]) -> int:
+    """Write a table held as columns (encode_columns) as Parquet into `out`; the bytes written."""
+    return write_row_groups(out, encode_columns(values, columns), columns, metadata)
+
+
 def write_parquet(out: BinaryIO, rows: list, columns: list[tuple[str, str]], metadata: dict[str, str]) -> int:
     """Write `rows` (objects with an attribute per column) as Parquet into `out` (a file opened for
-    binary writing, at its start); columns: (name, STRING | INT64 | FLOAT64), none may be None.
-    metadata: the footer's key / value pairs. Returns the bytes written."""
+    binary writing, at its start); columns: (name, kind): STRING, INT64, INT32 or FLOAT64, ending in
+    NULLABLE where a value may be None. metadata: the footer's key / value pairs. Returns the bytes
+    written."""
     return write_row_groups(out, encode_row_groups(rows, columns), columns, metadata)
 
 
@@ -186,9 +223,10 @@ def write_row_groups(out: BinaryIO, groups: Iterable[RowGroup], columns: list[tu
         total_rows += group.rows
     schema = [[(4, tc.BINARY, "schema"), (5, tc.I32, len(columns))]]
     for name, kind in columns:
-        schema.append([(1, tc.I32, _PHYSICAL[kind]), (3, tc.I32, _REQUIRED), (4, tc.BINARY, name),
-                       (6, tc.I32, _CONVERTED_UTF8 if kind == STRING else None),
-                       (10, tc.STRUCT, [(1, tc.STRUCT, [])] if kind == STRING else None)])
+        base, repetition = kind.rstrip(NULLABLE), _OPTIONAL if kind.endswith(NULLABLE) else _REQUIRED
+        schema.append([(1, tc.I32, _PHYSICAL[base]), (3, tc.I32, repetition), (4, tc.BINARY, name),
+                       (6, tc.I32, _CONVERTED_UTF8 if base == STRING else None),
+                       (10, tc.STRUCT, [(1, tc.STRUCT, [])] if base == STRING else None)])
     footer = tc.struct_bytes([
         (1, tc.I32, 1), (2, tc.LIST, (tc.STRUCT, schema)), (3, tc.I64, total_rows),
         (4, tc.LIST, (tc.STRUCT, footer_groups)),

@@ -1,6 +1,6 @@
 """Thrift's compact protocol, the encoding of a Parquet file's footer and page headers.
 
-Why here: the per-kernel table is written as Parquet without pyarrow (analysis/tables/parquet_writer.py
+Why here: the per-kernel table is written as Parquet without pyarrow (analysis/io/parquet_writer.py
 says why), and Parquet describes its pages and its schema in this protocol. Only what Parquet uses:
 structs, lists, i16/i32/i64 (zigzag varints), binary and booleans. A struct is written from a list
 of (field id, type, value) and read back as {field id: value}, unknown fields included, so a reader
