@@ -494,6 +494,6 @@ def write_table_csv(path, columns: list[D4Column], lang: str = "en") -> None:
     """The table of the columns as CSV (d4.csv, compare.csv): the rows of table_rows."""
     import csv
 
-    from analysis.atomic_files import write_atomically
+    from analysis.io.atomic_files import write_atomically
 
     write_atomically(path, lambda fh: csv.writer(fh).writerows(table_rows(columns, lang)), binary=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.data_files import read_packaged_struct
+from analysis.io.data_files import read_packaged_struct
 from analysis.errors import AnalysisError
 from analysis.markdown_text import markdown_row, markdown_text
 from analysis.tables.d4 import D4Column, group_label
