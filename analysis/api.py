@@ -47,51 +47,60 @@ from analysis.io.input_files import (
 from analysis.io.parquet_reader import read_parquet_file as read_parquet_table
 from analysis.io.parquet_writer import write_columns as write_parquet_columns
 
+__all__ = ["AnalysisError", "AnalysisOptions", "CONFIG_LIMIT_BYTES", "DOCUMENT_LIMIT_BYTES", "InputFileError",
+           "JsonLineError", "ReportOptions", "TABLE_LIMIT_BYTES", "analyze", "attribute", "calibrate",
+           "check_input", "combine_nodes", "compare_columns", "input_sha256", "kernel_report", "learn_signature",
+           "list_builtins", "load_yaml", "ncu_launches", "open_input_text", "open_saved", "parsed_json",
+           "read_input", "read_input_range", "read_input_text", "read_json", "read_json_lines",
+           "read_parquet_table", "report_reads", "report_source", "shown_path", "sol_settings", "write_atomically",
+           "write_expert_load", "write_outputs", "write_parquet_columns", "write_view", "written_aside"]
+
+
 def analyze(*args, **kwargs):
-    """Traces -> Analysis (analysis/pipeline.py analyze)."""
-    from analysis.pipeline import analyze as run
+    """Traces -> Analysis (analysis/pipeline/analyze_traces.py analyze)."""
+    from analysis.pipeline.analyze_traces import analyze as run
 
     return run(*args, **kwargs)
 
 
 def write_outputs(*args, **kwargs):
-    """An Analysis's files into a folder (analysis/pipeline.py write_outputs)."""
-    from analysis.pipeline import write_outputs as run
+    """An Analysis's files into a folder (analysis/pipeline/outputs.py write_outputs)."""
+    from analysis.pipeline.outputs import write_outputs as run
 
     return run(*args, **kwargs)
 
 
 def attribute(*args, **kwargs):
-    """One node's ranks loaded and attributed, no tables (analysis/pipeline.py attribute)."""
-    from analysis.pipeline import attribute as run
+    """One node's ranks loaded and attributed, no tables (analysis/pipeline/attribute_ranks.py attribute)."""
+    from analysis.pipeline.attribute_ranks import attribute as run
 
     return run(*args, **kwargs)
 
 
 def combine_nodes(*args, **kwargs):
-    """Every node's attributed rows into one Analysis (analysis/pipeline.py combine_nodes)."""
-    from analysis.pipeline import combine_nodes as run
+    """Every node's attributed rows into one Analysis (analysis/pipeline/combine.py combine_nodes)."""
+    from analysis.pipeline.combine import combine_nodes as run
 
     return run(*args, **kwargs)
 
 
 def report_reads(*args, **kwargs):
-    """The files a report reads from an analysis folder (analysis/pipeline.py report_reads)."""
-    from analysis.pipeline import report_reads as run
+    """The files a report reads from an analysis folder (analysis/pipeline/report_inputs.py report_reads)."""
+    from analysis.pipeline.report_inputs import report_reads as run
 
     return run(*args, **kwargs)
 
 
 def report_source(*args, **kwargs):
-    """What `report` reads: a folder's tables or traces analysed (analysis/pipeline.py report_source)."""
-    from analysis.pipeline import report_source as run
+    """What `report` reads: a folder's tables or traces analysed (analysis/pipeline/report_inputs.py report_source)."""
+    from analysis.pipeline.report_inputs import report_source as run
 
     return run(*args, **kwargs)
 
 
 def learn_signature(*args, **kwargs):
-    """A signature learned from a trace's module ranges (analysis/pipeline.py learn_signature_from)."""
-    from analysis.pipeline import learn_signature_from as run
+    """A signature learned from a trace's module ranges (analysis/pipeline/attribute_ranks.py learn_signature_from)."""
+    from analysis.pipeline.attribute_ranks import learn_signature_from as run
 
     return run(*args, **kwargs)
 

@@ -17,6 +17,7 @@ import threading
 import time
 
 from analysis import forked_call, pipeline
+from analysis.pipeline import analyze_traces
 from analysis.attribution.rank import attribute as rank_attribute
 from analysis.attribution.rank import forked_naming
 from analysis.tables import forked_encoding
@@ -69,7 +70,7 @@ def rows_of(trace: str):
 
 def main() -> dict:
     case, trace, *args = sys.argv[1:]
-    pipeline.ForkedEncoding = Counting
+    analyze_traces.ForkedEncoding = Counting
     rank_attribute.ForkedNaming = CountingNaming
     if case in ("name", "name-child-fails"):  # the steps named partly by a child, every file written
         out, jobs = args

@@ -5,7 +5,7 @@ analysing traces, ranking the top kernels, the SOL rows and what-ifs, classing t
 kernels are analysis steps; `moe-harness report` (harness/commands/report.py) only finds its inputs
 (an analysis, a run directory, traces), checks that a run's files are the ones it wrote, and writes
 the blocks this returns (write_report). The harness reads its inputs through source_from_analysis_dir
-or analysis.api.report_source_from_traces (which analyses them first), then asks kernel_report.
+or analysis/pipeline/report_inputs.py report_source_from_traces (which analyses them first), then asks kernel_report.
 """
 from __future__ import annotations
 
