@@ -4,7 +4,7 @@ Why: a one-rank analysis ran on one core while a second (where there is one) sat
 that would use it reads objects already in memory (the steps' kernels, the rows). A forked child
 holds them too (copy-on-write: nothing is sent to it) and sends back only its result, pickled. Used
 for the steps' names (analysis/attribution/rank/forked_naming.py) and the kernel table's encoding
-(analysis/tables/forked_encoding.py); the load's second half (analysis/ingest/second_half.py) is read
+(analysis/pipeline/forked_encoding.py); the load's second half (analysis/ingest/second_half.py) is read
 by a child forked before anything is read, which sends back what it read.
 
 Safe by construction: a child is made only where fork is safe (POSIX, no other thread running in this

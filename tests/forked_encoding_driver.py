@@ -20,7 +20,7 @@ from analysis import forked_call, pipeline
 from analysis.pipeline import analyze_traces
 from analysis.attribution.rank import attribute as rank_attribute
 from analysis.attribution.rank import forked_naming
-from analysis.tables import forked_encoding
+from analysis.pipeline import forked_encoding
 from analysis.tables.kernel_table import COLUMNS, METADATA
 from analysis.io.parquet_writer import write_row_groups
 from child_processes import children_left

@@ -1,5 +1,5 @@
 """One rank's kernel table encoded by a forked child while the parent builds the other tables
-(analysis/tables/forked_encoding.py): the same files as in one process; a child that fails or is
+(analysis/pipeline/forked_encoding.py): the same files as in one process; a child that fails or is
 killed costs only its time; no child outlives the analysis, even when the analysis fails; no fork
 where another thread runs (one the threading module started or not), where the machine lacks room for
 the child's copy, or where --jobs 1 says one process.

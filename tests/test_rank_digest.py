@@ -1,4 +1,4 @@
-"""Rank digests (analysis/tables/rank_digest.py): tables built from what each rank's worker made of
+"""Rank digests (analysis/pipeline/rank_digest.py): tables built from what each rank's worker made of
 its rows are the tables built from the rows.
 
 Two kinds of input: the bundled REAL expert-parallel traces (every check passes there), analysed with
@@ -20,9 +20,9 @@ from analysis.attribution.comm_split import rank_collectives, rows_by_rank, spli
 from analysis.attribution.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 from analysis.tables.d4 import main_stage
-from analysis.tables.encoded_rows import EncodedRows
+from analysis.pipeline.encoded_rows import EncodedRows
 from analysis.tables.kernel_table import read_kernel_rows
-from analysis.tables.rank_digest import Digest, digest_rank
+from analysis.pipeline.rank_digest import Digest, digest_rank
 from analysis.tables.self_check_parts import rank_checks, rows_by_step
 from analysis.tables.self_checks import FAIL, run_checks, thresholds
 from conftest import ROOT

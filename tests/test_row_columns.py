@@ -1,10 +1,10 @@
-"""A rank's rows sent from a worker as columns (analysis/attribution/row_columns.py) come back equal,
+"""A rank's rows sent from a worker as columns (analysis/pipeline/row_columns.py) come back equal,
 field for field, repeated strings still shared."""
 from __future__ import annotations
 
 import pickle
 
-from analysis.attribution.row_columns import RowColumns
+from analysis.pipeline.row_columns import RowColumns
 from analysis.attribution.rows import KernelRow
 
 

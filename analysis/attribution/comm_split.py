@@ -104,7 +104,7 @@ class RankCollectives:
     """One rank's collectives before the split: its CommRows with wait / transfer not yet known, and
     the section of its rows outside the layers at each collective's (step, start) there (fill_waits
     places such a collective's wait by it). Made from one rank's rows alone, so a rank's worker
-    makes it beside the others (analysis/tables/rank_digest.py) and the split only matches them."""
+    makes it beside the others (analysis/pipeline/rank_digest.py) and the split only matches them."""
 
     rows: list[CommRow]
     sections: dict[tuple[int, float], str]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 from analysis.tables.d4 import STATS
-from analysis.tables.forked_encoding import ForkedEncoding
-from analysis.tables.rank_digest import Digest
+from analysis.pipeline.forked_encoding import ForkedEncoding
+from analysis.pipeline.rank_digest import Digest
 from analysis.errors import AnalysisError
 from analysis.forked_call import fork_allowed
 from analysis.gc_paused import gc_paused

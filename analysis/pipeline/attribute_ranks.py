@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from analysis.attribution.rank.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
-from analysis.tables.encoded_rows import EncodedRows
-from analysis.tables.rank_digest import Digest, RankDigest
+from analysis.pipeline.encoded_rows import EncodedRows
+from analysis.pipeline.rank_digest import Digest, RankDigest
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
 from analysis.forked_call import cores_for
 from analysis.gc_paused import gc_paused
@@ -49,12 +49,12 @@ def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_r
 
 def _analyze_one_in_worker(*args) -> _RankResult:
     """_analyze_one in a worker process, which also makes the rank's digest there, beside the other
-    ranks' workers (analysis/tables/rank_digest.py). The rows go back as columns
-    (analysis/attribution/row_columns.py), cheaper to pickle, or, with send_rows False, not at all:
-    the digest's encoded kernel table holds them (analysis/tables/encoded_rows.py).
+    ranks' workers (analysis/pipeline/rank_digest.py). The rows go back as columns
+    (analysis/pipeline/row_columns.py), cheaper to pickle, or, with send_rows False, not at all:
+    the digest's encoded kernel table holds them (analysis/pipeline/encoded_rows.py).
     args: _analyze_one's, then --strict, the preferred table stage and send_rows."""
-    from analysis.attribution.row_columns import RowColumns
-    from analysis.tables.rank_digest import digest_rank
+    from analysis.pipeline.row_columns import RowColumns
+    from analysis.pipeline.rank_digest import digest_rank
 
     *rank_args, strict, prefer_stage, send_rows = args
     with gc_paused():

@@ -15,7 +15,7 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import D4Column, build_column, render_markdown
-from analysis.tables.rank_digest import Digest
+from analysis.pipeline.rank_digest import Digest
 from analysis.tables.self_check_parts import RankChecks
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
 from analysis.tables.load_compare import compare_with_load
@@ -45,7 +45,7 @@ class Analysis:
     json_bytes: int = 0
     comm_rows: list[CommRow] = field(default_factory=list)  # comm.csv: collectives split into wait / transfer
     checks: list[CheckRow] = field(default_factory=list)  # the self-checks (checks.csv)
-    digest: Digest | None = None  # what the rank workers made of kernel_rows (analysis/tables/rank_digest.py)
+    digest: Digest | None = None  # what the rank workers made of kernel_rows (analysis/pipeline/rank_digest.py)
 
     @property
     def failed_checks(self) -> list[CheckRow]:
@@ -116,7 +116,7 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
     tail of `analyze` and of a run's nodes combined, so both tables are built alike.
     `problems` gains the failed self-checks; `chains` (per rank and step, from the attribution)
     spares the checks reading them again; `digest`: what rank workers already made of the rows
-    (analysis/tables/rank_digest.py), used where it holds as many rows."""
+    (analysis/pipeline/rank_digest.py), used where it holds as many rows."""
     if digest is not None and not digest.holds(kernel_rows):
         digest = None
     check_rank_policy(options.rank_policy, {s.rank for s in step_rows})

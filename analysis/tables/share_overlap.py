@@ -29,7 +29,7 @@ def share_cells(kernel_rows: list[KernelRow]) -> ShareCells:
     """Per layer of every step, in row order: the shared expert's busy and exposed us and the spans
     (stream, start, end) of its kernels and of the dispatch and combine kernels; empty without a
     shared expert. Made from one rank's rows alone: a rank's worker makes its own
-    (analysis/tables/rank_digest.py)."""
+    (analysis/pipeline/rank_digest.py)."""
     if not any(row.module == SHARED_MODULE and row.group == SHARE_GROUP for row in kernel_rows):
         return {}  # no shared expert: nothing below would be kept (a layer's spans cost memory on a large trace)
     cells: ShareCells = {}
