@@ -114,15 +114,17 @@ def test_the_bundled_run_in_a_real_browser(full_view, browser):
                 per_step[r.step] += r.busy_us
         shown = browser.evaluate(f"+document.querySelector('g.layer-bar[data-layer=\"{layer}\"]').dataset.totalUs")
         assert shown == pytest.approx(sum(per_step.values()) / len(per_step), abs=1e-3)
-    assert _count(browser, "svg.timeline g.lane") == len({r.stream for r in step_kernels}) == 4
-    idle, end = 0, None  # stretches over 30 us when no stream runs a kernel: drawn narrow, one mark each
+    idle, end = 0, None  # stretches over 30 us when no stream runs a kernel: one mark each
     for r in sorted(step_kernels, key=lambda r: r.start_us):
         idle += end is not None and r.start_us - end > 30.0
         end = r.start_us + r.busy_us if end is None else max(end, r.start_us + r.busy_us)
-    assert idle > 5 and _count(browser, "svg.timeline g.idle-gap") == idle
-    assert _count(browser, "svg.timeline rect.kernel") == len(step_kernels)
-    assert browser.evaluate("[...document.querySelectorAll('g.layer-border')].map(g => g.dataset.kind).join()") \
-        == "dense,moe,moe,moe"
+    assert _count(browser, "svg.timeline") == 2  # to scale, then squeezed
+    for view in ("svg.timeline.to-scale", "svg.timeline.squeezed"):
+        assert _count(browser, f"{view} g.lane") == len({r.stream for r in step_kernels}) == 4
+        assert idle > 5 and _count(browser, f"{view} g.idle-gap") == idle
+        assert _count(browser, f"{view} rect.kernel") == len(step_kernels)
+        assert browser.evaluate(f"[...document.querySelectorAll('{view} g.layer-border')].map(g => g.dataset.kind)"
+                                ".join()") == "dense,moe,moe,moe"
     assert _count(browser, "rect.heat-cell") == 0 and _count(browser, ".no-comm") == 1  # one rank: no split
     assert _count(browser, "svg.expert-load g.load-bar") == 3
     columns = [load_column(FULL / "analysis"), load_column(OTHER / "analysis")]
@@ -132,8 +134,9 @@ def test_the_bundled_run_in_a_real_browser(full_view, browser):
     # the shared experts (stream 142) drawn beside the MoE layer's routing and experts on stream 13
     beside = browser.evaluate("""(() => {
         const box = r => r.getBoundingClientRect();
-        const shared = [...document.querySelectorAll('g.lane[data-stream="142"] rect.kernel[data-group="combine/share overlap"]')];
-        const main = [...document.querySelectorAll('g.lane[data-stream="13"] rect.kernel')]
+        const view = 'svg.timeline.squeezed ';  // to scale, 1 px is 7 us: boxes touch what they do not overlap
+        const shared = [...document.querySelectorAll(view + 'g.lane[data-stream="142"] rect.kernel[data-group="combine/share overlap"]')];
+        const main = [...document.querySelectorAll(view + 'g.lane[data-stream="13"] rect.kernel')]
             .filter(r => ['gate', 'moe'].includes(r.dataset.group));
         return shared.filter(s => main.some(m => box(m).left < box(s).right && box(s).left < box(m).right)).length
             + '/' + shared.length; })()""")

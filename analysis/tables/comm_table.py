@@ -101,19 +101,29 @@ def markdown_sections(columns) -> list[str]:
                    else "they have no copy on some rank of their step")
             lines += ["", markdown_text(f"{c.name}: {c.comm_unsplit} of {c.comm_kernels} communication kernels are "
                                         f"not split into wait and transfer: {why} (comm.csv)")]
-        if c.stragglers:
+        table = straggler_table(c)
+        if table:
             lines += ["", markdown_text(f"Stragglers ({c.name}): the rank the others wait for, largest wait first"), "",
-                      "| layer | collective | last rank | last in | others wait (us) | it ran just before | idle before (us) |",
-                      "|---|---|---|---|---|---|---|"]
-            for s in c.stragglers:
-                before = s.preceding_module if s.preceding_layer == s.layer else f"{s.preceding_module} (layer {s.preceding_layer})"
-                lines.append(markdown_row([s.layer, s.module, s.rank, f"{s.last_share_pct:.0f}% of {s.collectives}",
-                                           f"{s.others_wait_us:.1f}", before or "-", f"{s.idle_before_us:.1f}"]))
+                      markdown_row(table[0]), "|" + "---|" * len(table[0])]
+            lines += [markdown_row(row) for row in table[1:]]
         layer_lines = _layer_table(c)
         if layer_lines:
             lines += ["", markdown_text(f"Per layer ({c.name}): us, mean over the used steps and ranks"), "",
                       *layer_lines]
     return lines
+
+
+def straggler_table(c) -> list[list[str]]:
+    """The rank the others wait for, per collective, largest wait first: the header row, then a row
+    per straggler; empty when there is none. The one formatting of them: d4.md and the view page."""
+    if not c.stragglers:
+        return []
+    rows = [["layer", "collective", "last rank", "last in", "others wait (us)", "it ran just before", "idle before (us)"]]
+    for s in c.stragglers:
+        before = s.preceding_module if s.preceding_layer == s.layer else f"{s.preceding_module} (layer {s.preceding_layer})"
+        rows.append([str(s.layer), s.module, s.rank, f"{s.last_share_pct:.0f}% of {s.collectives}",
+                     f"{s.others_wait_us:.1f}", before or "-", f"{s.idle_before_us:.1f}"])
+    return rows
 
 
 def _layer_table(c) -> list[str]:

@@ -102,17 +102,26 @@ def table_lines(columns) -> list[tuple[str, str, list[str]]]:
                               for look in lookup]) for module, kernel in keys]
 
 
+def rank_table(column) -> list[list[str]]:
+    """Per rank, where its step goes, in ms per step: the header row, then a row per rank; empty for
+    fewer than two ranks. The one formatting of these figures: d4.md and the view page both show it."""
+    if len(column.rank_step_time) < 2:
+        return []
+    headings = [h for h, _ in RANK_COLUMNS if any(h in v for v in column.rank_step_time.values())]
+    return [["rank", *headings]] + [[rank, *(f"{values[h] / 1000:.2f}" if h in values else "" for h in headings)]
+                                    for rank, values in sorted(column.rank_step_time.items())]
+
+
 def markdown_section(columns) -> list[str]:
     """Per rank, where its step goes (the table's rows mix ranks by the rank policy): a rank that
     waits in a collective for the others shows it here."""
     lines: list[str] = []
     for c in columns:
-        if len(c.rank_step_time) < 2:
+        table = rank_table(c)
+        if not table:
             continue
-        headings = [h for h, _ in RANK_COLUMNS if any(h in v for v in c.rank_step_time.values())]
         lines += ["", markdown_text(f"Where each rank's step goes ({c.name}): ms per step, mean over the table's "
                                     "steps (steps.csv has each step; docs/analysis.md defines each figure)"), "",
-                  markdown_row(["rank", *headings]), "|" + "---|" * (len(headings) + 1)]
-        for rank, values in sorted(c.rank_step_time.items()):
-            lines.append(markdown_row([rank, *(f"{values[h] / 1000:.2f}" if h in values else "" for h in headings)]))
+                  markdown_row(table[0]), "|" + "---|" * len(table[0])]
+        lines += [markdown_row(row) for row in table[1:]]
     return lines

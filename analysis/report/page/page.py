@@ -1,8 +1,10 @@
 """The page of `moe-harness view`: one self-contained HTML file, inline SVG, no script, no network.
 
-Sections: the run and its self-check verdict, per-layer bars, one step as a timeline, the wait /
-transfer heat map, the expert load (the pictures first: a user looks before reading), what changed
-against the runs it is compared with, the D4 table, links to the files. English and Chinese are both on the page; two radio buttons and CSS
+Sections: the run and its self-check verdict, per-layer bars, one step as a timeline (to scale, then
+squeezed), where each rank's step goes, the wait / transfer heat map and the stragglers, the expert
+load (the pictures first: a user looks before reading), what changed against the runs it is
+compared with, the D4 table, links to the files. The per-rank and straggler tables are the CLI's
+(d4.md's), from the same functions, so the page and the terminal never disagree. English and Chinese are both on the page; two radio buttons and CSS
 show one (so the page needs no script, and a browser shows no console error).
 """
 from __future__ import annotations
@@ -14,10 +16,13 @@ from analysis.attribution.rows import KernelRow, StepRow
 from analysis.report.page.comm_heatmap import heat_cells, heatmap_svg
 from analysis.report.page.expert_load_bars import expert_load_svg
 from analysis.report.page.layer_bars import layer_bars, layer_bars_svg
-from analysis.report.page.step_timeline import GAP_PX, GAP_US, module_legend, pick_step, timeline_svg
+from analysis.report.page.scaled_timeline import scaled_timeline_svg
+from analysis.report.page.step_timeline import GAP_PX, GAP_US, TARGET_PX, module_legend, pick_step, timeline_svg
+from analysis.report.page.stream_coverage import EXPOSED, IDLE, OVERLAP
 from analysis.report.page.style import LANGS, Style, load_style
 from analysis.report.page.svg import bilingual, el, esc
-from analysis.tables.comm_table import used_steps
+from analysis.tables.comm_table import straggler_table, used_steps
+from analysis.tables.step_time import rank_table
 from analysis.tables.d4 import D4Column, table_rows
 from analysis.tables.d4_diff import Changes, change_table, labels, rule_text, summary_text
 
@@ -44,6 +49,8 @@ svg text{font-size:11px;fill:#333}.panel-title,.heat-title{font-weight:700;font-
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:6px 0}
 .swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
 .note{color:#555;font-size:13px}
+.layers-span{fill:#222}.layers-span-label{font-size:11px;font-weight:600}
+h3{font-size:14px;margin:16px 0 6px}
 """
 
 
@@ -121,6 +128,38 @@ def _changes(changes: Changes) -> str:
     return "".join(out)
 
 
+def _coverage_legend(style: Style) -> str:
+    items = "".join(el("span", el("span", "", class_="swatch", style=f"background:{style.timeline_colour(kind)}")
+                           + bilingual(style, kind), class_="legend-item", data_kind=kind)
+                    for kind in (EXPOSED, OVERLAP, IDLE))
+    return el("div", items, class_="legend coverage-legend")
+
+
+def _cli_table(rows: list[list[str]], css: str, style: Style) -> str:
+    """A table the CLI prints (its rows as the CLI formats them), headings in the page's languages."""
+    return "".join(_table([[style.heading(lang, h) for h in rows[0]], *rows[1:]], lang, css) for lang in LANGS)
+
+
+def _rank_steps(columns: list[D4Column], style: Style) -> str:
+    """Per rank, where its step goes: step_time.rank_table, the table under d4.md."""
+    return "".join(el("h2", bilingual(style, "rank_steps", name=c.name))
+                   + el("div", _cli_table(table, "rank-steps", style), class_="scroll")
+                   for c in columns if (table := rank_table(c)))
+
+
+def _stragglers(columns: list[D4Column], style: Style) -> str:
+    """The rank the others wait for: comm_table.straggler_table, the table under d4.md."""
+    out = []
+    for c in columns:
+        table = straggler_table(c)
+        if table:
+            out.append(el("h3", bilingual(style, "stragglers", name=c.name))
+                       + el("div", _cli_table(table, "stragglers", style), class_="scroll"))
+        elif len(c.ranks) > 1:
+            out.append(el("p", bilingual(style, "no_stragglers", name=c.name), class_="note no-stragglers"))
+    return "".join(out)
+
+
 def _kernel_sections(inputs: PageInputs, column: D4Column, style: Style) -> str:
     if not inputs.kernel_rows or not inputs.step_rows:
         return el("p", bilingual(style, "no_kernels", why=inputs.no_kernels_why or "-"), class_="note")
@@ -132,13 +171,19 @@ def _kernel_sections(inputs: PageInputs, column: D4Column, style: Style) -> str:
     step_rows = [r for r in inputs.kernel_rows if r.rank == step.rank and r.step == step.step]
     out.append(el("h2", bilingual(style, "timeline", stage=step.stage, rank=step.rank, step=step.step,
                                   step_us=step.step_us))
+               + el("p", bilingual(style, "timeline_scale", width_px=TARGET_PX, us_per_px=step.step_us / TARGET_PX,
+                                   gap_us=GAP_US), class_="note")
+               + el("div", scaled_timeline_svg(step_rows, step, style), class_="scroll")
+               + _coverage_legend(style) + module_legend(step_rows, style)
+               + el("h3", bilingual(style, "timeline_squeezed"))
                + el("p", bilingual(style, "timeline_gaps", gap_us=GAP_US, gap_px=GAP_PX), class_="note")
-               + el("div", timeline_svg(step_rows, step, style), class_="scroll") + module_legend(step_rows, style))
+               + el("div", timeline_svg(step_rows, step, style), class_="scroll"))
+    out.append(_rank_steps(inputs.columns, style))
     cells = heat_cells(split_collectives(inputs.kernel_rows, inputs.step_rows), used, column.stage)
     out.append(el("h2", bilingual(style, "comm")))
     if cells:
         out.append(el("p", bilingual(style, "comm_straggler"), class_="note")
-                   + el("div", heatmap_svg(cells, style), class_="scroll"))
+                   + el("div", heatmap_svg(cells, style), class_="scroll") + _stragglers(inputs.columns, style))
     else:
         why = "one_rank" if len({s.rank for s in inputs.step_rows}) < 2 else "no_collectives"
         out.append(el("p", "".join(el("span", esc(style.word(lang, "no_comm", why=style.word(lang, why))), class_=lang)

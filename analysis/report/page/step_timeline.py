@@ -1,9 +1,11 @@
 """One step as a timeline: a lane per stream, each kernel a box coloured by its module, a line where
 each layer starts, so the shared experts on their own stream show beside the combine / experts.
 
-Why the time axis is compressed: a decode step is mostly host gaps around its GPU work (the
-bundled 7 ms steps hold 1.4 ms of layers), so idle stretches longer than GAP_US, when no stream runs
-a kernel, are drawn GAP_PX wide and labelled with their length; everything else is to scale.
+Two views of the step. scaled_timeline.py draws it to scale, the view a reader trusts for where the
+step's time goes. This module draws the second, squeezed view and the parts both views share: a
+decode step is mostly host gaps around its GPU work (the bundled 7 ms steps hold 1.4 ms of layers),
+so to tell the kernels apart, idle stretches longer than GAP_US, when no stream runs a kernel, are
+drawn GAP_PX wide and labelled with their length; everything else is to scale.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from analysis.attribution.rows import SECTION_LAYER, KernelRow, StepRow
 from analysis.errors import AnalysisError
 from analysis.report.annotated_trace import moe_layers
+from analysis.report.page.stream_coverage import IDLE, coverage
 from analysis.report.page.style import Style
 from analysis.report.page.svg import el, esc, num, title
 from analysis.tables.d4 import GROUP_ORDER
@@ -23,6 +26,9 @@ GAP_US = 30.0
 GAP_PX = 16
 TARGET_PX = 1100.0  # fits a 1280-pixel window
 LANE_H, LANE_GAP, LABEL_W, TOP = 22, 6, 92, 30
+MIN_BOX_PX = 0.6  # a kernel shorter than this still shows
+COVER_H = 14  # the exposed / overlap lane over the streams
+LABEL_CHAR_PX = 6.0  # a layer label's width per character (10 px bold)
 
 
 def pick_step(step_rows: list[StepRow], used: set[tuple[str, int]], rank: str | None = None,
@@ -90,30 +96,73 @@ def lanes_of(rows: list[KernelRow]) -> list[int]:
     return sorted(busy, key=lambda s: (-busy[s], s))
 
 
+def kernel_lanes(rows: list[KernelRow], lane_y: dict[int, float], x_of, us_to_px: float, x_end: float,
+                 style: Style) -> str:
+    """A lane per stream (lane_y: its top), each kernel a box at x_of(start), us_to_px wide per us;
+    the lane's backdrop runs from LABEL_W to x_end."""
+    parts = []
+    for stream, y in lane_y.items():
+        boxes = [el("rect", title(f"{r.kernel_name[:160]}\n{r.group} / {r.module}, "
+                                  + (f"layer {r.layer}" if r.section == SECTION_LAYER else f"{r.section} layers")
+                                  + f", {r.busy_us:.1f} us"),
+                    class_="kernel", data_group=r.group, data_module=r.module, data_layer=r.layer,
+                    x=x_of(r.start_us), y=float(y), width=max(MIN_BOX_PX, r.busy_us * us_to_px), height=float(LANE_H),
+                    fill=style.module_colour(r.group, r.module))
+                 for r in rows if r.stream == stream]
+        label = el("text", f"stream {stream}", x=4.0, y=y + LANE_H / 2 + 4, class_="lane-label")
+        backdrop = el("rect", x=float(LABEL_W), y=float(y), width=x_end - LABEL_W, height=float(LANE_H),
+                      class_="lane-bg")
+        parts.append(el("g", backdrop + label + "".join(boxes), class_="lane", data_stream=stream))
+    return "".join(parts)
+
+
+def coverage_lane(pieces: list[tuple[float, float, str]], x_of, y: float, style: Style) -> str:
+    """The lane over the streams: exposed time (one stream runs) and overlap (two or more), each of
+    stream_coverage.coverage's pieces as wide as x_of says; idle time is left blank here."""
+    parts = [el("text", "GPU", x=4.0, y=y + COVER_H - 3.0, class_="lane-label")]
+    for start, end, kind in pieces:
+        if kind != IDLE:
+            parts.append(el("rect", title(f"{kind} {end - start:.1f} us"), class_="coverage", data_kind=kind,
+                            x=x_of(start), y=y, width=x_of(end) - x_of(start), height=float(COVER_H),
+                            fill=style.timeline_colour(kind)))
+    return el("g", "".join(parts), class_="coverage-lane")
+
+
+def layer_borders(rows: list[KernelRow], step: StepRow, x_of, top: float, bottom: float, label_y: float,
+                  fit: bool = False) -> str:
+    """A dashed line where each layer starts, labelled `L<n> dense|MoE`. `fit`: a label wider than the
+    room before the next layer's line shortens to `L<n>`, or is left to the tooltip."""
+    first: dict[int, float] = {}
+    for r in rows:
+        if r.section == SECTION_LAYER:
+            first.setdefault(r.layer, r.start_us)
+    moe = moe_layers(rows)
+    starts = sorted(first.items())
+    parts = []
+    for i, (layer, start) in enumerate(starts):
+        x = x_of(start)
+        kind = "MoE" if (step.rank, step.step, layer) in moe else "dense"
+        room = x_of(starts[i + 1][1]) - x if fit and i + 1 < len(starts) else float("inf")
+        text = next((t for t in (f"L{layer} {kind}", f"L{layer}") if LABEL_CHAR_PX * len(t) + 4 <= room), "")
+        label = el("text", text, x=x + 2, y=label_y, class_="layer-label") if text else ""
+        parts.append(el("g", title(f"layer {layer}, {kind}") + el("line", x1=x, y1=top, x2=x, y2=bottom,
+                                                                  class_="layer-line") + label,
+                        class_="layer-border", data_layer=layer, data_kind=kind.lower()))
+    return "".join(parts)
+
+
 def timeline_svg(rows: list[KernelRow], step: StepRow, style: Style) -> str:
-    """rows: the kernel rows of `step` (one rank, one step)."""
+    """The squeezed view. rows: the kernel rows of `step` (one rank, one step)."""
     rows = sorted(rows, key=lambda r: r.start_us)
     if not rows:
         raise AnalysisError(f"rank {step.rank} step {step.step} has no kernels to draw")
     axis, gaps = _axis(rows, float(LABEL_W))
     lanes = lanes_of(rows)
-    lane_y = {stream: TOP + i * (LANE_H + LANE_GAP) for i, stream in enumerate(lanes)}
-    height = TOP + len(lanes) * (LANE_H + LANE_GAP) + 8
-    moe = moe_layers(rows)
-    parts = []
-    for stream in lanes:
-        y = lane_y[stream]
-        boxes = [el("rect", title(f"{r.kernel_name[:160]}\n{r.group} / {r.module}, "
-                                  + (f"layer {r.layer}" if r.section == SECTION_LAYER else f"{r.section} layers")
-                                  + f", {r.busy_us:.1f} us"),
-                    class_="kernel", data_group=r.group, data_module=r.module, data_layer=r.layer,
-                    x=axis.x(r.start_us), y=float(y), width=max(0.8, r.busy_us * axis.us_to_px), height=float(LANE_H),
-                    fill=style.module_colour(r.group, r.module))
-                 for r in rows if r.stream == stream]
-        label = el("text", f"stream {stream}", x=4.0, y=y + LANE_H / 2 + 4, class_="lane-label")
-        backdrop = el("rect", x=float(LABEL_W), y=float(y), width=axis.width - LABEL_W, height=float(LANE_H),
-                      class_="lane-bg")
-        parts.append(el("g", backdrop + label + "".join(boxes), class_="lane", data_stream=stream))
+    lanes_top = TOP + COVER_H + LANE_GAP
+    lane_y = {stream: float(lanes_top + i * (LANE_H + LANE_GAP)) for i, stream in enumerate(lanes)}
+    height = lanes_top + len(lanes) * (LANE_H + LANE_GAP) + 8
+    parts = [coverage_lane(coverage(rows, step.start_us, step.end_us), axis.x, float(TOP), style),
+             kernel_lanes(rows, lane_y, axis.x, axis.us_to_px, axis.width, style)]
     labelled_x = -1e9
     for x, start, length in gaps:
         label = ""
@@ -123,18 +172,9 @@ def timeline_svg(rows: list[KernelRow], step: StepRow, style: Style) -> str:
             labelled_x = x
         parts.append(el("g", el("rect", title(f"idle {length:.0f} us"), x=x, y=float(TOP - 4), width=float(GAP_PX),
                                 height=float(height - TOP), class_="gap") + label, class_="idle-gap"))
-    first: dict[int, float] = {}
-    for r in rows:
-        if r.section == SECTION_LAYER:
-            first.setdefault(r.layer, r.start_us)
-    for layer, start in sorted(first.items()):
-        x = axis.x(start)
-        kind = "MoE" if (step.rank, step.step, layer) in moe else "dense"
-        parts.append(el("g", el("line", x1=x, y1=float(TOP - 12), x2=x, y2=float(height - 4), class_="layer-line")
-                        + el("text", f"L{layer} {kind}", x=x + 2, y=float(TOP - 16), class_="layer-label"),
-                        class_="layer-border", data_layer=layer, data_kind=kind.lower()))
+    parts.append(layer_borders(rows, step, axis.x, float(TOP - 12), float(height - 4), float(TOP - 16)))
     width, height = axis.width + 12, height + 14  # room for the gap lengths under the lanes
-    return el("svg", "".join(parts), class_="timeline", width=num(width), height=num(float(height)),
+    return el("svg", "".join(parts), class_="timeline squeezed", width=num(width), height=num(float(height)),
               viewBox=f"0 0 {num(width)} {num(float(height))}", xmlns="http://www.w3.org/2000/svg")
 
 

@@ -20,16 +20,26 @@ class Heat(msgspec.Struct, forbid_unknown_fields=True):
     straggler_outline: str
 
 
+class Timeline(msgspec.Struct, forbid_unknown_fields=True):
+    """The to-scale timeline's top lane and idle stretches (stream_coverage.py's kinds)."""
+    exposed: str
+    overlap: str
+    idle: str
+
+
 class Style(msgspec.Struct, forbid_unknown_fields=True):
     groups: dict[str, str]
     other_group_colour: str
     modules: dict[str, dict[str, str]]
     heat: Heat
+    timeline: Timeline
     words: dict[str, dict[str, str]]
+    headings_zh: dict[str, str]  # the CLI tables' English column headings, in Chinese (the rest stay English)
 
     def __post_init__(self):
         colours = [*self.groups.values(), self.other_group_colour, self.heat.low, self.heat.high,
-                   self.heat.straggler_outline, *(c for m in self.modules.values() for c in m.values())]
+                   self.heat.straggler_outline, self.timeline.exposed, self.timeline.overlap, self.timeline.idle,
+                   *(c for m in self.modules.values() for c in m.values())]
         bad = [c for c in colours if not _COLOUR.match(c)]
         if bad:
             raise ValueError(f"colours must be #rrggbb, not {', '.join(bad)}")
@@ -41,6 +51,12 @@ class Style(msgspec.Struct, forbid_unknown_fields=True):
 
     def module_colour(self, group: str, module: str) -> str:
         return self.modules.get(group, {}).get(module, self.group_colour(group))
+
+    def timeline_colour(self, kind: str) -> str:
+        return getattr(self.timeline, kind)
+
+    def heading(self, lang: str, text: str) -> str:
+        return self.headings_zh.get(text, text) if lang == "zh" else text
 
     def word(self, lang: str, key: str, **values) -> str:
         return self.words[lang][key].format(**values)

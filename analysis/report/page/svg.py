@@ -36,3 +36,9 @@ def title(text: str) -> str:
 def bilingual(style, key: str, tag: str = "span", **values) -> str:
     """The same words in English and Chinese; the page's language switch shows one (CSS classes en / zh)."""
     return "".join(el(tag, esc(style.word(lang, key, **values)), class_=lang) for lang in ("en", "zh"))
+
+
+def bilingual_text(style, key: str, values: dict, **attrs) -> str:
+    """An SVG label in English and Chinese, one <text> each; the page's language switch shows one."""
+    return "".join(el("text", esc(style.word(lang, key, **values)), class_=f"{attrs.get('class_', '')} {lang}".strip(),
+                      **{k: v for k, v in attrs.items() if k != "class_"}) for lang in ("en", "zh"))
