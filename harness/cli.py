@@ -21,6 +21,24 @@ def chosen_command(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+class PrintVersion(argparse.Action):
+    """--version: the installed distribution's version, looked up only when asked (importlib.metadata
+    would otherwise add its import to every command's start-up)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("moe-harness")
+        except PackageNotFoundError:
+            found = "unknown (not installed: pip install . from the checkout)"
+        print(f"moe-harness {found}")
+        parser.exit(0)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser for this command line: the chosen command's in full (its module imported), every
     other command as its summary. argv None: every command in full (for tools that list them all)."""
@@ -30,6 +48,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="moe-harness",
         description="Benchmark harness for distributed MoE serving: traces in, per-layer D4 tables out.",
     )
+    parser.add_argument("--version", action=PrintVersion, help="print the installed moe-harness version and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = chosen_command(argv) if argv is not None else None
     for name, summary in COMMANDS.items():

@@ -17,7 +17,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from harness.env_names import RULE as ENV_RULE, bad_env_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS_DIR = REPO_ROOT / "scenarios"
+# The shipped scenarios: harness/scenarios links to the checkout's scenarios/ (resolved, so paths read
+# scenarios/NAME.yaml as before) and is a folder of files in an installed wheel, where no checkout exists.
+SCENARIOS_DIR = (Path(__file__).parent / "scenarios").resolve()
 EMBEDDED_PRESETS_PATH = Path(__file__).resolve().parent / "engines" / "embedded" / "presets.yaml"
 
 
@@ -484,7 +486,7 @@ def disaggregation_problems(s: Scenario) -> list[str]:
 
 
 def resolve_scenario_path(name_or_path: str) -> Path:
-    """`demo` means scenarios/demo.yaml (repo's, then the working directory's); a path is a path."""
+    """`demo` means scenarios/demo.yaml (the working directory's, then the shipped one); a path is a path."""
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or os.sep in name_or_path or candidate.exists():
         if not candidate.exists():

@@ -60,6 +60,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 say "installing the project with its test extras into $venv (pinned by .ci/constraints.txt)"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -c .ci/constraints.txt -e '.[test,embedded,ray,metrics,parquet,report,pd]'
+"$venv/bin/python" -m pip install -q -c .ci/constraints.txt -e '.[test,embedded,ray,metrics,report,pd]'
 
 exec "$venv/bin/python" -m pytest -q "$@"
