@@ -52,20 +52,30 @@ from harness.steady_state import NotSteadyError
 RUNTIME_ENV_EXCLUDES = [".git", ".venv", "runs", "**/__pycache__", ".pytest_cache", "*.egg-info", "build", "dist"]
 
 
+def code_runtime_env(repo_root: Path) -> dict[str, Any]:
+    """What Ray ships to the cluster's workers so they run this code: the checkout (working_dir), or,
+    for an installed wheel (no pyproject.toml beside the packages: repo_root is site-packages), the
+    two packages themselves, never the whole environment they are installed in."""
+    if (repo_root / "pyproject.toml").is_file():
+        return {"working_dir": str(repo_root), "excludes": RUNTIME_ENV_EXCLUDES}
+    return {"py_modules": [str(repo_root / "analysis"), str(repo_root / "harness")], "excludes": RUNTIME_ENV_EXCLUDES}
+
+
 def connect_ray(repo_root: Path, progress: Progress) -> Any:
     """An existing cluster (inside a Ray job, or RAY_ADDRESS set), else a local Ray started here."""
     import ray
 
+    from harness.ray_token_auth import check_cluster_takes_client
+
     if ray.is_initialized():  # run() called from a program (or test) already connected to a cluster
         progress.note("using this process's Ray connection")
-    elif in_ray_job():
+        return ray
+    check_cluster_takes_client(os.environ.get("RAY_ADDRESS"))  # a token the head wants: one line, not a 20 s retry
+    if in_ray_job():
         ray.init(log_to_driver=False)  # the job's runtime env (working_dir) already carries the code
         progress.note(f"inside a Ray job; cluster at {os.environ.get('RAY_ADDRESS', 'auto')}")
     elif os.environ.get("RAY_ADDRESS"):
-        ray.init(
-            log_to_driver=False,
-            runtime_env={"working_dir": str(repo_root), "excludes": RUNTIME_ENV_EXCLUDES},
-        )
+        ray.init(log_to_driver=False, runtime_env=code_runtime_env(repo_root))
         progress.note(f"connected to the Ray cluster at {os.environ['RAY_ADDRESS']}")
     else:
         ray.init(

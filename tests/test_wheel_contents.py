@@ -10,6 +10,7 @@ activated). .ci/package_check.sh does the same with a clean venv and every depen
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -106,3 +107,20 @@ def test_installed_wheel_validates_a_shipped_scenario_by_name_outside_the_checko
     read_from = Path(checked.stdout.split()[1])  # `ok: FILE (scenario NAME, ...)`
     assert read_from.name == shipped.name and installed.parent.resolve() in read_from.parents, checked.stdout
     assert read_from.read_bytes() == shipped.read_bytes(), f"{read_from} differs from {shipped}"
+
+
+def test_an_installed_wheel_ships_its_two_packages_to_a_cluster_not_its_environment(installed, tmp_path):
+    """With RAY_ADDRESS the driver hands Ray the code its workers run: the checkout, or from a wheel the
+    analysis and harness packages where they are installed (the folder above them is site-packages,
+    which as a working_dir would be the whole environment)."""
+    script = ("import json, harness.run as r\nfrom pathlib import Path\n"
+              "print(json.dumps(r.code_runtime_env(Path(r.__file__).resolve().parent.parent)))\n")
+    said = _outside_checkout([str(installed / "python"), "-c", script], tmp_path)
+    assert said.returncode == 0, said.stderr
+    env = json.loads(said.stdout)
+    assert "working_dir" not in env and [Path(p).name for p in env["py_modules"]] == ["analysis", "harness"]
+    assert all(installed.parent.resolve() in Path(p).parents and (Path(p) / "__init__.py").is_file()
+               for p in env["py_modules"]), env
+    from harness.run import code_runtime_env
+
+    assert code_runtime_env(ROOT)["working_dir"] == str(ROOT)  # a checkout ships itself, as before
