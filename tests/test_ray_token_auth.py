@@ -1,0 +1,163 @@
+"""A driver against a real Ray head that uses token authentication (Ray 2.60, RAY_AUTH_MODE=token).
+
+The head runs here with a synthetic token, its own HOME (no ~/.ray/auth_token of the machine is read),
+temp dir and ports, and is stopped by killing exactly its processes. Each client is a fresh interpreter:
+Ray reads RAY_AUTH_MODE once per process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SYNTHETIC_TOKEN = "synthetic-test-token-5f0c2b7e9a1d4c3b8e6f"
+START_TIMEOUT_S = 300  # generous: a 2-core machine with another process on one core
+CLIENT_TIMEOUT_S = 180
+AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pids_using(temp_dir: str) -> list[int]:
+    """The head's processes: its temp dir is in their command line or among their open files."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if temp_dir in cmdline or any(temp_dir in os.readlink(fd) for fd in (entry / "fd").iterdir()):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _client_env(home: str, **auth: str) -> dict[str, str]:
+    """This machine's environment without any Ray auth setting, HOME with no token file, then `auth`."""
+    env = {k: v for k, v in os.environ.items() if k not in AUTH_VARIABLES}
+    env.update(HOME=home, RAY_USAGE_STATS_ENABLED="0", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", **auth)
+    return env
+
+
+@pytest.fixture(scope="module")
+def token_head():
+    temp_dir = tempfile.mkdtemp(prefix="rta", dir="/tmp")  # short: Ray's socket paths are length-limited
+    home = tempfile.mkdtemp(prefix="rta-home", dir="/tmp")
+    gcs_port = _free_port()
+    cmd = [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
+           "--include-dashboard=false", f"--temp-dir={temp_dir}", "--num-cpus=1", "--num-gpus=0",
+           "--disable-usage-stats", f"--ray-client-server-port={_free_port()}",
+           f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+           f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}"]
+    env = _client_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=SYNTHETIC_TOKEN)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"ray start exited with {proc.returncode}"
+            try:
+                socket.create_connection(("127.0.0.1", gcs_port), timeout=5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"the token head's GCS did not listen within {START_TIMEOUT_S} s"
+                time.sleep(1)
+        yield {"address": f"127.0.0.1:{gcs_port}", "home": home}
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while (left := _pids_using(temp_dir)) and time.monotonic() < deadline:
+            for pid in left:  # the head's processes that left its process group
+                try:
+                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 10 else signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(1)
+        for folder in (temp_dir, home):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_main_job_without_a_token_fails_in_one_line_naming_the_fix(token_head, tmp_path: Path) -> None:
+    """The issue's case: RAY_ADDRESS names a head with token auth and the client set no RAY_AUTH_MODE.
+    Before, ray.init retried ~20 s and the run failed with `ConnectionError: Failed to connect to Ray
+    cluster`, a traceback in the manifest and no word of tokens."""
+    runs = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "harness/run.py", "--scenario", "demo", "--runs-dir", str(runs)],
+                          cwd=REPO, env=_client_env(token_head["home"], RAY_ADDRESS=token_head["address"]),
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (run_dir,) = runs.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    error = manifest["error"]
+    assert error["phase"] == "connect to Ray"
+    assert "traceback" not in error  # an expected failure: its message says it all
+    message = error["message"]
+    assert "\n" not in message
+    assert f"the Ray cluster at {token_head['address']} uses token authentication" in message
+    assert "set RAY_AUTH_MODE=token" in message and "RAY_AUTH_TOKEN" in message
+    assert "docs/kuberay.md#token-authentication" in message
+    assert (REPO / "docs" / "kuberay.md").read_text().count("## Token authentication") == 1
+    assert f"run failed during connect to Ray: {message}" in " ".join((done.stdout + done.stderr).split())
+
+
+_CONNECT = """
+import sys, tempfile
+from pathlib import Path
+from harness.progress import Progress
+from harness.run import connect_ray
+from harness.run_errors import RunFailed
+try:
+    ray = connect_ray(Path(tempfile.mkdtemp()), Progress(quiet=True))  # an empty working_dir to upload
+except RunFailed as exc:
+    print("REFUSED", type(exc).__name__, exc)
+    sys.exit(0)
+print("CONNECTED", sum(1 for n in ray.nodes() if n["Alive"]))
+ray.shutdown()
+"""
+
+
+def _connect(token_head, **auth: str) -> str:
+    env = _client_env(token_head["home"], RAY_ADDRESS=token_head["address"], PYTHONPATH=str(REPO), **auth)
+    done = subprocess.run([sys.executable, "-c", _CONNECT], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=CLIENT_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]  # no abort, no hang
+    (line,) = [ln for ln in done.stdout.splitlines() if ln.startswith(("REFUSED", "CONNECTED"))]
+    return line
+
+
+def test_each_token_state_gets_its_own_answer_and_the_right_token_connects(token_head, tmp_path: Path) -> None:
+    """RAY_AUTH_MODE=token with a wrong token (before, ray.init had not returned after 3 minutes), with
+    no token anywhere (Ray's GCS client, which the check uses, aborts the process there unless the check
+    looks first), and with the right token in a file named by RAY_AUTH_TOKEN_PATH."""
+    wrong = _connect(token_head, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="synthetic-wrong-token-00000000000000")
+    assert wrong.startswith("REFUSED RayTokenAuthError")
+    assert f"the Ray cluster at {token_head['address']} refused this client's token" in wrong
+
+    missing = _connect(token_head, RAY_AUTH_MODE="token")
+    assert missing.startswith("REFUSED RayTokenAuthError")
+    assert "RAY_AUTH_MODE=token is set but no Ray token was found" in missing
+
+    token_file = tmp_path / "ray-token"
+    token_file.write_text(SYNTHETIC_TOKEN)
+    assert _connect(token_head, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file)) == "CONNECTED 1"
