@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def test_every_profiled_step_has_the_models_layers():
 
 def test_kernels_sit_under_the_modules_their_names_belong_to():
     d4 = _rows(BUNDLED / "analysis/d4.csv")
-    where = {(r["group"], r["kernel"]) for r in d4 if r["kernel"]}
+    # the kernel column holds whole names: each kernel here by its own name, template arguments and parameters aside
+    where = {(r["group"], re.match(r"(?:\(anonymous namespace\)::)?[\w:]+", r["kernel"]).group(0)) for r in d4 if r["kernel"]}
     assert ("attention", "sm90::flash_fwd_splitkv_mla_kernel") in where  # --decode-attention-backend flashmla
     assert ("moe", "fused_moe_kernel") in where  # SGLang's Triton fused MoE on one GPU
     assert ("gate", "(anonymous namespace)::router_gemm_kernel") in where

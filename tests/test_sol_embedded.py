@@ -68,7 +68,7 @@ def test_every_module_gets_a_sol_on_its_main_kernel(analysed):
             continue
         assert r.sol_us > 0 and 0 < r.sol_pct <= 100, key
         assert r.bound == "memory", key  # batch 32 in bf16: every module is under the H100 ridge point
-    assert shared == ["shared_up_gate", "shared_down"], shared
+    assert shared == ["shared_up_gate", "shared_silu", "shared_down"], shared  # the silu kernel: its whole name says silu
 
 
 def test_experts_rows_equal_the_hand_computed_sum(analysed):

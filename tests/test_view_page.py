@@ -129,7 +129,7 @@ def test_the_bundled_run_in_a_real_browser(full_view, browser):
     assert _count(browser, "svg.expert-load g.load-bar") == 3
     columns = [load_column(FULL / "analysis"), load_column(OTHER / "analysis")]
     assert _count(browser, "table.d4.en tbody tr") == len(table_rows(columns)) - 1
-    assert _count(browser, "table.changes.en tbody tr") == 1 + 44  # end-to-end + every row either run has
+    assert _count(browser, "table.changes.en tbody tr") == 1 + 52  # end-to-end + every row either run has (whole kernel names)
     assert _count(browser, "table.changes.en tr.within_noise") == 1 + 28
     # the shared experts (stream 142) drawn beside the MoE layer's routing and experts on stream 13
     beside = browser.evaluate("""(() => {

@@ -112,26 +112,20 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
 
 
 def kernel_label(kernel: Kernel) -> str:
-    """The D4 kernel column for a kernel: its short name; a CPU operator's is its top-level call's
+    """The D4 kernel column for a kernel: its whole name; a CPU operator's is its top-level call's
     (aten::linear for the aten::t and aten::mm inside it), so a CPU table has one row per call."""
-    return short_label(kernel.root or kernel.name)
+    return name_label(kernel.root or kernel.name)
 
 
 @functools.lru_cache(maxsize=100_000)
-def short_label(kernel_name: str, limit: int = 48) -> str:
-    """A readable prefix of a kernel name for the D4 kernel column (mangled names read as their kernel)."""
-    if kernel_name.startswith("_Z"):
-        from analysis.ingest.kernel_names import readable_name
-
-        return readable_name(kernel_name)[:limit]
-    name = kernel_name
-    if name.startswith("void "):
-        name = name[5:]
-    for stop in ("<", "("):
-        cut = name.find(stop)
-        if cut > 0:
-            name = name[:cut]
-    return name[:limit]
+def name_label(kernel_name: str) -> str:
+    """The D4 kernel column for a kernel name: the whole name, so that two kernels never share a row
+    (a cut prefix put every at::native::vectorized_elementwise_kernel<...> variant in one). Only a
+    leading `void ` goes: every kernel returns void and the demangler prints a return type only for a
+    function template instantiation, whose name ends in `<...>` before its parameters as no other
+    function's does, so no two names meet. Shortened only where shown (analysis/tables/shown_names.py).
+    Cached: one string per name, however many rows carry it."""
+    return kernel_name[5:] if kernel_name.startswith("void ") else kernel_name
 
 
 def slots_from_module_ranges(kernels: list[Kernel], launches: dict[int, Launch], spec: ModuleRanges,
@@ -149,7 +143,7 @@ def slots_from_module_ranges(kernels: list[Kernel], launches: dict[int, Launch],
             launch = launches.get(k.correlation)
             stack = index.stack_at(launch.tid, launch.start_us) if launch is not None else []
         names.append(_name_from_stack(stack, spec))
-    return _slots_from_names(kernels, names, [short_label(k.name) for k in kernels], SOURCE_MODULE_RANGE)
+    return _slots_from_names(kernels, names, [name_label(k.name) for k in kernels], SOURCE_MODULE_RANGE)
 
 
 @dataclass
@@ -183,5 +177,5 @@ def slots_from_capture(kernels: list[Kernel], capture: CaptureMap) -> tuple[list
     matched = len(pairs)
     if matched < 0.5 * len(kernels):
         return None, matched
-    slots = _slots_from_names(kernels, mapped, [short_label(k.name) for k in kernels], SOURCE_CAPTURE)
+    slots = _slots_from_names(kernels, mapped, [name_label(k.name) for k in kernels], SOURCE_CAPTURE)
     return slots, matched

@@ -42,7 +42,7 @@ from analysis.attribution.layer_vocabulary import (
     routed_roles,
 )
 from analysis.attribution.layers import LayerCut, Slot, main_stream
-from analysis.attribution.module_attribution import kernel_label, short_label
+from analysis.attribution.module_attribution import kernel_label, name_label
 from analysis.attribution.roles import row_of
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
 from analysis.attribution.named_rules import STRUCTURE_RULES, rule
@@ -736,7 +736,7 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         row = row_of(role, moe)
         for p in range(unit.lo, unit.hi + 1):
             name = labels[p] or names[p]
-            label = label_of.get(name) or label_of.setdefault(name, short_label(name))
+            label = label_of.get(name) or label_of.setdefault(name, name_label(name))
             if role == "all_reduce":  # which collective: from its name
                 named = collective_role(name)
                 kind_row = row_of(named, moe)

@@ -18,6 +18,7 @@ from analysis.sol.estimate import D4Sol, Deployment, StepSol
 from analysis.report.sol_vs_ncu import RowCheck
 from analysis.report.top_kernels import TopKernelsResult
 from analysis.report.whatif import WhatIf
+from analysis.tables.shown_names import with_shown_names
 
 REPORT_STEM = "kernel_report"
 
@@ -101,6 +102,7 @@ def _sol_blocks(inputs: ReportInputs) -> list[Block]:
         "% of SOL = 100 x SOL / measured (100% = at the hardware limit). Formulas: docs/sol.md."))
     rows = [[r.group, r.module, r.kernel, _f(r.value_us, 2), r.term or "", _f(r.sol_us, 2),
              "" if r.sol_pct is None else f"{r.sol_pct:.0f}%", r.bound or ""] for r in inputs.sol_rows]
+    rows = with_shown_names(rows, 2)  # whole kernel names are the analysis's; a table shows them short
     blocks.append(Table(["Group", "Module", "Kernel", "Measured us", "SOL term", "SOL us", "% of SOL", "Bound"], rows))
     if inputs.step_sol is not None:
         measured = f"; measured step {inputs.step_ms:.2f} ms" if inputs.step_ms else ""
@@ -113,8 +115,9 @@ def _sol_blocks(inputs: ReportInputs) -> list[Block]:
 def _what_if_table(what_ifs: list[WhatIf]) -> Table:
     return Table(
         ["Group", "Module", "Kernel", "Layers", "Row us", "New row us", "Step ms", "New step ms", "Saving ms", "Step speedup"],
-        [[w.group, w.module, w.kernel, f"{w.layers:g}", _f(w.row_us, 2), _f(w.new_row_us, 2), _f(w.step_ms, 2),
-          _f(w.new_step_ms, 2), _f(w.saving_ms, 3), f"{w.step_speedup:.3f}x"] for w in what_ifs])
+        with_shown_names([[w.group, w.module, w.kernel, f"{w.layers:g}", _f(w.row_us, 2), _f(w.new_row_us, 2),
+                           _f(w.step_ms, 2), _f(w.new_step_ms, 2), _f(w.saving_ms, 3), f"{w.step_speedup:.3f}x"]
+                          for w in what_ifs], 2))
 
 
 def _what_if_blocks(inputs: ReportInputs) -> list[Block]:
@@ -212,14 +215,14 @@ def _sol_vs_ncu_blocks(inputs: ReportInputs) -> list[Block]:
         "its model % while its kernels run near their ncu limit spends its time outside those kernels' peak "
         "work: extra kernels, launch gaps or more bytes than the model counts. A kernel name shared by several "
         "modules gets the mean of all its profiled launches."))
+    rows = [[c.group, c.module, c.kernel, c.bound, _f(c.measured_us, 1), _f(c.sol_us, 1),
+             "" if c.model_sol_pct is None else f"{c.model_sol_pct:.0f}%", f"{c.profiled_pct:.0f}%",
+             "" if c.ncu_sol_pct is None else f"{c.ncu_sol_pct:.0f}%",
+             "" if c.ncu_dram_pct is None else f"{c.ncu_dram_pct:.0f}%",
+             _mb(c.model_hbm_bytes), _mb(c.ncu_dram_bytes_per_layer)] for c in checks]
     blocks.append(Table(
         ["Group", "Module", "Kernel", "Bound", "Measured us", "SOL us", "Model % of SOL", "Profiled %",
-         "ncu SOL %", "ncu DRAM %", "Model MB", "ncu MB"],
-        [[c.group, c.module, c.kernel, c.bound, _f(c.measured_us, 1), _f(c.sol_us, 1),
-          "" if c.model_sol_pct is None else f"{c.model_sol_pct:.0f}%", f"{c.profiled_pct:.0f}%",
-          "" if c.ncu_sol_pct is None else f"{c.ncu_sol_pct:.0f}%",
-          "" if c.ncu_dram_pct is None else f"{c.ncu_dram_pct:.0f}%",
-          _mb(c.model_hbm_bytes), _mb(c.ncu_dram_bytes_per_layer)] for c in checks]))
+         "ncu SOL %", "ncu DRAM %", "Model MB", "ncu MB"], with_shown_names(rows, 2)))
     from analysis.ingest.kernel_names import readable_name
 
     kernel_rows = []

@@ -21,6 +21,7 @@ from analysis.ingest.expert_load import ExpertLoad
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, SECTION_SIDE, KernelRow, StepRow, usable_statuses
 from analysis.tables.comm_table import extra_rows, markdown_sections  # beside the groups, not in their sums
 from analysis.tables.share_overlap import SHARE_GROUP, ShareCells, share_overlap_rows
+from analysis.tables.shown_names import with_shown_names
 from analysis.tables import derived_notes
 from analysis.tables.tbo_overlap import TBO_GROUP, tbo_overlap_rows
 from analysis.tables import load_compare, measured_shape, step_time, token_cost
@@ -447,6 +448,7 @@ def table_rows(columns: list[D4Column], lang: str = "en") -> list[list[str]]:
 
 def render_markdown(columns: list[D4Column], lang: str = "en") -> str:
     rows = table_rows(columns, lang)
+    rows = [rows[0], *with_shown_names(rows[1:], 2)]  # whole kernel names stay in d4.csv
     # every cell and note escaped: kernel names, labels and file names come from the user's files
     lines = [_TEXT[lang]["title"], "", markdown_row(rows[0]), "|" + "---|" * len(rows[0])]
     lines += [markdown_row(row) for row in rows[1:]]

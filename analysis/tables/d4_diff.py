@@ -19,6 +19,7 @@ from analysis.io.data_files import read_packaged_struct
 from analysis.errors import AnalysisError
 from analysis.markdown_text import markdown_row, markdown_text
 from analysis.tables.d4 import D4Column, group_label
+from analysis.tables.shown_names import with_shown_names
 from analysis.tables.d4_cells import D4Row
 
 RULE_FILE = Path(__file__).with_name("changes.yaml")
@@ -157,7 +158,7 @@ def change_table(changes: Changes, lang: str = "en") -> tuple[list[str], list[li
     for c in changes.rows:
         rows.append([group_label(c.group, lang), c.module, c.kernel, _num(c.base_us), _num(c.other_us), _signed(c.diff_us),
                      _num(c.base_sd_us, 2), _num(c.other_sd_us, 2), _signed(c.effect_us), getattr(words, c.verdict)])
-    return headers, rows
+    return headers, with_shown_names(rows, 2)  # shown only: compare's CSV keeps whole kernel names
 
 
 def labels(lang: str) -> _Labels:

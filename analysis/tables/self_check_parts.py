@@ -24,6 +24,7 @@ from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.kernel_classes import class_of_name, class_test
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import EXTEND, UNKNOWN
+from analysis.tables.shown_names import shown_names
 
 _MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
 _MOE_MODULES = frozenset({"router", "topk", "shared_experts"})
@@ -277,7 +278,8 @@ def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...], rows: list[K
     got = seq[i] if i < len(seq) else "(end)"
     want = usual[i] if i < len(usual) else "(end)"
     example = next((r for r in sorted(rows, key=_BY_START) if class_of_name(r.kernel_name) == got), None)
-    kernel = (f" ({example.kernel[:60]}, {example.busy_us:.1f} us, named {example.group} / {example.module})"
+    kernel = (f" ({shown_names([example.kernel])[example.kernel]}, {example.busy_us:.1f} us, "
+              f"named {example.group} / {example.module})"
               if example is not None else "")
     return f"has {got}{kernel} where the others have {want} (class {i + 1} of {len(usual)})"
 
@@ -370,9 +372,10 @@ def foreign_kernels(mix: dict, others: list[dict]) -> list[tuple[tuple[str, str,
     return sorted(((key, us) for key, us in mix.items() if counts[key] * 2 < len(others)), key=lambda kv: -kv[1])
 
 
-def describe(key: tuple[str, str, str], us: float) -> str:
-    group, module, kernel = key
-    return f"{kernel[:60]} ({us:.0f} us, named {group} / {module})"
+def describe(items: list[tuple[tuple[str, str, str], float]]) -> str:
+    """Kernels a message names, each as a table shows it: short, and two kernels never alike."""
+    shown = shown_names(kernel for (_group, _module, kernel), _us in items)
+    return ", ".join(f"{shown[kernel]} ({us:.0f} us, named {group} / {module})" for (group, module, kernel), us in items)
 
 
 _NEAR = 1e-9  # relative: farther than this below the bound, a layer's compute summed in another order is too
@@ -429,7 +432,7 @@ def _after_layers(part: RankChecks, empty: list[StepRow], by_step: dict) -> None
         if foreign:
             part.after_layers_failure = (
                 f"{part.rank}: the last layer ({kind}, layer {last_layer}) holds "
-                f"{', '.join(describe(k, us) for k, us in foreign[:2])} that no other {kind} layer has: "
+                f"{describe(foreign[:2])} that no other {kind} layer has: "
                 "the final norm, the LM head and sampling are likely counted in the last layer")
             return
 

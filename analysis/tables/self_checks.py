@@ -193,7 +193,7 @@ def _layer_time(parts: list[RankChecks], stage: str, limits: dict) -> CheckRow:
     if not outliers:
         return CheckRow("layer_time", scope, value, "none", PASS)
     rank, kind, step, layer, t, median, foreign, is_last = max(outliers, key=lambda o: o[4] - o[5])
-    cause = (f"; it holds {', '.join(describe(k, us) for k, us in foreign[:2])} that no other {kind} layer has"
+    cause = (f"; it holds {describe(foreign[:2])} that no other {kind} layer has"
              if foreign else "")
     hint = (": the final norm and LM head counted in the last layer?" if foreign and is_last and
             any(class_of_name(k[2]) in ("gemm", "router_gemm") for k, _us in foreign[:2]) else "")

@@ -235,7 +235,8 @@ def _choose_anchor(layers: list[list[KernelRow]], names_at: dict[int, Counter]) 
 
 
 def _short(key: str) -> str:
-    """A readable label from a name key (an escaped name or a family regex)."""
-    from analysis.attribution.module_attribution import short_label
+    """The label of a name key (an escaped name or a family regex): the name it matches, whole, as
+    the kernel column carries it (module_attribution.name_label)."""
+    from analysis.attribution.module_attribution import name_label
 
-    return short_label(re.sub(r"\\(.)", r"\1", key).strip("^$.*"))
+    return name_label(re.sub(r"\\(.)", r"\1", key).strip("^$.*"))
