@@ -39,7 +39,7 @@ class KernelRow(msgspec.Struct, gc=False):
     micro_batch: int  # 0, or 0/1 under two-batch overlap
     group: str  # attention | gate | moe | combine/share overlap | mtp | other | unattributed ...
     module: str
-    kernel: str  # the signature's label for the kernel (short); the family for generic
+    kernel: str  # the kernel's whole name, less `void ` (a signature's label; the family for generic)
     kernel_name: str  # the full name from the trace
     stream: int
     start_us: float

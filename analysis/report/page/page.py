@@ -24,6 +24,7 @@ from analysis.report.page.svg import bilingual, el, esc
 from analysis.tables.comm_table import straggler_table, used_steps
 from analysis.tables.step_time import rank_table
 from analysis.tables.d4 import D4Column, table_rows
+from analysis.tables.shown_names import with_shown_names
 from analysis.tables.d4_diff import Changes, change_table, labels, rule_text, summary_text
 
 _CSS = """
@@ -97,7 +98,10 @@ def _d4_tables(columns: list[D4Column]) -> str:
             return "line"
         return "sum" if row[1] == "sum" else None
 
-    return "".join(_table(table_rows(columns, lang), lang, "d4", kind) for lang in LANGS)
+    def shown(rows: list[list[str]]) -> list[list[str]]:  # whole kernel names shortened as d4.md shows them
+        return [rows[0], *with_shown_names(rows[1:], 2)]
+
+    return "".join(_table(shown(table_rows(columns, lang)), lang, "d4", kind) for lang in LANGS)
 
 
 def _summary(column: D4Column, style: Style) -> str:
