@@ -56,9 +56,11 @@ def code_runtime_env(repo_root: Path) -> dict[str, Any]:
     """What Ray ships to the cluster's workers so they run this code: the checkout (working_dir), or,
     for an installed wheel (no pyproject.toml beside the packages: repo_root is site-packages), the
     two packages themselves, never the whole environment they are installed in."""
-    if (repo_root / "pyproject.toml").is_file():
-        return {"working_dir": str(repo_root), "excludes": RUNTIME_ENV_EXCLUDES}
-    return {"py_modules": [str(repo_root / "analysis"), str(repo_root / "harness")], "excludes": RUNTIME_ENV_EXCLUDES}
+    installed = not (repo_root / "pyproject.toml").is_file() and all(
+        (repo_root / package / "__init__.py").is_file() for package in ("analysis", "harness"))
+    if installed:
+        return {"py_modules": [str(repo_root / "analysis"), str(repo_root / "harness")], "excludes": RUNTIME_ENV_EXCLUDES}
+    return {"working_dir": str(repo_root), "excludes": RUNTIME_ENV_EXCLUDES}
 
 
 def connect_ray(repo_root: Path, progress: Progress) -> Any:

@@ -15,6 +15,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import psutil
+
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 # The Debian packages' commands, or binaries elsewhere (a Prometheus release tarball, say) named by
@@ -53,12 +55,24 @@ class Server:
                 break
             try:
                 with urllib.request.urlopen(self.url + "/-/ready", timeout=1.0) as response:
-                    if response.status == 200:
+                    if response.status == 200 and self._listens_itself():
                         return
             except OSError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"{self.name} did not become ready; log:\n{self.log_path.read_text(errors='replace')[-2000:]}")
+
+    def _listens_itself(self) -> bool:
+        """The answer came from this process, not from another test session's server that took the
+        port between free_port() and the start (seen with two suites on one machine: this Prometheus
+        then read the other session's pushes of the same run id)."""
+        port = urllib.parse.urlparse(self.url).port
+        try:
+            sockets = psutil.Process(self.process.pid).net_connections(kind="tcp")
+        except psutil.Error:
+            return False
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in sockets)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -71,15 +85,26 @@ class Server:
         self._log.close()
 
 
+def _on_a_free_port(start, attempts: int = 3) -> Server:
+    """start(port) on a free port, again on another where the first was taken before the server bound it."""
+    for attempt in range(attempts):
+        try:
+            return start(free_port())
+        except RuntimeError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def start_pushgateway(workdir: Path) -> Server:
-    port = free_port()
-    argv = [PUSHGATEWAY_BIN, f"--web.listen-address=127.0.0.1:{port}"]
-    return Server("pushgateway", argv, f"http://127.0.0.1:{port}", workdir / "pushgateway.log")
+    def start(port: int) -> Server:
+        argv = [PUSHGATEWAY_BIN, f"--web.listen-address=127.0.0.1:{port}"]
+        return Server("pushgateway", argv, f"http://127.0.0.1:{port}", workdir / "pushgateway.log")
+    return _on_a_free_port(start)
 
 
 def start_prometheus(workdir: Path, pushgateway_url: str, file_sd_path: Path) -> Server:
     """Scrapes the Pushgateway (honor_labels, as for batch jobs) and file-discovered live targets."""
-    port = free_port()
     pushgateway_host = urllib.parse.urlparse(pushgateway_url).netloc
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -95,9 +120,12 @@ def start_prometheus(workdir: Path, pushgateway_url: str, file_sd_path: Path) ->
         file_sd_path.write_text("[]")
     data_dir = workdir / "prometheus-data"
     data_dir.mkdir()
-    argv = [PROMETHEUS_BIN, f"--config.file={config_path}", f"--storage.tsdb.path={data_dir}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
-    return Server("prometheus", argv, f"http://127.0.0.1:{port}", workdir / "prometheus.log")
+
+    def start(port: int) -> Server:
+        argv = [PROMETHEUS_BIN, f"--config.file={config_path}", f"--storage.tsdb.path={data_dir}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+        return Server("prometheus", argv, f"http://127.0.0.1:{port}", workdir / "prometheus.log")
+    return _on_a_free_port(start)
 
 
 def query(prometheus_url: str, expr: str) -> dict:
