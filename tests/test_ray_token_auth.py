@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.process_lookup import pids_using
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SYNTHETIC_TOKEN = "synthetic-test-token-5f0c2b7e9a1d4c3b8e6f"
@@ -32,20 +34,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-def _pids_using(temp_dir: str) -> list[int]:
-    """The head's processes: its temp dir is in their command line or among their open files."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if temp_dir in cmdline or any(temp_dir in os.readlink(fd) for fd in (entry / "fd").iterdir()):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
 
 
 def _client_env(home: str, **auth: str) -> dict[str, str]:
@@ -86,7 +74,7 @@ def token_head():
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 20
-        while (left := _pids_using(temp_dir)) and time.monotonic() < deadline:
+        while (left := pids_using(temp_dir)) and time.monotonic() < deadline:
             for pid in left:  # the head's processes that left its process group
                 try:
                     os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 10 else signal.SIGKILL)

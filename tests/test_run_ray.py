@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.run_dir_reanalysis import assert_analyze_reproduces
+from tests.process_lookup import pids_using
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -49,21 +50,6 @@ def _env(**extra: str) -> dict[str, str]:
     env.update(extra)
     return env
 
-
-def _pids_using(temp_dir: str) -> list[int]:
-    """Processes of one Ray head: its temp dir is in their command line or among their open files
-    (Ray renames some processes, e.g. `ray::DashboardAgent`, so the command line alone misses them)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if temp_dir in cmdline or any(temp_dir in os.readlink(fd) for fd in (entry / "fd").iterdir()):
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
 
 
 class RayHead:
@@ -125,7 +111,7 @@ class RayHead:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            left = _pids_using(self.temp_dir)
+            left = pids_using(self.temp_dir)
             if not left:
                 return
             for pid in left:  # processes of this head that left its process group

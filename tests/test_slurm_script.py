@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.local_slurm import Allocation, local_slurm
+from tests.process_lookup import pids_using
 from tests.ports import free_port_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,20 +41,6 @@ def allocation(sglang_sources):
         yield alloc
 
 
-def _pids_using(path: str) -> list[int]:
-    """Processes whose command line or open files name `path` (Ray renames some of its processes)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if path in cmdline or any(path in os.readlink(fd) for fd in (entry / "fd").iterdir()):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
 
 @pytest.fixture
 def ray_tmpdir():
@@ -61,7 +48,7 @@ def ray_tmpdir():
     processes still using it are Ray the script left running: killed here, reported by the test."""
     path = tempfile.mkdtemp(prefix="sr", dir="/tmp")
     yield path
-    for pid in _pids_using(path):
+    for pid in pids_using(path):
         os.kill(pid, 9)
     shutil.rmtree(path, ignore_errors=True)
 
@@ -107,7 +94,7 @@ def _left_running(ray_tmpdir: str, grace_s: float = 30) -> list[str]:
     deadline = time.monotonic() + grace_s
     while True:
         left = []
-        for pid in _pids_using(ray_tmpdir):
+        for pid in pids_using(ray_tmpdir):
             with contextlib.suppress(OSError):
                 left.append(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120])
         if not left or time.monotonic() > deadline:
@@ -171,7 +158,7 @@ def test_a_missing_scenario_or_site_file_is_one_line_before_any_ray(allocation: 
     env = _job_env(tmp_path, ray_tmpdir, MOE_HARNESS_SITE_ENV=str(missing))
     assert allocation.submit(SCRIPT, ["demo"], env, out, REPO, GPUS_PER_NODE, 120) == 1
     assert out.read_text().strip().splitlines()[-1] == f"moe-harness.sbatch: MOE_HARNESS_SITE_ENV={missing}: no such file"
-    assert not _pids_using(ray_tmpdir)
+    assert not pids_using(ray_tmpdir)
 
 
 def test_site_env_example_sets_the_variables_every_site_decides_and_none_set_per_run():
