@@ -13,7 +13,8 @@
 # 3. A real browser for the page tests (tests/test_view_page.py): Debian's `chromium` (with
 #    `fonts-wqy-zenhei`, so the page's Chinese shows in the kept screenshots), installed the same way;
 #    elsewhere point MOE_HARNESS_CHROMIUM_BIN at a Chromium binary; without either, those tests fail
-#    saying so.
+#    saying so. As root, Debian's `slurmctld slurmd slurm-client munge` too: the SLURM script's test
+#    then runs it on a real two-node SLURM of this machine (else through srun/scontrol stand-ins).
 # 4. pytest. The public real traces are read from where tests/real_traces.py looks (../shared/traces/real,
 #    $MOE_HARNESS_REAL_TRACES, or the cache `python tests/real_traces.py fetch` fills); missing ones
 #    skip with one summary line saying how to get them, or fail with MOE_HARNESS_REQUIRE_REAL_TRACES=1.
@@ -52,6 +53,15 @@ if ! command -v "${MOE_HARNESS_CHROMIUM_BIN:-chromium}" >/dev/null; then
     say "chromium missing and apt-get not usable here: the page tests will fail; install Debian's chromium," \
         "or set MOE_HARNESS_CHROMIUM_BIN to a Chromium binary"
   fi
+fi
+
+# A real SLURM for the sbatch script's test (one slurmctld and two slurmd on this machine, as root);
+# without it that test runs the script through srun/scontrol stand-ins instead.
+if [ "$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null && command -v apt-get >/dev/null; then
+  say "installing the Debian packages slurmctld slurmd slurm-client munge (the SLURM script's test)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge >/dev/null \
+    || say "SLURM could not be installed: its test runs the script through stand-ins"
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
