@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port_run
 from tests.process_lookup import pids_using
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,12 +28,6 @@ SYNTHETIC_TOKEN = "synthetic-test-token-5f0c2b7e9a1d4c3b8e6f"
 START_TIMEOUT_S = 300  # generous: a 2-core machine with another process on one core
 CLIENT_TIMEOUT_S = 180
 AUTH_VARIABLES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 
@@ -47,12 +42,12 @@ def _client_env(home: str, **auth: str) -> dict[str, str]:
 def token_head():
     temp_dir = tempfile.mkdtemp(prefix="rta", dir="/tmp")  # short: Ray's socket paths are length-limited
     home = tempfile.mkdtemp(prefix="rta-home", dir="/tmp")
-    gcs_port = _free_port()
+    gcs_port = free_port_run(1)
     cmd = [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs_port}", "--node-ip-address=127.0.0.1",
            "--include-dashboard=false", f"--temp-dir={temp_dir}", "--num-cpus=1", "--num-gpus=0",
-           "--disable-usage-stats", f"--ray-client-server-port={_free_port()}",
-           f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-           f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}"]
+           "--disable-usage-stats", f"--ray-client-server-port={free_port_run(1)}",
+           f"--dashboard-agent-listen-port={free_port_run(1)}", f"--dashboard-agent-grpc-port={free_port_run(1)}",
+           f"--runtime-env-agent-port={free_port_run(1)}", f"--metrics-export-port={free_port_run(1)}"]
     env = _client_env(home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=SYNTHETIC_TOKEN)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
