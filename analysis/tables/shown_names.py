@@ -13,6 +13,8 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
+from analysis.attribution.module_attribution import name_label
+
 SHORT_CHARS = 48  # a name up to this long is shown as it is
 PART_CHARS = 40  # how much of the part where alike names part is shown
 PART_STEPS = 3  # a name still alike after this many parts shown is shown whole
@@ -21,17 +23,13 @@ _TOKEN_STARTS_AFTER = " ,<"  # a shown part starts at a whole template argument 
 _ANONYMOUS = "(anonymous namespace)"  # part of a qualified name, not a parameter list
 
 
-def _without_void(name: str) -> str:
-    return name[5:] if name.startswith("void ") else name
-
-
 def _base_name(name: str) -> str:
     """The kernel's own name: return type, template arguments and parameters left out."""
     if name.startswith("_Z"):  # mangled: its readable form
         from analysis.ingest.kernel_names import readable_name
 
         return readable_name(name)
-    base = _without_void(name)
+    base = name_label(name)
     masked = base.replace(_ANONYMOUS, "_" * len(_ANONYMOUS))
     cuts = [i for i in (masked.find("<"), masked.find("(")) if i > 0]
     return base[:min(cuts)] if cuts else base
@@ -43,20 +41,20 @@ def _short(name: str) -> str:
     base = _base_name(name)
     if len(base) > SHORT_CHARS:
         return base[:SHORT_CHARS - 1] + CUT
-    return base if base == _without_void(name) or name.startswith("_Z") else base + CUT
+    return base if base == name_label(name) or name.startswith("_Z") else base + CUT
 
 
 def _parting(names: list[str]) -> int:
     """Where alike names part: their common beginning, backed up to a token's start."""
-    text = _without_void(names[0])
-    at = len(os.path.commonprefix([_without_void(n) for n in names]))
+    text = name_label(names[0])
+    at = len(os.path.commonprefix([name_label(n) for n in names]))
     while at > 0 and text[at - 1] not in _TOKEN_STARTS_AFTER:
         at -= 1
     return at
 
 
 def _with_part(name: str, at: int) -> str:
-    text = _without_void(name)
+    text = name_label(name)
     part = text[at:at + PART_CHARS]
     return _short(name).removesuffix(CUT) + CUT + part + (CUT if at + PART_CHARS < len(text) else "")
 
