@@ -64,18 +64,13 @@ def _peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _child_ours(paths: list[str], second_core: bool = False) -> dict:
+def _child_ours(paths: list[str]) -> dict:
     from analysis.ingest.trace_loader import load_trace
 
     before = _rss_now_kb()
     start = time.perf_counter()
-    trace = load_trace(paths[0], second_core=second_core)
+    trace = load_trace(paths[0])
     return {"load_s": time.perf_counter() - start, "rss_before_kb": before, "kernels": len(trace.kernels)}
-
-
-def _child_ours_two_cores(paths: list[str]) -> dict:
-    """The loader as one-rank `analyze` calls it: a large plain file's second half read by a forked child."""
-    return _child_ours(paths, second_core=True)
 
 
 def _child_hta(paths: list[str]) -> dict:
@@ -151,7 +146,7 @@ def _child_analyze(paths: list[str]) -> dict:
 
 
 _CHILDREN = {
-    "ours": _child_ours, "ours-2cores": _child_ours_two_cores, "hta": _child_hta, "zlib": _child_zlib, "isal": _child_isal, "parallel": _child_parallel,
+    "ours": _child_ours, "hta": _child_hta, "zlib": _child_zlib, "isal": _child_isal, "parallel": _child_parallel,
     "analyze": _child_analyze,
 }
 

@@ -7,8 +7,8 @@ read that the manifest lists must be there with its listed size and sha256, else
 names it; a file the manifest does not list is read as before (a run from before manifests listed
 files). The tables a command reads back are checked by harness/recorded_files.py.
 
-The sha256 is its own streamed pass before the analysis, not taken while loading: one rank's loader
-has a forked child read the second half of the trace, so no one process sees every byte. A run keeps
+The sha256 is its own streamed pass before the analysis, not taken while loading (the loader stays
+a reader of trace events, and a run directory's check one place). A run keeps
 its traces as .json.gz, so the pass reads about a tenth of what the loader inflates: 0.011 s for a
 12.7 MB .json.gz (154 MB of trace) against 1.2-1.3 s for `analyze RUN_DIR` of it, under 1% (2 cores).
 """

@@ -151,8 +151,6 @@ _MAINTAINER = "a maintainer's tool over SGLang wheels and the project's own tabl
 # Reads that may go around the door, each with why it is safe.
 ALLOWED: dict[tuple[str, str, str], str] = {
     ("analysis/io/atomic_files.py", "written_aside", "open"): "its own temporary file, opened to fsync it",
-    ("analysis/forked_call.py", "_proc_kib", "open"): "a /proc file, read with a byte bound",
-    ("analysis/forked_call.py", "ForkedCall.result", "os.fdopen"): "the pipe from its own forked child",
     ("harness/engines/embedded/engine.py", "DecodeEngine.profile", "open"): _OWN_OUTPUT + " (the profiler's trace)",
     ("harness/engines/embedded/engine.py", "DecodeEngine.profile", "shutil.copyfileobj"): _OWN_OUTPUT,
     ("harness/engines/sglang_pd.py", "SGLangPDEngine.analyse", ".read_text"): _OWN_OUTPUT + " (ttft_split.md)",

@@ -35,8 +35,7 @@ OUTSIDE_WEIGHT = 0.02  # pre/post catch-alls score less than any layer entry in 
 
 class Slot(msgspec.Struct, gc=False):
     """Where one kernel sits: section, layer unit, and the name the attribution gave it. A struct:
-    made once per kernel of every step not named before, and pickled by a forked namer
-    (forked_naming.py) several times faster than a dataclass."""
+    made once per kernel of every step not named before."""
 
     section: str
     unit: int  # layer unit: layer * units_per_layer + micro_batch; -1 outside layers

@@ -12,16 +12,11 @@ array's "[" (the byte after a slice's last event is briefly overwritten with "]"
 copied; the decoded event structs are not tracked by the garbage collector, and the collector
 is paused during the load; gzip is inflated in small blocks that are decoded while still in the
 CPU cache (measured faster on 2 cores than inflating in a second thread).
-
-With `second_core` (one-rank `analyze`), a forked child reads a large file's second half beside this
-process (a .json.gz's it inflates from the start) and its part is taken only after the cut is proven
-(second_half.py); the result is the same as in one process.
 """
 from __future__ import annotations
 
 import hashlib
 import operator
-import os
 import re
 import zlib
 from collections.abc import Callable
@@ -43,9 +38,6 @@ from analysis.gc_paused import gc_paused
 from analysis.ingest.range_tree import start_longest_first
 from analysis.ingest.kept_functions import function_pattern, host_sync_calls
 from analysis.ingest.rank_id import rank_id_for
-from analysis.ingest.second_half import (RANGE_LISTS, WINDOW_BYTES, BadOperator, GzipSecondHalf, HalfRead, Longest,
-                                         SecondHalf, encode_half, half_cpu_ops, half_kernels, half_launches,
-                                         half_ranges, start_gzip_second_half, start_second_half)
 from analysis.ingest.trace_model import Kernel, Launch, Range, RankId, RankTrace
 from analysis.ingest.duplicate_kernels import check_no_duplicate_kernels, normalise_names
 
@@ -247,26 +239,6 @@ class _Collector:
                         self.longest_cpu_op = (dur, base, ev, events)
                     self.cpu_ops.append(self._range(ev))
 
-    def add_half(self, half: HalfRead) -> None:
-        """The events after this collector's, as a child collected them (second_half.py): appended in
-        file order, each name this collector's own string, and the longest kernel kept as add keeps it
-        (the first of the longest)."""
-        intern = self._names.setdefault
-        names = [intern(name, name) for name in half.names]
-        base = self.events_seen
-        if not self.kernels:  # operators are kept until the first kernel: the child's before its own first
-            self.cpu_ops.extend(half_cpu_ops(half, names))
-            if self.bad_cpu_op is None and half.bad_cpu_op is not None:
-                bad = half.bad_cpu_op
-                self.bad_cpu_op = _BadDuration(base + bad.index, _Event(ph="X", cat=bad.cat, name=bad.name, dur=bad.dur))
-            self.longest_cpu_op = _longer(self.longest_cpu_op, half.longest_cpu_op, base)
-        self.kernels.extend(half_kernels(half, names))
-        self.launches.extend(half_launches(half, names))
-        for name, items in zip(RANGE_LISTS, half_ranges(half, names)):
-            getattr(self, name).extend(items)
-        self.longest_kernel = _longer(self.longest_kernel, half.longest_kernel, base)
-        self.events_seen += half.events_seen
-
     def _range(self, ev: _Event) -> Range:
         name = ev.name
         return Range(
@@ -275,23 +247,6 @@ class _Collector:
             float(ev.dur or 0.0),
             ev.tid if ev.tid.__class__ is int else -1,
         )
-
-
-def _longer(kept: tuple[float, int, _Event | None, list[_Event] | None], child: Longest, base: int
-            ) -> tuple[float, int, _Event | None, list[_Event] | None]:
-    """The longest of this collector's (kept) and a later child's: the earlier where they tie, as add
-    keeps the first; the child's placed at `base` + its index among its events."""
-    if child.dur_us <= kept[0]:
-        return kept
-    event = _Event(ph="X", cat=child.cat, name=child.name)
-    return (child.dur_us, base + child.index, event, [event])
-
-
-def _longest(kept: tuple[float, int, _Event | None, list[_Event] | None]) -> Longest:
-    dur, base, event, events = kept
-    if event is None:
-        return Longest()
-    return Longest(dur, base + _index_in(events, event), event.cat, event.name)
 
 
 class _PlainSource:
@@ -322,25 +277,6 @@ class _PlainSource:
 
     def close(self) -> None:
         pass
-
-
-class _PreadFile:
-    """A file read from `offset` on through pread, for a forked child's source (plain or gzip): the
-    parent's position in the file they share never moves (second_half.py)."""
-
-    def __init__(self, fd: int, offset: int = 0) -> None:
-        self._fd = fd
-        self.offset = offset
-
-    def readinto(self, view) -> int:
-        got = os.preadv(self._fd, [view], self.offset)
-        self.offset += got
-        return got
-
-    def read(self, size: int) -> bytes:
-        data = os.pread(self._fd, size, self.offset)
-        self.offset += len(data)
-        return data
 
 
 class _GzipSource:
@@ -509,103 +445,45 @@ def _open_source(path: str, on_bytes: Callable[[int], None] | None):
     return fh, _PlainSource(fh, on_bytes, magic)
 
 
-def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector,
-                 second_core: bool = False) -> tuple[bytes, bytes, int]:
-    """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size).
-    `second_core`: a forked child may read a large file's second half (second_half.py)."""
+def _read_events(path: str, on_bytes: Callable[[int], None] | None, collector: _Collector) -> tuple[bytes, bytes, int]:
+    """Stream the file through the collector; return (header bytes, tail bytes, uncompressed size)."""
     chunk = max(1024, CHUNK_BYTES)
     fh, source = _open_source(path, on_bytes)
     buffer = _Buffer(chunk + max(_READ_BYTES, chunk // 4))
-    half: SecondHalf | GzipSecondHalf | None = None
     try:
-        if second_core:
-            half = _start_second_half(fh.fileno(), isinstance(source, _PlainSource))
         # Header: everything before the traceEvents array (small; searched as it grows).
         total = 0
         while True:
             before = buffer.end
-            # a plain file's header is read only up to the child's first event
-            want = min(_READ_BYTES, chunk) if not isinstance(half, SecondHalf) else \
-                min(_READ_BYTES, chunk, half.start - total)
-            more = source.fill(buffer, want)
+            more = source.fill(buffer, min(_READ_BYTES, chunk))
             total += buffer.end - before
             match = _EVENTS_KEY.search(buffer.data, 0, buffer.end)
             if match is not None:
                 break
-            if half is not None and total >= _cut_place(half):  # the cut lies in the header: no events before it
-                half.close()
-                half = None
             if not more:
                 _raise_not_a_trace(path, buffer)
             if buffer.end > _HEADER_LIMIT_BYTES:
                 raise TraceLoadError(path, "no traceEvents array in the first 64 MB: not a chrome trace")
         header = bytes(buffer.data[: match.start()])
         buffer.keep_from(match.end() - 1, 0)  # data[0] is now the array's "["
-        tail, total, taken = _read_array(path, source, buffer, collector, total, half)
-        if taken is not None and on_bytes is not None:  # what the child read, as the source counts it
-            on_bytes(taken if isinstance(half, SecondHalf) else half.compressed_size - fh.bytes_read)
+        tail, total = _read_array(path, source, buffer, collector, total)
         return header, tail, total
     finally:
-        if half is not None:
-            half.close()
         source.close()
         fh.close()
 
 
-def _start_second_half(fd: int, plain: bool) -> SecondHalf | GzipSecondHalf | None:
-    return start_second_half(fd, _BOUNDARY, _read_second_half) if plain else \
-        start_gzip_second_half(fd, _read_gzip_second_half)
-
-
-def _cut_place(half: SecondHalf | GzipSecondHalf) -> int:
-    """Where the events before the cut end at the latest: a plain file's cut, or the place a .json.gz's
-    cut is searched from."""
-    return half.cut if isinstance(half, SecondHalf) else half.at
-
-
-def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total: int,
-                half: SecondHalf | GzipSecondHalf | None = None) -> tuple[bytes, int, int | None]:
+def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total: int) -> tuple[bytes, int]:
     """Decode the events array from the buffer (which starts with its "[") and the source on; return
-    (the document's tail after it, the bytes read in all, the bytes the child read or None).
-
-    With a plain file's `half`, reading stops at the child's first event; with a .json.gz's, the cut is
-    looked for (by the child's rule) in what the read that passes its place holds, before anything
-    after the place is decoded: the child's part is taken only where it started at the same event.
-    Where the events up to the cut decode as a whole array, the child's part is taken (its tail ends
-    the document); otherwise this reads on."""
+    (the document's tail after it, the bytes read in all)."""
     chunk = max(1024, CHUNK_BYTES)
-    stop = half.start if isinstance(half, SecondHalf) else None
-    place = half.at if isinstance(half, GzipSecondHalf) else None
     more = True
     target = chunk
     while more:
         while more and buffer.end < target:
-            want = min(_READ_BYTES, target - buffer.end)
-            if stop is not None:
-                want = min(want, stop - total)
-                if want <= 0:
-                    break
             before = buffer.end
-            more = source.fill(buffer, want)
+            more = source.fill(buffer, min(_READ_BYTES, target - buffer.end))
             total += buffer.end - before
-        if stop is not None and total == stop:
-            stop = None  # whatever comes of the cut, this reads on without stopping again
-            part = _take_second_half(buffer, buffer.end - (half.start - half.cut), buffer.end, collector, half)
-            if part is not None:
-                return part.tail, half.start + part.json_bytes, part.json_bytes
-            continue
-        if place is not None and total > place:
-            base = total - buffer.end  # the inflated offset of data[0]
-            match = _BOUNDARY.search(buffer.data, place - base, min(place + WINDOW_BYTES - base, buffer.end))
-            place = None  # whatever comes of it, this reads on without looking again
-            if match is None:
-                half.close()
-                continue
-            half.start = base + match.end() - 1
-            part = _take_second_half(buffer, match.start(), match.end() - 1, collector, half)
-            if part is not None:
-                return part.tail, half.start + part.json_bytes, part.json_bytes
-            continue
         if not more:
             break
         # No proven boundary: keep accumulating (bounded); the end of the file decodes the remainder whole.
@@ -617,83 +495,7 @@ def _read_array(path: str, source, buffer: _Buffer, collector: _Collector, total
                                        "holds while looking for it (docs/analysis.md, bounds)")
         else:
             target = buffer.end + chunk
-    return _finish(path, buffer, collector), total, None
-
-
-def _take_second_half(buffer: _Buffer, cut: int, first: int, collector: _Collector,
-                      half: SecondHalf | GzipSecondHalf) -> HalfRead | None:
-    """At the cut (data[cut] the "}" of the last event before it, data[first] the "{" of the child's
-    first event, or the buffer's end where that is not read yet): prove the cut (the events before it
-    decode as a whole array) and take the child's part into the collector. None where the cut is not
-    proven (the buffer is left as it was, to be read on) or the child sent no part (the buffer then
-    holds "[" and what follows the cut: the events before it are in the collector)."""
-    try:
-        events = _decode_cut(buffer, cut)
-    except _BAD_SLICE:
-        half.close()
-        return None
-    collector.add(events)
-    del events
-    buffer.keep_from(first, 1)
-    part = half.result()
-    half.close()
-    if part is None:
-        return None
-    collector.add_half(part)
-    return part
-
-
-def _read_second_half(fd: int, start: int) -> bytes | None:
-    """In the forked child: the events from file offset `start` (an event's "{") to the end, read into
-    a collector of its own, as second_half.HalfRead's bytes; None on any failure (the parent reads
-    the half itself and reports what it finds)."""
-    try:
-        collector = _Collector()
-        buffer = _Buffer(CHUNK_BYTES + _READ_BYTES)
-        buffer.append(b"[")
-        reader = _PreadFile(fd, start)
-        tail, _total, _ = _read_array(str(fd), _PlainSource(reader, None), buffer, collector, 0)
-        return _encoded_part(collector, tail, start, reader.offset - start, reader.offset)
-    except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
-        return None
-
-
-def _read_gzip_second_half(fd: int, at: int) -> bytes | None:
-    """In the forked child: a .json.gz inflated from its start, the bytes before `at` let go, and its
-    events decoded from the first event boundary wholly within WINDOW_BYTES of `at` (the parent finds
-    the same one) to the end, as _read_second_half sends them; None on any failure."""
-    try:
-        collector = _Collector()
-        reader = _PreadFile(fd)
-        source = _GzipSource(str(fd), reader, None)
-        buffer = _Buffer(CHUNK_BYTES + _READ_BYTES)
-        base = 0  # the inflated offset of data[0]
-        while base + buffer.end < at + WINDOW_BYTES:
-            if base + buffer.end <= at:  # nothing of the window yet: let it go
-                base += buffer.end
-                buffer.end = 0
-            if not source.fill(buffer, _READ_BYTES):
-                break
-        match = _BOUNDARY.search(buffer.data, at - base, min(at + WINDOW_BYTES - base, buffer.end))
-        if match is None:
-            return None
-        start = base + match.end() - 1
-        buffer.keep_from(match.end() - 1, 1)
-        buffer.data[0] = 0x5B  # "["
-        after = buffer.end - 1
-        tail, total, _ = _read_array(str(fd), source, buffer, collector, 0)
-        return _encoded_part(collector, tail, start, after + total, reader.offset)
-    except Exception:  # noqa: BLE001  whatever it was, the parent meets it again reading the half itself
-        return None
-
-
-def _encoded_part(collector: _Collector, tail: bytes, start: int, json_bytes: int, source_bytes: int) -> bytes:
-    bad = collector.bad_cpu_op
-    bad_cpu_op = None if bad is None else BadOperator(bad.index, bad.event.cat, bad.event.name, bad.event.dur)
-    ranges = [getattr(collector, name) for name in RANGE_LISTS]
-    return encode_half(collector.kernels, collector.launches, ranges, collector.cpu_ops, collector.events_seen,
-                       _longest(collector.longest_kernel), _longest(collector.longest_cpu_op), bad_cpu_op, tail,
-                       start, json_bytes, source_bytes)
+    return _finish(path, buffer, collector), total
 
 
 def _raise_not_a_trace(path: str, buffer: _Buffer) -> None:
@@ -713,18 +515,16 @@ def load_trace(
     rank: RankId | None = None,
     on_bytes: Callable[[int], None] | None = None,
     require_kernels: bool = True,
-    second_core: bool = False,
 ) -> RankTrace:
     """Read one rank's trace file. Raises TraceLoadError naming the file and the problem.
 
     `require_kernels` False accepts a trace without GPU activity (a graph-capture trace: kernels
-    are launched into the graph, not run). `second_core`: a forked child may read the second half of
-    a large file beside this process (second_half.py); the result is the same."""
+    are launched into the graph, not run)."""
     path = str(path)
     collector = _Collector()
     try:
         with gc_paused():  # the decoder allocates millions of short-lived objects; none form cycles
-            header_bytes, tail, total = _read_events(path, on_bytes, collector, second_core)
+            header_bytes, tail, total = _read_events(path, on_bytes, collector)
     except _BadDuration as exc:
         raise TraceLoadError(path, f"{exc}: a kernel's ts must be a number, its dur present, finite and not "
                                    "negative (docs/analysis.md, durations)") from None

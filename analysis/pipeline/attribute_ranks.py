@@ -4,6 +4,7 @@ fails is reported, never fatal; the same trace given twice under two names is re
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -14,7 +15,6 @@ from analysis.attribution.capture import capture_files, capture_rank, load_captu
 from analysis.pipeline.encoded_rows import EncodedRows
 from analysis.pipeline.rank_digest import Digest, RankDigest
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
-from analysis.forked_call import cores_for
 from analysis.gc_paused import gc_paused
 from analysis.trace_paths import expand_paths
 from analysis.analysis_options import AnalysisOptions
@@ -79,7 +79,7 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
                                     sig.module_ranges)
     elif capture_refs:
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
-    trace = load_trace(path, rank=rank, second_core=rank_options.helpers)  # one rank: both cores read it
+    trace = load_trace(path, rank=rank)
     options = dataclasses.replace(rank_options, notes=[], chains={}, release_kernels=True)
     kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
     return _RankResult(kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains,
@@ -97,7 +97,9 @@ def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
 
 def _cores(options: AnalysisOptions) -> int:
     """Processes the analysis may use: --jobs, else the cores this process may run on."""
-    return cores_for(options.jobs)
+    if options.jobs:
+        return options.jobs
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass
@@ -155,8 +157,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     check_numbers(options)
     check_rank_identity(files, options.labels or {})
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
-                               attribution=options.attribution, layers=options.layers,
-                               helpers=len(files) == 1 and _cores(options) > 1)  # one rank: a second core names steps
+                               attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), _cores(options))
     chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
@@ -243,7 +244,8 @@ def _guarded(fn, args):
 
 class _progress:
     """A rich progress bar on stderr over ranks, or nothing. Redrawn when a rank is done, by no thread
-    of its own: a running thread would keep a rank's helper process from being forked (forked_call.py)."""
+    of its own: the rank workers are forked from this process, and a thread running there would be
+    copied half-way through whatever it held."""
 
     def __init__(self, enabled: bool, total: int):
         self.enabled = enabled and total > 0

@@ -50,9 +50,8 @@ def add_analysis_options(p: argparse.ArgumentParser) -> None:
                    help="auto: module ranges, then capture trace, then the signature template (default)")
     p.add_argument("--step-gap-us", type=positive_float, default=1000.0, help="idle gap that starts a new step when traces carry no step markers")
     p.add_argument("--jobs", type=positive_int, default=None,
-                   help="processes: ranks analysed in parallel, or with one rank a second one that reads the trace's "
-                        "second half, names later steps and encodes the kernel table (default: one per core; 1: "
-                        "everything in this process)")
+                   help="ranks analysed in parallel, one process each (default: one per core; 1: every rank "
+                        "in this process; one rank is always analysed in this process)")
     p.add_argument("--lang", default="en", choices=["en", "zh"], help="table headings in English or Chinese (seed's headings)")
     add_sol_options(p)
 

@@ -31,11 +31,7 @@ class Naming:
 
 class Namer:
     """One source of names. `name` answers for a step; `rank_notes` says, once per rank, what the
-    rank's problems.csv should hear about this namer (most have nothing to say). `forkable`: it names
-    a step from the step's kernels alone and keeps nothing between steps, so another process may
-    name some of the steps (analysis/attribution/rank/forked_naming.py)."""
-
-    forkable = False
+    rank's problems.csv should hear about this namer (most have nothing to say)."""
 
     def name(self, step: Step) -> Naming:
         raise NotImplementedError

@@ -13,8 +13,6 @@ from analysis.attribution.two_batch import step_two_batch_order, two_batch_cut
 
 
 class TemplateNamer(Namer):
-    forkable = True
-
     def __init__(self, sig: Signature):
         self.sig = sig
 
@@ -23,8 +21,6 @@ class TemplateNamer(Namer):
 
 
 class StructureNamer(Namer):
-    forkable = True
-
     def name(self, step: Step) -> Naming:
         plan = step_two_batch_order(step)
         if plan is not None:
@@ -36,8 +32,6 @@ class StructureNamer(Namer):
 
 
 class GenericNamer(Namer):
-    forkable = True
-
     def __init__(self, sig: Signature):
         self.sig = sig
 

@@ -9,13 +9,13 @@ from analysis.attribution.idle import LaunchClock, step_idle
 from analysis.attribution.module_attribution import CaptureMap, kernel_label
 from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
+from analysis.attribution.namers import name_step
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
 from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, SIDE_RULE, SIDE_SOURCE, split_off_thread_copies
 from analysis.attribution.pinned_names import pinned, pinned_role
 from analysis.attribution.two_batch import is_two_phase, mark_one_batch
-from analysis.attribution.rank.forked_naming import ForkedNaming, can_fork_naming, first_child_step, step_names
 from analysis.attribution.shared_stream import join_shared_blocks
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.attribution.signature import Signature
@@ -44,8 +44,6 @@ class RankOptions:
     # the trace is not read again: each step's kernels are let go once its rows are built, so a large
     # trace's kernels and its rows are never all held at once (peak memory: docs/performance.md)
     release_kernels: bool = False
-    # a second process may name the later steps (forked_naming.py): one rank, a second core allowed
-    helpers: bool = False
 
 
 def _expected_units(stage: str, model: ModelSpec | None, per: int, layers: int | None = None) -> int | None:
@@ -97,24 +95,14 @@ def attribute_rank(
     clock = LaunchClock(trace.launches, trace.syncs)
     if options.release_kernels:
         trace.kernels = []  # the steps hold them now
-    first_child = len(steps)  # steps from here on are named by a forked child, where one helps
-    helper = None
-    if options.helpers and can_fork_naming(namers, steps):
-        first_child = first_child_step(steps)
-        helper = ForkedNaming(namers, steps, first_child) if first_child < len(steps) else None
-    try:
-        return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, helper, first_child,
-                              template=not sig.generic, pinned_names=pinned_names)
-    finally:
-        if helper is not None:
-            helper.close()
+    return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, template=not sig.generic,
+                          pinned_names=pinned_names)
 
 
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
-                   clock: LaunchClock, model: ModelSpec | None, options: RankOptions, helper: ForkedNaming | None,
-                   first_child: int, template: bool = False,
+                   clock: LaunchClock, model: ModelSpec | None, options: RankOptions, template: bool = False,
                    pinned_names: frozenset[str] = frozenset()) -> tuple[list[KernelRow], list[StepRow]]:
-    """Each step named (here, or from steps[first_child:] on by the helper), then its rows. `template`:
+    """Each step named, then its rows. `template`:
     a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
     two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
     tbo_units = 2 if options.tbo and template else 1  # --tbo on a signature's template: two units a layer
@@ -123,14 +111,9 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []
     previous_end: float | None = None
-    named_by_child: list | None = None
-    for position, step in enumerate(steps):
-        if position < first_child or helper is None:
-            cut, how, reasons, exposed = step_names(namers, step)
-        else:
-            if named_by_child is None:
-                named_by_child = helper.result()
-            cut, how, reasons, exposed = named_by_child[position - first_child]
+    for step in steps:
+        cut, how, reasons = name_step(namers, step)
+        exposed = exposed_durations(step.kernels)
         capture_note = "; ".join(reasons)
         if annotations is not None:
             annotations.apply(step, cut)
