@@ -28,8 +28,6 @@ Cases:
   command-j1   the same with --jobs 1: the ranks one by one (ranks set only)
   loader       analysis.ingest.trace_loader.load_trace of the one rank, alone, on one core (benchmarks/ingest_bench.py's
                child): the baseline of the one-rank ratios
-  loader-2cores  the same as `analyze` calls it for one rank: the file's second half read by a forked child
-               (analysis/ingest/second_half.py); shown beside the baseline, not a baseline
   hta          HolisticTraceAnalysis 0.5's parse_trace_dataframe of the one rank (the first one-rank set only)
 
 Usage:
@@ -96,7 +94,8 @@ def _child_env(work_dir: Path) -> dict[str, str]:
 
 
 def run_process(argv: list[str], env: dict[str, str], pss: bool = False) -> dict:
-    """One fresh process: wall seconds from spawn to exit, its peak RSS (wait4), and the sum of the
+    """One fresh process: wall seconds from spawn to exit, its CPU seconds (user and system, its own and
+    its waited-for workers', as wait4 reports them), its peak RSS (wait4), and the sum of the
     process's and its workers' peaks as last seen in /proc (several ranks). With `pss`, the largest
     sum of the processes' proportional set sizes seen (an untimed run: reading it costs CPU)."""
     start = time.perf_counter()
@@ -125,7 +124,7 @@ def run_process(argv: list[str], env: dict[str, str], pss: bool = False) -> dict
     if code != 0:
         raise RuntimeError(f"{' '.join(argv[:6])} ... failed (exit {code}):\n{err[-3000:]}")
     peaks[proc.pid] = max(peaks.get(proc.pid, 0), usage.ru_maxrss)
-    return {"process_s": wall_s, "peak_rss_kb": usage.ru_maxrss, "peak_sum_kb": sum(peaks.values()),
+    return {"process_s": wall_s, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_kb": usage.ru_maxrss, "peak_sum_kb": sum(peaks.values()),
             "processes": len(peaks), **({"peak_pss_sum_kb": pss_peak_kb} if pss else {})}
 
 
@@ -202,8 +201,7 @@ def _traces(work_dir: Path, name: str, size_mb: float, ranks: int, rank_mb: floa
 def _cases(name: str, traces: list[Path], out: Path, hta: bool) -> dict[str, Callable[[], list[str]]]:
     if name == "ranks":
         return {"command": _command(traces, out / "command"), "command-j1": _command(traces, out / "j1", 1)}
-    cases = {"command": _command(traces, out / "command"), "loader": _ingest_child("ours", traces[0]),
-             "loader-2cores": _ingest_child("ours-2cores", traces[0])}
+    cases = {"command": _command(traces, out / "command"), "loader": _ingest_child("ours", traces[0])}
     if hta:
         cases["hta"] = _ingest_child("hta", traces[0])
     return cases
@@ -213,7 +211,9 @@ def _summary(runs: dict[str, list[dict]], json_bytes: int, baseline: str) -> dic
     out = {}
     for case, reports in runs.items():
         walls = [r["process_s"] for r in reports]
+        cpus = [r["cpu_s"] for r in reports]
         out[case] = {"process_s": walls, "median_s": statistics.median(walls), "best_s": min(walls),
+                     "cpu_s": cpus, "cpu_median_s": statistics.median(cpus),
                      "mb_s_median": json_bytes / 1e6 / statistics.median(walls),
                      "peak_rss_mb": max(r["peak_rss_kb"] for r in reports) / 1024,
                      "peak_x_json": max(r["peak_rss_kb"] for r in reports) * 1024 / json_bytes,
@@ -225,6 +225,9 @@ def _summary(runs: dict[str, list[dict]], json_bytes: int, baseline: str) -> dic
             out[case][f"x_{baseline}_median_of_ratios"] = statistics.median(ratios)
             out[case][f"x_{baseline}_ratios"] = ratios
             out[case][f"x_{baseline}_ratio_of_medians"] = out[case]["median_s"] / out[baseline]["median_s"]
+            cpu_ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(runs[case], runs[baseline])]
+            out[case][f"cpu_x_{baseline}_median_of_ratios"] = statistics.median(cpu_ratios)
+            out[case][f"cpu_x_{baseline}_ratios"] = cpu_ratios
     return out
 
 
@@ -258,15 +261,19 @@ def print_set(result: dict) -> None:
     mb = result["json_bytes"] / 1e6
     print(f"\n{result['set']}: {len(result['traces'])} trace(s), {mb:.1f} MB of JSON, {result['repeat']} rounds, "
           f"load average {result['load_average_before'][0]:.2f} before, {result['load_average_after'][0]:.2f} after")
-    print(f"  {'case':<11} {'median s':>8} {'best s':>7} {'MB/s':>6} {'peak MB':>8} {'peak/JSON':>9} {'sum MB':>7} "
-          f"{'PSS/JSON':>8}  ratio")
+    print(f"  {'case':<11} {'median s':>8} {'best s':>7} {'CPU s':>6} {'MB/s':>6} {'peak MB':>8} {'peak/JSON':>9} "
+          f"{'sum MB':>7} {'PSS/JSON':>8}  ratio")
     for case, row in result["summary"].items():
-        ratio = next(((k, v) for k, v in row.items() if k.endswith("_median_of_ratios")), None)
-        said = (f"{ratio[1]:.2f}x {ratio[0][2:].removesuffix('_median_of_ratios')} (median of rounds; "
-                f"{row[ratio[0].replace('median_of_ratios', 'ratio_of_medians')]:.2f}x of medians)") if ratio else ""
-        print(f"  {case:<11} {row['median_s']:>8.2f} {row['best_s']:>7.2f} {mb / row['median_s']:>6.0f} "
-              f"{row['peak_rss_mb']:>8.0f} {row['peak_x_json']:>8.2f}x {row['peak_sum_mb']:>7.0f} "
-              f"{row['peak_pss_sum_x_json']:>7.2f}x  {said}")
+        ratio = next(((k, v) for k, v in row.items() if k.startswith("x_") and k.endswith("_median_of_ratios")), None)
+        said = ""
+        if ratio:
+            baseline = ratio[0][2:].removesuffix("_median_of_ratios")
+            said = (f"wall {ratio[1]:.2f}x {baseline} (median of rounds; "
+                    f"{row[ratio[0].replace('median_of_ratios', 'ratio_of_medians')]:.2f}x of medians), "
+                    f"CPU {row[f'cpu_x_{baseline}_median_of_ratios']:.2f}x")
+        print(f"  {case:<11} {row['median_s']:>8.2f} {row['best_s']:>7.2f} {row['cpu_median_s']:>6.2f} "
+              f"{mb / row['median_s']:>6.0f} {row['peak_rss_mb']:>8.0f} {row['peak_x_json']:>8.2f}x "
+              f"{row['peak_sum_mb']:>7.0f} {row['peak_pss_sum_x_json']:>7.2f}x  {said}")
 
 
 def main(argv: list[str] | None = None) -> int:

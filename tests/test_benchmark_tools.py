@@ -153,11 +153,14 @@ def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     results = {r["set"]: r for r in json.loads((tmp_path / "bench.json").read_text())["results"]}
-    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader",
-                                                                                   "loader-2cores"}
-    assert "x_loader_median_of_ratios" in results["vary"]["summary"]["command"]
-    # the two-core loader beside the one-core baseline, judged against it
-    assert "x_loader_median_of_ratios" in results["vary"]["summary"]["loader-2cores"]
+    assert set(results["repeat"]["summary"]) == set(results["vary"]["summary"]) == {"command", "loader"}
+    command = results["vary"]["summary"]["command"]
+    assert "x_loader_median_of_ratios" in command
+    # CPU seconds beside the wall time, each round's ratio against the loader's of the same round
+    loader_cpu = results["vary"]["summary"]["loader"]["cpu_s"]
+    assert command["cpu_x_loader_ratios"] == [a / b for a, b in zip(command["cpu_s"], loader_cpu)]
+    assert all(0 < cpu < 300 for cpu in command["cpu_s"] + loader_cpu)
+    assert "CPU" in done.stdout
     ranks = results["ranks"]["summary"]
     assert set(ranks) == {"command", "command-j1"} and "x_command-j1_median_of_ratios" in ranks["command"]
     assert ranks["command"]["processes"] >= 2  # the ranks' worker processes were seen
