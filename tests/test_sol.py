@@ -300,3 +300,29 @@ def test_composite_map_entries_sum_their_terms_and_skip_absent_ones(tmp_path):
     bad.write_text("entries:\n  - {terms: [], group: x}\n")
     with pytest.raises(ModuleMapError, match=r"entries\[0\]"):
         load_module_map(str(bad))
+
+
+# Whole kernel names as real traces write them (the analysis keeps them whole in the kernel column):
+# which SOL term a row gets must follow what the kernel is, not words in its return type, its
+# parameters or the source file name a mangled name carries. The expected terms are read off the names.
+_RMS_NORM_VLLM = ("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+                  "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, c10::BFloat16*, "
+                  "c10::BFloat16 const*, float, int, int)")  # vLLM eager trace (../shared/traces/real)
+_NORMAL_RANDOM = ("_ZN2at6native54_GLOBAL__N__d8ceb000_21_DistributionNormal_cu_17e44f7d43distribution_elementwise"
+                  "_grid_stride_kernelIfLi4EZZZNS0_9templates4cuda20normal_and_transformIffPNS_17CUDAGeneratorImplE"
+                  "ZZZNS4_13normal_kernelIS7_EEvRKNS_10TensorBaseEddT_ENKUlvE_clEvENKUlvE0_clEvEUlfE_EEvRNS_18Tensor"
+                  "IteratorBaseET1_T2_ENKUlvE_clEvENKUlvE2_clEvEUlP24curandStatePhilox4_32_10E0_ZNS1_27distribution"
+                  "_nullary_kernelIffLi4ES7_SP_SJ_EEvSL_T2_RKT3_T4_EUlifE_EEvlNS_15PhiloxCudaStateET1_SM_")  # a training trace
+_FLASH_WRAPPED = ("cutlass::device_kernel<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, "
+                  "cute::tuple<cute::C<1>, cute::C<1>, cute::C<1>>>>>(flash::FlashAttnFwdSm90<>::Params)")
+
+
+@pytest.mark.parametrize("group, module, kernel, terms", [
+    ("gate", "post_attention_layernorm", _RMS_NORM_VLLM, ("post_attention_layernorm",)),  # norm in its own name
+    ("gate", "post_attention_layernorm", _NORMAL_RANDOM, ()),  # random numbers: "Normal" is its source file's name
+    ("attention", "attn_core", _FLASH_WRAPPED, ("mla_attention",)),  # the attention inside a wrapper kernel
+])
+def test_a_sol_kernel_pattern_reads_the_kernels_own_name(group, module, kernel, terms):
+    from analysis.sol.sol_module_map import load_module_map, match_terms
+
+    assert match_terms(load_module_map(), group, module, kernel) == terms

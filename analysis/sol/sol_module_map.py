@@ -2,9 +2,15 @@
 
 An entry names one term (`term:`) or, for a row that measures a whole module made of several terms
 (a transformers module range: q/kv projections, norms and rotary in one row), a list (`terms:`).
+A `kernel:` pattern is searched in the kernel's own name (pattern_text): its qualified name and
+template arguments, without the return type or the parameter list, a mangled name as it reads
+demangled, so `normal` in a random-number kernel's source file name or `norm` in a parameter type
+does not make it a layer norm, while `flash` inside `cutlass::device_kernel<flash::...>` still names
+the attention.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from pathlib import Path
@@ -14,6 +20,7 @@ from analysis.io.data_files import read_yaml_file
 from analysis.errors import AnalysisError
 
 DEFAULT_MAP = Path(__file__).parent / "sol_module_map.yaml"
+_SIGNATURE = re.compile(r"[\w>]\(")  # a C++ function's parameter list follows its name directly
 
 
 class ModuleMapError(AnalysisError):
@@ -36,6 +43,21 @@ class MapEntry(msgspec.Struct, frozen=True):
     @property
     def term(self) -> str:
         return "+".join(self.terms)
+
+
+@functools.lru_cache(maxsize=4096)
+def pattern_text(kernel: str) -> str:
+    """What a `kernel:` pattern is searched in: a demangled signature's qualified name with its
+    template arguments, a mangled name's readable form; anything else (a signature's label, "" of a
+    module range's row) as it is."""
+    from analysis.ingest.kernel_names import readable_name, split_signature
+
+    if kernel.startswith("_Z"):
+        return readable_name(kernel)
+    if not _SIGNATURE.search(kernel):  # a label (`deep_gemm masked`) or a copy (`Memcpy DtoD (Device -> Device)`)
+        return kernel
+    qualified, arguments = split_signature(kernel)
+    return f"{qualified}<{arguments}>" if arguments else qualified
 
 
 def load_module_map(path: str | None = None) -> list[MapEntry]:
@@ -81,7 +103,7 @@ def match_terms(entries: list[MapEntry], group: str, module: str, kernel: str,
         return ()
     for entry in entries:
         terms = tuple(t for t in entry.terms if available is None or t in available)
-        if terms and not any(t in taken for t in terms) and entry.matches(group, module, kernel):
+        if terms and not any(t in taken for t in terms) and entry.matches(group, module, pattern_text(kernel)):
             return terms
     return ()
 
