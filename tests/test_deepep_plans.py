@@ -18,6 +18,7 @@ from harness.load.background import BackgroundLoad
 from harness.load.client import describe_loads
 from harness.scenario import ScenarioError, load_scenario
 from harness.sglang.plan import DeploymentSpec, PlanError, SpeculativeSpec, build_plan
+from tests.ports import free_port_run
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = str(REPO / "tests" / "fake_sglang" / "server.py")
@@ -101,17 +102,10 @@ def test_validate_asks_dp_attention_for_one_more_request_per_group(tmp_path):
     assert load_scenario(str(path))[0].engine.max_running_requests == 20
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_short_dp_batch_names_each_groups_running_and_waiting(tmp_path):
     """The fake keeps one request of a full DP group waiting, as SGLang 0.5.17 did on two H100s; the
     load's view of /v1/loads then says where the batch is short."""
-    port = _free_port()
+    port = free_port_run(1)
     proc = subprocess.Popen([sys.executable, FAKE, "--port", str(port), "--tp-size", "2", "--dp-size", "2",
                              "--enable-dp-attention", "--ep-size", "2", "--max-running-requests", "8"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from analysis.ingest.expert_load import FORMAT, load_expert_load
 from harness.cli import main as cli_main
 from analysis.ingest.expert_load import expert_load_doc
 from harness.sglang.expert_load import ExpertRecordError, logical_count, placement_known
+from tests.ports import free_port_run
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = REPO / "tests" / "fake_sglang" / "server.py"
@@ -99,12 +99,6 @@ def test_analyze_cli_shows_the_expert_load_and_refuses_a_bad_file(tmp_path, caps
     assert "--expert-load: " in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _request(url: str, method: str) -> tuple[int, str]:
     req = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
     try:
@@ -116,7 +110,7 @@ def _request(url: str, method: str) -> tuple[int, str]:
 
 class _Fake:
     def __init__(self, tmp_path: Path, *flags: str):
-        self.port = _free_port()
+        self.port = free_port_run(1)
         self.log = tmp_path / f"fake-{self.port}.log"
         env = dict(os.environ, SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR=str(tmp_path / "dumps"), FAKE_SGLANG_STEP_MS="5",
                    FAKE_SGLANG_STARTUP_S="0")

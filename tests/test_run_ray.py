@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import pytest
 
 from tests.run_dir_reanalysis import assert_analyze_reproduces
 from tests.process_lookup import pids_using
+from tests.ports import free_port_run
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -35,12 +35,6 @@ JOB_TIMEOUT_S = 150
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the head is on loopback
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
@@ -51,12 +45,11 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-
 class RayHead:
     def __init__(self) -> None:
         self.temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths are length-limited
-        self.gcs_port = _free_port()
-        self.dashboard_port = _free_port()
+        base = free_port_run(3)  # the GCS, the dashboard and the client server: three free ports, never one twice
+        self.gcs_port, self.dashboard_port, self.client_port = base, base + 1, base + 2
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
         self.gcs = f"127.0.0.1:{self.gcs_port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -66,7 +59,7 @@ class RayHead:
             str(BIN / "ray"), "start", "--head", "--block", f"--port={self.gcs_port}", "--node-ip-address=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
             f"--temp-dir={self.temp_dir}", "--num-cpus=2", "--num-gpus=0", "--disable-usage-stats",
-            f"--ray-client-server-port={_free_port()}",
+            f"--ray-client-server-port={self.client_port}",
         ]
         self.proc = subprocess.Popen(
             cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import socket
 from pathlib import Path
 
 import psutil
@@ -32,12 +31,6 @@ SECRET = "hf_TEST_secret_value_123"
 pytestmark = pytest.mark.timeout(180)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _fake_servers() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if FAKE in (p.info["cmdline"] or [])]
 
@@ -48,7 +41,7 @@ def _scenario(tmp_path: Path, profile_timeout_s: float | None = None, ready_time
     """The test scenario with a free port (and fault-injection variables), written where run() reads it."""
     data = yaml.safe_load(SCENARIO.read_text())
     data["engine"]["port"] = free_port_run(8)  # node r serves on port + r
-    data["engine"]["dist_init_port"] = _free_port()  # node 0 meets the others there: never a fixed port
+    data["engine"]["dist_init_port"] = free_port_run(1)  # node 0 meets the others there: never a fixed port
     data["engine"].update(engine or {})
     data["profile"].update(profile or {})
     data["cluster"].update(cluster or {})

@@ -4,7 +4,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -33,17 +32,11 @@ FAKE_PACKAGE = f"{REPO / 'tests' / 'fake_sglang'}:{REPO}"
 pytestmark = pytest.mark.timeout(240)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spec(nodes=2, gpus=2, profiler="auto", **env):
     parallel = dict(dp=nodes * gpus, ep=nodes * gpus, dp_attention=True, moe_a2a_backend="deepep",
                     deepep_mode="low_latency") if nodes * gpus > 1 else {}
     return DeploymentSpec(model_path="fake/ds", nodes=nodes, gpus_per_node=gpus, host="127.0.0.1", port=free_port_run(8),
-                          dist_init_port=_free_port(),
+                          dist_init_port=free_port_run(1),
                           speculative=SpeculativeSpec("EAGLE", 2, 1, 3), launcher=(sys.executable, FAKE),
                           profiler=profiler, passthrough_env=(), **parallel,
                           env={"FAKE_SGLANG_STEP_MS": "10", "FAKE_SGLANG_NODE0_HOST": "127.0.0.1",
