@@ -95,10 +95,8 @@ def _capture_files_for_rank(files: list[Path], rank, index: int) -> list[Path]:
     return own if own or any(r is not None for r in ranks) else files
 
 
-def _cores(options: AnalysisOptions) -> int:
-    """Processes the analysis may use: --jobs, else the cores this process may run on."""
-    if options.jobs:
-        return options.jobs
+def _available_cores() -> int:
+    """The cores this process may run on: how many rank workers run at once where --jobs does not say."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -159,7 +157,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     rank_options = RankOptions(run=options.run, tbo=options.tbo, step_gap_us=options.step_gap_us,
                                attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
-    jobs = options.jobs or min(len(files), _cores(options))
+    jobs = options.jobs or min(len(files), _available_cores())
     chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
     kernel_rows: list[KernelRow] = []
     step_rows: list[StepRow] = []

@@ -138,9 +138,7 @@ def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problem
 
         d4 = with_sol(d4, options.sol)
     # each rank's collectives before the split, made once: the split and the step time's waits read them
-    collectives = digest.collectives if digest is not None else None
-    if collectives is None:
-        collectives = collectives_of(kernel_rows)
+    collectives = digest.collectives if digest is not None else collectives_of(kernel_rows)
     comm_rows = split_collectives(kernel_rows, step_rows, collectives)
     d4 = with_comm(d4, comm_rows, step_rows, options.strict, expert_load)
     d4 = with_step_time(d4, step_rows, comm_rows, collectives, options.strict)

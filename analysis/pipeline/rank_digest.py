@@ -43,22 +43,19 @@ class Digest:
     rows: int = 0
     kernel_table: list[RowGroup] = field(default_factory=list)
     checks: dict[str, RankChecks] = field(default_factory=dict)  # rank -> its part
-    cells: dict[tuple[str, int], StepCells] | None = field(default_factory=dict)  # None: read the rows
+    cells: dict[tuple[str, int], StepCells] = field(default_factory=dict)
     streams: list[StreamSummary] = field(default_factory=list)
-    collectives: dict[str, RankCollectives] | None = field(default_factory=dict)  # rank -> its part; None: read the rows
-    share: ShareCells | None = field(default_factory=dict)  # None: read the rows
+    collectives: dict[str, RankCollectives] = field(default_factory=dict)  # rank -> its part
+    share: ShareCells = field(default_factory=dict)
 
     def add(self, label: str, part: RankDigest) -> None:
         self.rows += part.rows
         self.kernel_table += part.kernel_table
         self.checks[label] = part.checks
-        if self.cells is not None:
-            self.cells.update(part.cells)
+        self.cells.update(part.cells)
         self.streams = sorted([*self.streams, *part.streams], key=lambda s: (s.rank, s.stream))
-        if self.collectives is not None:
-            self.collectives[label] = part.collectives
-        if self.share is not None:
-            self.share.update(part.share)
+        self.collectives[label] = part.collectives
+        self.share.update(part.share)
 
     def holds(self, kernel_rows: list[KernelRow]) -> bool:
         """Made from as many rows as these (a caller that filtered the rows gets them built again)."""
