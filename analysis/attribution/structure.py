@@ -78,7 +78,7 @@ class _Unit:
     kind: str
     lo: int  # first position in the main-stream order
     hi: int  # last position, inclusive
-    names: tuple[str, ...]
+    names: tuple[int, ...]  # its kernels' names as the chain's shape numbers them (_chain_shape)
 
 
 def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Unit]]:
@@ -88,7 +88,7 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     (chain.py): what runs one after another, and at each fork the branch that carries on, so a
     graph replay whose layers hop streams keeps every layer; the side branches are the side work."""
     main_idx = chain_positions(kernels)
-    return main_stream(kernels), main_idx, _units_of(_chain_key(kernels, main_idx))
+    return main_stream(kernels), main_idx, _units_of(_chain_shape(_chain_key(kernels, main_idx)))
 
 
 def chain_positions(kernels: list[Kernel]) -> list[int]:
@@ -128,11 +128,27 @@ def _chain_key(kernels: list[Kernel], main_idx: list[int]) -> _ChainKey:
     return names, roots, calls
 
 
-def _units_of(key: _ChainKey) -> list[_Unit]:
+_ChainShape = tuple[tuple[int, ...], tuple[str, ...], frozenset[int], "tuple[int, ...] | None"]
+
+
+def _chain_shape(key: _ChainKey) -> _ChainShape:
+    """All that the layers of a chain are found from (_layout): per kernel its name as a number
+    (the chain's first distinct name 0, the next 1, ...: names are only ever compared for equality)
+    and its class; which numbers are memsets; the CPU calls. Chains that differ only in names the
+    layer search cannot tell apart (a GEMM whose kernel name carries the batch size, as cuBLAS picks
+    another tile for another shape) have one shape, so their layers are found once."""
+    names, roots, calls = key
+    number: dict[str, int] = {}
+    ids = tuple([number.setdefault(n, len(number)) for n in names])
+    classes = tuple(map(class_of_name, [r or n for r, n in zip(roots, names)] if roots else names))
+    memsets = frozenset(i for n, i in number.items() if n.startswith("Memset"))
+    return ids, classes, memsets, calls
+
+
+def _units_of(shape: _ChainShape) -> list[_Unit]:
     """The chain's units: a GEMM with its split-K reduction and the activation quantisation before
     it, or the operators of one top-level CPU call; every other kernel alone."""
-    names, roots, calls = key
-    classes = [class_of_name(r or n) for r, n in zip(roots, names)] if roots else [class_of_name(n) for n in names]
+    names, classes, memsets, calls = shape
     units: list[_Unit] = []
     pos, n = 0, len(names)
     while pos < n:
@@ -147,7 +163,7 @@ def _units_of(key: _ChainKey) -> list[_Unit]:
                 end += 1
             lo = pos
             while units and units[-1].hi == lo - 1 and units[-1].lo == units[-1].hi and (
-                units[-1].kind == "quant" or names[lo - 1].startswith("Memset")
+                units[-1].kind == "quant" or names[lo - 1] in memsets
             ):
                 lo = units.pop().lo
             units.append(_Unit(kind, lo, end, names[lo:end + 1]))
@@ -326,7 +342,7 @@ def _role_pre_length(units: list[_Unit], region: tuple[int, int], walk: list[int
     return end - walk[-1] if walk else 0
 
 
-def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[str, ...], ...]) -> int:
+def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[int, ...], ...]) -> int:
     """Where the kernels after the last layer begin: the final norm before the LM head.
 
     The final norm is the same kernels as each layer's input norm; failing that, the last norm
@@ -351,7 +367,7 @@ def _post_start(units: list[_Unit], after_last: int, input_norm: tuple[tuple[str
 
 
 def _final_norm_start(units: list[_Unit], clusters: list[tuple[int, int]], starts: list[int],
-                      norm_pieces: set[tuple[str, ...]]) -> int | None:
+                      norm_pieces: set[tuple[int, ...]]) -> int | None:
     """Where the final norm begins: the first norm after the last core beyond the norms every layer
     has after its core (the post-attention norm; more on models with pre/post-MLP norms). None when
     there are too few layers to tell; len(units) when the trace ends with the last layer."""
@@ -390,7 +406,7 @@ def _next_not_minor(units: list[_Unit], start: int, stop: int) -> int | None:
 class _LayerNamer:
     """Roles for the units of one layer: pre part, attention core, post part."""
 
-    def __init__(self, units: list[_Unit], input_norm_names: set[tuple[str, ...]]):
+    def __init__(self, units: list[_Unit], input_norm_names: set[tuple[int, ...]]):
         self.units = units
         self.input_norm_names = input_norm_names
 
@@ -689,10 +705,55 @@ class _LayerPlan:
     detail: str
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a chain's shape decides (_chain_shape): per unit its section, layer, (role, rule) and
+    whether its layer is MoE; the rest of _LayerPlan but the slots, which need the names."""
+
+    units: tuple[_Unit, ...]
+    unit_slots: tuple[tuple[str, int, Named, bool], ...]
+    core_ends: tuple[int, ...]
+    layer_moe: dict[int, bool]
+    layer_firsts: tuple[tuple[int, int], ...]
+    in_layers: tuple[int, ...]
+    layers: int
+    moe_layers: int
+    detail: str
+
+
+_UNPLACED = (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
+
+
 @functools.lru_cache(maxsize=64)
 def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
-    """The layers of a chain, from its units alone (cached: a decode run repeats a few chains)."""
-    units = _units_of(key)
+    """The layers of a chain (cached: a decode run repeats a few chains): its shape's layout, with
+    each kernel's D4 label from its name."""
+    layout = _layout(_chain_shape(key))
+    if layout is None:
+        return None
+    names, roots, _calls = key
+    labels = roots or names  # a CPU operator is labelled and classed by its outermost call
+    slots: list[Slot] = []
+    label_of: dict[str, str] = {}  # per distinct name: its D4 label
+    for unit, (section, layer, (role, why), moe) in zip(layout.units, layout.unit_slots):
+        row = row_of(role, moe)
+        for p in range(unit.lo, unit.hi + 1):
+            name = labels[p] or names[p]
+            label = label_of.get(name) or label_of.setdefault(name, name_label(name))
+            if role == "all_reduce":  # which collective: from its name
+                named = collective_role(name)
+                kind_row = row_of(named, moe)
+                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, why))
+                continue
+            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, why))
+    return _LayerPlan(tuple(slots), layout.core_ends, layout.layer_moe, layout.layer_firsts, layout.in_layers,
+                      layout.layers, layout.moe_layers, layout.detail)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(shape: _ChainShape) -> _Layout | None:
+    """The layers of a chain's shape, from its units alone; None without an attention core."""
+    units = _units_of(shape)
     clusters = _attention_clusters(units)
     if not clusters:
         return None
@@ -727,33 +788,17 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
         unit_slot[j] = (SECTION_PRE, -1, (_outside_role(units[j].kind, "embedding"), _R["outside.before_layers"]), True)
     for j in range(post_start, len(units)):
         unit_slot[j] = (SECTION_POST, -1, (_outside_role(units[j].kind, "lm_head"), _R["outside.after_layers"]), True)
-    names, roots, _calls = key
-    labels = roots or names  # a CPU operator is labelled and classed by its outermost call
-    slots: list[Slot] = []
-    label_of: dict[str, str] = {}  # per distinct name: its D4 label
-    for unit, placed in zip(units, unit_slot):
-        section, layer, (role, why), moe = placed or (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
-        row = row_of(role, moe)
-        for p in range(unit.lo, unit.hi + 1):
-            name = labels[p] or names[p]
-            label = label_of.get(name) or label_of.setdefault(name, name_label(name))
-            if role == "all_reduce":  # which collective: from its name
-                named = collective_role(name)
-                kind_row = row_of(named, moe)
-                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, why))
-                continue
-            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, why))
-    layer_moe = {}
-    for placed in unit_slot:
-        if placed and placed[0] == SECTION_LAYER:
-            layer_moe[placed[1]] = placed[3]
-    in_layers = tuple(p for p, slot in enumerate(slots) if slot.section == SECTION_LAYER)
+    layer_moe = {placed[1]: placed[3] for placed in unit_slot if placed and placed[0] == SECTION_LAYER}
+    placed_slots = tuple(placed or _UNPLACED for placed in unit_slot)
+    in_layers = tuple(p for unit, placed in zip(units, placed_slots) if placed[0] == SECTION_LAYER
+                      for p in range(unit.lo, unit.hi + 1))
     firsts: dict[int, int] = {}
-    for p in in_layers:
-        firsts.setdefault(slots[p].unit, p)
+    for unit, placed in zip(units, placed_slots):
+        if placed[0] == SECTION_LAYER:
+            firsts.setdefault(placed[1], unit.lo)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
-    return _LayerPlan(tuple(slots), tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
-                      tuple(sorted(firsts.items())), in_layers, len(clusters), moe_layers, detail)
+    return _Layout(tuple(units), placed_slots, tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
+                   tuple(sorted(firsts.items())), in_layers, len(clusters), moe_layers, detail)
 
 
 def _outside_role(kind: str, default: str) -> str:
