@@ -11,8 +11,9 @@ the profiler span and instant events are written once, at the end, as the profil
 The work is textual (templates with numeric slots), so the output is byte-for-byte the layout of
 the source; the source is only parsed to check that the result is valid JSON in tests.
 
-`--steps vary`: a trace whose steps never repeat a chain, the worst case for the analysis (it names
-a chain's layers once per distinct chain): the batch size changes every step (copy i runs batch
+`--steps vary`: a trace whose steps never repeat a chain, the worst case for the analysis (it makes
+each distinct chain's slots anew; the layers themselves are found once per chain shape, which these
+renamed GEMMs keep, analysis/attribution/structure.py): the batch size changes every step (copy i runs batch
 i + 1: its step labels say so) and, as cuBLAS picks another GEMM kernel for another shape, each
 step's nvjet GEMM kernels carry its batch size in their names (`..._TNN_b17`); their kernel class
 and family stay those of the source's (kernel_classes.yaml, kernel_families.yaml).

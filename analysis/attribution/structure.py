@@ -111,7 +111,7 @@ def _chain_key(kernels: list[Kernel], main_idx: list[int]) -> _ChainKey:
     """All that the units (and so the layer plan) of a chain depend on: its kernels' names, CPU
     operators' outermost calls, and which top-level CPU call each CPU operator belongs to (a
     running number, -1 for GPU kernels). Decode steps repeat the same chain, so the plan is
-    computed once per distinct key (_layer_plan)."""
+    made once per distinct key (_layer_plan), and its layers found once per shape (_chain_shape)."""
     chain = [kernels[i] for i in main_idx]
     names = tuple([k.name for k in chain])
     root_list = [k.root for k in chain]
