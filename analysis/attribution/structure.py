@@ -692,8 +692,8 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
 
 @dataclass(frozen=True)
 class _LayerPlan:
-    """What the chain's shape decides, whatever the timing: per chain kernel its section, layer and
-    D4 row; per layer where its attention core ends and whether it is MoE."""
+    """What the chain decides, whatever the timing: per chain kernel its section, layer and D4 row
+    (with its own name's label); per layer where its attention core ends and whether it is MoE."""
 
     slots: tuple[Slot, ...]  # per chain kernel (shared by every step of the plan: replaced, never changed)
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
