@@ -13,8 +13,8 @@ the source; the source is only parsed to check that the result is valid JSON in 
 
 `--steps vary`: a trace whose steps never repeat a chain, the worst case for the analysis (it makes
 each distinct chain's slots anew; the layers themselves are found once per chain shape, which these
-renamed GEMMs keep, analysis/attribution/structure.py): the batch size changes every step (copy i runs batch
-i + 1: its step labels say so) and, as cuBLAS picks another GEMM kernel for another shape, each
+renamed GEMMs keep, analysis/attribution/structure.py): the batch size changes every step (copy i
+runs batch i + 1: its step labels say so) and, as cuBLAS picks another GEMM kernel for another shape, each
 step's nvjet GEMM kernels carry its batch size in their names (`..._TNN_b17`); their kernel class
 and family stay those of the source's (kernel_classes.yaml, kernel_families.yaml).
 

@@ -686,16 +686,19 @@ def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
         slots[i] = slot
     if len(main_idx) < len(kernels):  # kernels off the chain
         _place_side_streams(kernels, main_idx, slots, plan)
-    return LayerCut([s for s in slots if s is not None], plan.layers, plan.detail, moe_layers=plan.moe_layers,
+    layout = plan.layout
+    return LayerCut([s for s in slots if s is not None], layout.layers, layout.detail, moe_layers=layout.moe_layers,
                     chain=main_idx)
 
 
 @dataclass(frozen=True)
-class _LayerPlan:
-    """What the chain decides, whatever the timing: per chain kernel its section, layer and D4 row
-    (with its own name's label); per layer where its attention core ends and whether it is MoE."""
+class _Layout:
+    """What a chain's shape decides (_chain_shape), whatever the timing: per unit its section, layer,
+    (role, rule) and whether its layer is MoE; per layer where its attention core ends and whether it
+    is MoE; which chain positions are in layers."""
 
-    slots: tuple[Slot, ...]  # per chain kernel (shared by every step of the plan: replaced, never changed)
+    units: tuple[_Unit, ...]
+    unit_slots: tuple[tuple[str, int, Named, bool], ...]
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
     layer_moe: dict[int, bool]
     layer_firsts: tuple[tuple[int, int], ...]  # (layer, chain position of its first kernel), by layer
@@ -706,19 +709,11 @@ class _LayerPlan:
 
 
 @dataclass(frozen=True)
-class _Layout:
-    """What a chain's shape decides (_chain_shape): per unit its section, layer, (role, rule) and
-    whether its layer is MoE; the rest of _LayerPlan but the slots, which need the names."""
+class _LayerPlan:
+    """A chain's layout with each chain kernel's slot (its D4 row and its own name's label)."""
 
-    units: tuple[_Unit, ...]
-    unit_slots: tuple[tuple[str, int, Named, bool], ...]
-    core_ends: tuple[int, ...]
-    layer_moe: dict[int, bool]
-    layer_firsts: tuple[tuple[int, int], ...]
-    in_layers: tuple[int, ...]
-    layers: int
-    moe_layers: int
-    detail: str
+    slots: tuple[Slot, ...]  # per chain kernel (shared by every step of the plan: replaced, never changed)
+    layout: _Layout
 
 
 _UNPLACED = (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
@@ -746,8 +741,7 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
                 slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, why))
                 continue
             slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, why))
-    return _LayerPlan(tuple(slots), layout.core_ends, layout.layer_moe, layout.layer_firsts, layout.in_layers,
-                      layout.layers, layout.moe_layers, layout.detail)
+    return _LayerPlan(tuple(slots), layout)
 
 
 @functools.lru_cache(maxsize=64)
@@ -811,20 +805,21 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
     it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
     the combine); collectives keep their own role; the rest is `other`."""
-    layer_moe = plan.layer_moe
+    layout = plan.layout
+    layer_moe = layout.layer_moe
     # where each layer's attention ends on the main stream (its core's last kernel)
-    attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(plan.core_ends)}
+    attention_end = {layer: kernels[main_idx[p]].end_us for layer, p in enumerate(layout.core_ends)}
     # each layer's first start: the chain runs in start order, so its first kernel's
-    layers = [layer for layer, _p in plan.layer_firsts]
-    starts = [kernels[main_idx[p]].start_us for _layer, p in plan.layer_firsts]
+    layers = [layer for layer, _p in layout.layer_firsts]
+    starts = [kernels[main_idx[p]].start_us for _layer, p in layout.layer_firsts]
     last_end = float("-inf")
-    for p in plan.in_layers:
+    for p in layout.in_layers:
         k = kernels[main_idx[p]]
         end = k.start_us + k.dur_us
         if end > last_end:
             last_end = end
     combine_end: dict[int, float] = {}  # per layer, where its combine ended on the chain
-    for p in plan.in_layers:
+    for p in layout.in_layers:
         if plan.slots[p].role == "combine":
             k = kernels[main_idx[p]]
             layer = plan.slots[p].unit
