@@ -52,7 +52,7 @@ def test_the_lm_head_is_after_the_layers(case):
     both the truth and the tool: none of its time in the layers' groups."""
     from analysis.pipeline import AnalysisOptions, analyze
 
-    from analysis.attribution.kernel_classes import class_of_name
+    from analysis.ingest.kernel_classes import class_of_name
 
     result = analyze([str(case.path)], options=AnalysisOptions(run="ep", attribution="template" if case.truth is None
                                                                else "auto"))

@@ -61,7 +61,9 @@ def test_sol_columns_equal_sol_for_d4_rows(trace):
             if r.sol_us is None:
                 assert cells[4:] == ["", "", ""], cells
             else:
-                assert cells[4:] == [f"{r.sol_us:.2f}", f"{r.sol_pct:.0f}%", r.bound], cells
+                pct = "" if r.sol_pct is None else f"{r.sol_pct:.0f}%"  # no % where SOL is 0 (bound none)
+                assert (r.sol_pct is None) == (r.bound == "none"), r
+                assert cells[4:] == [f"{r.sol_us:.2f}", pct, r.bound], cells
             checked += 1
         else:  # end-to-end, sums, before/after layers
             assert cells[4:] == ["", "", ""], cells

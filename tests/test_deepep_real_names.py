@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 
 RECORD = json.loads((Path(__file__).parent / "data/deepep/h100-one-rank-low-latency.json").read_text())

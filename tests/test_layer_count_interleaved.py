@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from analysis.pipeline import AnalysisOptions, analyze
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from conftest import real_trace
 from synthetic_llama import write_trace
 

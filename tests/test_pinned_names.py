@@ -12,7 +12,7 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.layers import Slot
 from analysis.attribution.namers import Naming
 from analysis.attribution.namers.kernels import StructureNamer

@@ -17,7 +17,7 @@ import pytest
 
 from analysis.pipeline import AnalysisOptions, analyze, attribute, combine_rows, write_outputs
 from analysis.attribution.comm_split import rank_collectives, rows_by_rank, split_collectives
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 from analysis.tables.d4 import main_stage
 from analysis.pipeline.encoded_rows import EncodedRows

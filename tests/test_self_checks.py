@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from analysis.pipeline import AnalysisOptions, analyze
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.rows import KernelRow
 from analysis.errors import AnalysisError
 from analysis.ingest.model_spec import load_model_spec
@@ -279,7 +279,7 @@ SHARED_STREAM = sorted(str(p.relative_to(ROOT)) for p in (ROOT / PD_RAY).glob(
 
 @pytest.mark.parametrize("rel", SHARED_STREAM)
 def test_the_shared_expert_on_its_own_stream_is_named_so_wherever_it_ran(rel):
-    from analysis.attribution.kernel_classes import class_of_name
+    from analysis.ingest.kernel_classes import class_of_name
 
     result = analyze([str(ROOT / rel)], options=AnalysisOptions(jobs=1))
     rows = [r for r in result.kernel_rows if r.section == "layer"]

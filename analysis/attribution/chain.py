@@ -20,7 +20,7 @@ import itertools
 import operator
 from collections.abc import Sequence
 
-from analysis.attribution.kernel_classes import EXPERT_PATH, ROUTING
+from analysis.ingest.kernel_classes import EXPERT_PATH, ROUTING
 
 # kernel classes (kernel_classes.yaml) of the layers' own line: a fork's branch running them is the chain
 ANCHOR_CLASSES = frozenset({"attn_core"}) | ROUTING | EXPERT_PATH

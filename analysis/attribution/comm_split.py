@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from analysis.attribution.kernel_classes import COMMUNICATION, class_test
+from analysis.ingest.kernel_classes import COMMUNICATION, class_test
 from analysis.attribution.rows import KernelRow, StepRow
 
 

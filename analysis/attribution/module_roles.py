@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 
-from analysis.attribution.kernel_classes import GEMM_LIKE, collective_role, kernel_class, kernel_class_rule
+from analysis.ingest.kernel_classes import GEMM_LIKE, collective_role, kernel_class, kernel_class_rule
 from analysis.attribution.module_attribution import kernel_label, module_class
 from analysis.attribution.roles import is_moe_role, row_of
 from analysis.attribution.named_rules import MODULE_RULES, rule as named_rule

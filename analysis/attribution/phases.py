@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from analysis.attribution.kernel_classes import phases_of
+from analysis.ingest.kernel_classes import phases_of
 from analysis.attribution.rows import KernelRow
 
 

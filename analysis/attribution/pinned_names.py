@@ -15,7 +15,7 @@ import functools
 
 from msgspec.structs import replace
 
-from analysis.attribution.kernel_classes import class_of_name, collective_role
+from analysis.ingest.kernel_classes import class_of_name, collective_role
 from analysis.attribution.layers import Slot
 from analysis.attribution.roles import row_of
 

@@ -17,7 +17,7 @@ from analysis.io.data_files import (
     resolve,
     validation_problems,
 )
-from analysis.attribution.kernel_classes import matches_class
+from analysis.ingest.kernel_classes import matches_class
 from analysis.errors import SignatureError, shown_path
 
 SIGNATURE_DIR = Path(__file__).resolve().parent.parent / "data" / "signatures"

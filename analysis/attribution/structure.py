@@ -20,7 +20,7 @@ import functools
 from collections import Counter
 from dataclasses import dataclass
 
-from analysis.attribution.kernel_classes import (
+from analysis.ingest.kernel_classes import (
     ATTENTION_CORE,
     COMMUNICATION,
     EXPERT_PATH,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from msgspec.structs import replace
 
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.layers import LayerCut, Slot
 from analysis.attribution.module_attribution import kernel_label
 from analysis.attribution.roles import row_of

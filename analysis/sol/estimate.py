@@ -374,7 +374,7 @@ class D4Sol(msgspec.Struct, frozen=True):
     value_us: float | None
     term: str | None
     sol_us: float | None
-    sol_pct: float | None  # 100 x SOL / measured: 100 = at the hardware limit
+    sol_pct: float | None  # 100 x SOL / measured: 100 = at the hardware limit; None where SOL is 0 (bound none)
     bound: str | None
     flops: float | None = None  # per layer, summed over the row's terms
     hbm_bytes: float | None = None  # per layer, summed over the row's terms
@@ -384,31 +384,28 @@ def sol_for_d4_rows(rows: list[Any], deployment: Deployment, hardware: Hardware 
                     model: ModelShapes | str = "deepseek-v3", module_map: str | None = None) -> list[D4Sol]:
     """SOL us, percent of SOL and bound for each D4 row (objects, dicts or (group, module, value_us[, kernel])).
 
-    Rows are matched to SOL terms by analysis/sol/sol_module_map.yaml; each term goes to the first
-    matching row only, so a module split over several kernel rows is not counted twice. Terms the
-    deployment's model and MLA form do not have (kv_b_proj in the absorbed form) are never matched.
+    Rows are matched to SOL terms by analysis/sol/sol_module_map.yaml (sol_module_map.assign_terms);
+    each term goes to the first matching row only, so a module split over several kernel rows is not
+    counted twice. Terms the deployment's model and MLA form do not have (kv_b_proj in the absorbed
+    form) are never matched.
     """
-    from analysis.sol.sol_module_map import load_module_map, match_terms
+    from analysis.sol.sol_module_map import assign_terms, load_module_map
 
-    entries = load_module_map(module_map)
     terms = sol_by_term(layer_sol(model, deployment, hardware))
-    used: set[str] = set()
+    fields = [(str(_row_field(row, "group", 0) or ""), str(_row_field(row, "module", 1) or ""),
+               _row_field(row, "value_us", 2), str(_row_field(row, "kernel", 3) or "")) for row in rows]
+    assigned = assign_terms(load_module_map(module_map), [(g, m, k) for g, m, _v, k in fields], terms.keys())
     out: list[D4Sol] = []
-    for row in rows:
-        group = str(_row_field(row, "group", 0) or "")
-        module = str(_row_field(row, "module", 1) or "")
-        value = _row_field(row, "value_us", 2)
-        kernel = str(_row_field(row, "kernel", 3) or "")
-        matched = match_terms(entries, group, module, kernel, taken=used, available=terms.keys())
+    for (group, module, value, kernel), matched in zip(fields, assigned):
         if not matched:
             out.append(D4Sol(group, module, kernel, value, None, None, None, None))
             continue
-        used.update(matched)
         parts = [terms[t] for t in matched]
         sol_us = sum(p.sol_us for p in parts)
         largest = max(parts, key=lambda p: p.sol_us)
         bound = largest.bound if sol_us > 0 else BOUND_NONE
-        pct = 100.0 * sol_us / value if value else None
+        # no work on this rank (bound none): no percentage, which would read as a kernel at 0% of its limit
+        pct = 100.0 * sol_us / value if value and sol_us > 0 else None
         out.append(D4Sol(group, module, kernel, value, "+".join(matched), sol_us, pct, bound,
                          flops=sum(p.flops for p in parts), hbm_bytes=sum(p.hbm_bytes for p in parts)))
     return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
-from analysis.attribution.kernel_classes import class_of_name, class_test
+from analysis.ingest.kernel_classes import class_of_name, class_test
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import EXTEND, UNKNOWN
 from analysis.tables.shown_names import shown_names

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.attribution.kernel_classes import class_of_name
+from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.rows import KernelRow, StepRow, usable_statuses
 from analysis.attribution.stages import DRAFT_STAGES, UNKNOWN
 from analysis.attribution.steps import KNOWN_STAGES
