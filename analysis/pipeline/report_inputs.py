@@ -72,6 +72,7 @@ def report_source_from_traces(paths: list[Path], signature: str) -> ReportSource
         got.d4_rows = [{"group": r.group, "module": r.module, "kernel": r.kernel, "value_us": r.value_us,
                         "layers": r.layers} for r in result.d4.rows]
         got.step_ms = result.d4.step_ms or None
+        got.stage = result.d4.stage
         got.notes.append(f"Analysed here with the `{signature}` signature: {len(result.step_rows)} steps, "
                          f"stage {result.d4.stage}, step {result.d4.step_ms:.2f} ms (`moe-harness analyze` gives the D4 table).")
         got.notes += [f"Skipped {pr.path or pr.rank}: {pr.message}" for pr in result.problems]

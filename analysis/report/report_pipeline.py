@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from analysis.attribution.stages import EXTEND
 from analysis.errors import AnalysisError, shown_path
 from analysis.io.input_files import DOCUMENT_LIMIT_BYTES, TABLE_LIMIT_BYTES, InputFileError, open_input_text, read_json
 from analysis.report.kernel_report import ReportInputs, build_report
@@ -33,6 +34,7 @@ class ReportSource:
     d4_rows: list[dict] | None = None
     step_ms: float | None = None
     saved_sol: SolSettings | None = None  # the SOL settings the analysis saved (analysis.json)
+    stage: str | None = None  # the D4 table's stage (extend: prefill, which the SOL model does not count)
 
 
 @dataclass
@@ -56,7 +58,7 @@ def source_from_analysis_dir(adir: Path) -> ReportSource:
     got.sources = [str(table)]
     if (adir / "d4_detail.csv").exists():
         got.d4_rows = _read_d4_detail(adir / "d4_detail.csv")
-    got.step_ms, got.saved_sol = _saved_d4(adir)
+    got.step_ms, got.saved_sol, got.stage = _saved_d4(adir)
     return got
 
 
@@ -91,7 +93,10 @@ def kernel_report(got: ReportSource, options: ReportOptions) -> KernelReport:
                           notes=[shown_path(n) for n in got.notes], speedup=options.speedup)
     rows = got.d4_rows or []
     layers = {(r["group"], r["module"], r["kernel"]): max(1.0, r["layers"]) for r in rows}
-    if rows and settings is not None:
+    if rows and settings is not None and got.stage == EXTEND:
+        inputs.notes.append("No SOL rows: the SOL model counts a decode step (each request one new token against its "
+                            "KV length), and these D4 rows are of prefill (extend) steps, which compute whole prompts.")
+    elif rows and settings is not None:
         if got.saved_sol is not None and settings == got.saved_sol:
             inputs.notes.append("SOL deployment as saved by the analysis (analysis.json).")
         inputs.deployment = settings.deployment
@@ -136,11 +141,11 @@ def _read_d4_detail(path: Path) -> list[dict]:
     return rows
 
 
-def _saved_d4(analysis_dir: Path) -> tuple[float | None, SolSettings | None]:
-    """(step ms, saved SolSettings or None) from analysis.json, when present."""
+def _saved_d4(analysis_dir: Path) -> tuple[float | None, SolSettings | None, str | None]:
+    """(step ms, saved SolSettings or None, the table's stage) from analysis.json, when present."""
     path = analysis_dir / "analysis.json"
     if not path.exists():
-        return None, None
+        return None, None, None
     try:
         saved = read_json(path, DOCUMENT_LIMIT_BYTES, "an analysis.json")
         d4 = saved.get("d4", {}) if isinstance(saved, dict) else None
@@ -154,4 +159,5 @@ def _saved_d4(analysis_dir: Path) -> tuple[float | None, SolSettings | None]:
     value = d4.get("step_ms")
     if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)):
         raise AnalysisError(f"{shown_path(path)}: d4.step_ms is {value!r}, not a number")
-    return (float(value) if value else None), sol
+    stage = d4.get("stage")
+    return (float(value) if value else None), sol, stage if isinstance(stage, str) else None

@@ -13,6 +13,7 @@ import functools
 import math
 from pathlib import Path
 
+from analysis.attribution.stages import EXTEND
 from analysis.io.data_files import read_yaml_file
 
 THRESHOLDS_FILE = Path(__file__).with_name("derived_notes.yaml")
@@ -57,6 +58,10 @@ def sol_notes(column) -> list[str]:
     """What is above 100% of SOL, and why it may be."""
     if column.sol is None:
         return []
+    if column.stage == EXTEND:  # analysis/tables/d4_sol.py left the cells empty
+        return [f"{column.name}: NO SOL FOR PREFILL: the SOL model counts a decode step (each request one new token "
+                "against its KV length: --batch-per-rank, --kv-len); this table's steps are prefill (extend), whose "
+                "kernels compute whole prompts, so its SOL cells are left empty"]
     limit = float(_limits()["sol"]["over_pct"])
     over = [r for r in column.rows if r.sol_pct is not None and r.sol_pct > limit]
     if not over:
