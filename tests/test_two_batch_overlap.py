@@ -89,9 +89,9 @@ def test_no_self_check_fires_on_the_right_tables(config):
 def test_read_without_two_batch_overlap_the_checks_say_why(monkeypatch):
     """The same trace with the micro-batch order switched off (the analysis before TBO was read): the
     table is wrong, and the layer count and the kernel sequences say so."""
-    from analysis.attribution import two_batch
+    from analysis.attribution import two_batch_steps
 
-    monkeypatch.setattr(two_batch, "two_batch_order", lambda _kernels: None)
+    monkeypatch.setattr(two_batch_steps, "two_batch_order", lambda _kernels: None)
     result = analyze(_files(TBO, "deepep-tbo-dpattn-graph"), options=AnalysisOptions(run="tbo", layers=4))
     failed = {c.check: c.why for c in result.failed_checks}
     assert "layer_count" in failed and "7 layers" in failed["layer_count"]

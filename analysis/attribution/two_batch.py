@@ -67,24 +67,6 @@ def is_two_phase(name: str) -> bool:
     return any(marker in name for marker in _LOW_LATENCY) and class_of_name(name) in ("dispatch", "combine")
 
 
-_NOT_READ = object()
-
-
-def mark_one_batch(steps) -> None:
-    """Steps known not to be two-batch-overlapped (their rank launches no two-phase DeepEP kernel):
-    step_two_batch_order answers None for them without reading their kernels."""
-    for step in steps:
-        step.__dict__["_two_batch"] = None
-
-
-def step_two_batch_order(step) -> TwoBatchOrder | None:
-    """two_batch_order of a step's kernels, read once per step whichever namer asks first."""
-    plan = step.__dict__.get("_two_batch", _NOT_READ)
-    if plan is _NOT_READ:
-        plan = step.__dict__["_two_batch"] = two_batch_order(step.kernels)
-    return plan
-
-
 def two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     """The micro-batch order of a two-batch-overlapped step, or None where the step is not one."""
     deep = [i for i, k in enumerate(kernels) if is_two_phase(k.name)]

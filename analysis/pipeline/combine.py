@@ -95,15 +95,19 @@ def _tail_inputs(signature: str, model: str | None, options: AnalysisOptions, ch
 def combine_nodes(node_results: list[dict], options: AnalysisOptions, signature: str,
                   model: str | None = None) -> Analysis:
     """Rows attributed node by node (`attribute`'s, one dict per node: kernel_rows, step_rows, problems,
-    failed_files) into one analysis through combine_rows, the tail `analyze` uses; the signature, the
-    model, options.load_records and options.expert_load are loaded here, as `analyze` loads them."""
+    failed_files, and chains: [rank, step, its chain] as the attribution cut each step) into one
+    analysis through combine_rows, the tail `analyze` uses; the signature, the model,
+    options.load_records and options.expert_load are loaded here, as `analyze` loads them."""
     sig, spec, requests, load = _tail_inputs(signature, model, options)
     kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
     problems = [p for part in node_results for p in part["problems"]]  # the self-checks add theirs over every node
     failed_files = [f for part in node_results for f in part.get("failed_files", [])]
+    # the self-checks read each step's kernels in the order its cut read them (a two-batch-overlapped
+    # step's micro-batch order), as `analyze` gives them
+    chains = {(rank, step): chain for part in node_results for rank, step, chain in part.get("chains", [])}
     return combine_rows(kernel_rows, step_rows, problems, options, sig, spec, failed_files=failed_files,
-                        requests=requests, expert_load=load)
+                        requests=requests, expert_load=load, chains=chains)
 
 
 def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problems: list[RankProblem],

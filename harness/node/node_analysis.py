@@ -70,7 +70,8 @@ def analyze_node(paths: list[str], options: dict) -> dict:
     kept = _as_kept(paths, captures, options.get("node"))
     problems = [msgspec.structs.replace(p, path=kept(p.path), message=kept(p.message)) for p in rows.problems]
     return {"kernel_rows": rows.kernel_rows, "step_rows": rows.step_rows, "problems": problems,
-            "failed_files": [kept(f) for f in rows.failed_files]}
+            "failed_files": [kept(f) for f in rows.failed_files],
+            "chains": [[rank, step, chain] for (rank, step), chain in rows.chains.items()]}
 
 
 def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:

@@ -9,7 +9,8 @@ from analysis.attribution.capture import Capture, map_capture
 from analysis.attribution.layers import LayerCut
 from analysis.attribution.module_attribution import CaptureMap, slots_from_capture
 from analysis.attribution.namers import Namer, Naming
-from analysis.attribution.two_batch import TWO_BATCH_WHY_NOT, step_two_batch_order
+from analysis.attribution.two_batch import TWO_BATCH_WHY_NOT
+from analysis.attribution.two_batch_steps import step_two_batch_order
 from analysis.attribution.steps import GRAPH_LAUNCHERS, Step
 
 HOW = "capture"

@@ -9,7 +9,8 @@ from analysis.attribution.signature import Signature
 from analysis.attribution.stages import DRAFT
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
-from analysis.attribution.two_batch import step_two_batch_order, two_batch_cut
+from analysis.attribution.two_batch import two_batch_cut
+from analysis.attribution.two_batch_steps import step_two_batch_order
 
 
 class TemplateNamer(Namer):

@@ -15,7 +15,8 @@ from analysis.attribution.module_roles import (
     standard_map,
 )
 from analysis.attribution.namers import Namer, Naming
-from analysis.attribution.two_batch import TWO_BATCH_WHY_NOT, step_two_batch_order
+from analysis.attribution.two_batch import TWO_BATCH_WHY_NOT
+from analysis.attribution.two_batch_steps import step_two_batch_order
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import Step

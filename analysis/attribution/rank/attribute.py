@@ -15,7 +15,7 @@ from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
 from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, SIDE_RULE, SIDE_SOURCE, split_off_thread_copies
 from analysis.attribution.pinned_names import pinned, pinned_role
-from analysis.attribution.two_batch import is_two_phase, mark_one_batch
+from analysis.attribution.two_batch_steps import mark_one_batch, may_overlap_two_batches
 from analysis.attribution.shared_stream import join_shared_blocks
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.attribution.signature import Signature
@@ -86,7 +86,7 @@ def attribute_rank(
     for step in steps:  # a transfer engine's copies are not the model's: named apart, before the cut
         step.kernels, step.side = split_off_thread_copies(step.kernels, launch_tid)
     names = {k.name for step in steps for k in step.kernels}  # a rank's distinct kernel names: a few hundred
-    if not any(map(is_two_phase, names)):
+    if not may_overlap_two_batches(names):
         mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
     pinned_names = frozenset(n for n in names if pinned_role(n) is not None)  # its communication kernels
     points = LaunchPoints(trace)

@@ -1,0 +1,122 @@
+"""Two-batch overlap in prefill, read from launch order, on the real PD prefill server's traces.
+
+The recording (tests/data/sglang-real/pd-ray, SGLang 0.5.17, prefill TP2 EP2, DeepEP normal mode, TBO)
+is of a 4-layer DeepSeek-V3-shaped model (layer 0 dense, 3 MoE: benchmarks/gpu/sglang_ray/
+dsv3_4l_model.yaml). What is right is read off the model and the trace, not from the reader: 4 layers in
+every step, micro-batches 0 and 1 in each MoE layer (the dense one runs the whole batch), one DeepEP
+dispatch and one combine transfer per micro-batch and layer, as SGLang's prefill strategy launches them.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from analysis.api import AnalysisOptions, analyze
+from analysis.attribution.off_thread import split_off_thread_copies
+from analysis.attribution.rows import SECTION_LAYER
+from analysis.attribution.steps import segment_steps
+from analysis.attribution.two_batch import two_batch_order
+from analysis.attribution.two_batch_prefill import prefill_two_batch_order
+from analysis.ingest.trace_loader import load_trace
+
+DATA = Path(__file__).parent / "data" / "sglang-real"
+TBO = sorted((DATA / "pd-ray").glob("*prefill_tbo-*/prefill/traces/*.trace.json.gz"))
+NO_TBO = sorted((DATA / "pd").glob("*prefill-nostack-TP-*.trace.json.gz"))  # DeepEP normal prefill, one batch
+LAYERS, DENSE = 4, 1
+
+
+def _steps(path: Path):
+    trace = load_trace(str(path))
+    launched_by = {launch.correlation: launch.tid for launch in trace.launches}
+    steps = segment_steps(trace, 1000.0)
+    for step in steps:
+        step.kernels, step.side = split_off_thread_copies(step.kernels, launched_by)
+    return steps
+
+
+@pytest.fixture(scope="module")
+def analysed():
+    assert len(TBO) == 2
+    return analyze([str(p) for p in TBO], options=AnalysisOptions(run="prefill-tbo", layers=LAYERS))
+
+
+@pytest.mark.parametrize("path", TBO, ids=lambda p: p.name[-28:])
+def test_every_prefill_step_is_recognised_and_its_order_covers_every_kernel_once(path):
+    steps = _steps(path)
+    assert len(steps) == 5
+    for step in steps:
+        plan = prefill_two_batch_order(step.kernels)
+        assert plan is not None, step.index
+        assert sorted(plan.order) == list(range(len(step.kernels)))
+        assert plan.micro_layers == 2 * (LAYERS - DENSE)
+        assert two_batch_order(step.kernels) is None  # no low-latency kernel: the decode reader reads none
+
+
+def test_every_step_has_the_models_layers_with_two_micro_batches(analysed):
+    assert {(s.layers_found, s.moe_layers_found, s.status) for s in analysed.step_rows} == {(LAYERS, 3, "ok")}
+    assert len(analysed.step_rows) == 10
+    per_layer: dict[tuple[str, int, int], set[int]] = {}
+    for r in analysed.kernel_rows:
+        if r.section == SECTION_LAYER:
+            per_layer.setdefault((r.rank, r.step, r.layer), set()).add(r.micro_batch)
+    assert {key[2] for key in per_layer} == set(range(LAYERS))
+    assert all(mbs == ({0} if layer < DENSE else {0, 1}) for (_, _, layer), mbs in per_layer.items())
+
+
+def test_each_micro_layer_holds_its_own_stages_in_the_order_they_ran(analysed):
+    """Per micro-layer, on the trace's own clock: its attention core, then its router GEMM and top-k,
+    then its DeepEP dispatch, its routed experts, its combine; no kernel of a MoE layer is left unnamed."""
+    layers: dict[tuple, dict[str, list]] = {}
+    for r in analysed.kernel_rows:
+        if r.section == SECTION_LAYER and r.layer >= DENSE:
+            layers.setdefault((r.rank, r.step, r.layer, r.micro_batch), {}).setdefault(r.module, []).append(r)
+    assert len(layers) == 10 * 3 * 2
+    for key, modules in layers.items():
+        core = [r for r in modules["attn_core"] if r.kernel_name == "_fwd_kernel"]
+        dispatch = [r for r in modules["dispatch"] if "intranode::dispatch<" in r.kernel_name]
+        combine = [r for r in modules["combine"] if "intranode::combine<" in r.kernel_name]
+        assert len(core) == len(dispatch) == len(combine) == 1, key
+        core_end = core[0].start_us + core[0].busy_us
+        assert all(core_end <= r.start_us < dispatch[0].start_us for r in modules["router"] + modules["topk"]), key
+        assert all(dispatch[0].start_us < r.start_us < combine[0].start_us
+                   for r in modules["up_gate_gemm"] + modules["down_gemm"]), key
+        assert "other" not in modules, (key, [r.kernel_name[:60] for r in modules["other"]])
+
+
+def test_each_micro_layer_dispatches_and_combines_once(analysed):
+    transfers = Counter((r.rank, r.step, r.layer, r.micro_batch, r.module) for r in analysed.kernel_rows
+                        if r.kernel_name.startswith(("void deep_ep::intranode::dispatch<",
+                                                     "void deep_ep::intranode::combine<")))
+    assert len(transfers) == 10 * 3 * 2 * 2 and set(transfers.values()) == {1}
+    assert {key[-1] for key in transfers} == {"dispatch", "combine"}
+    names = {(r.group, r.module) for r in analysed.kernel_rows if "deep_ep::" in r.kernel_name}
+    assert names <= {("moe", "dispatch"), ("moe", "combine")}, names
+
+
+def test_no_self_check_fires(analysed):
+    assert [(c.check, c.why) for c in analysed.failed_checks] == []
+    assert {c.check for c in analysed.checks} >= {"layer_count", "layer_kernel_sequence", "layer_time"}
+
+
+def test_read_as_one_batch_the_checks_say_why(monkeypatch):
+    """The reader switched off (the analysis before it): 7 layers for 4, and the checks say so."""
+    from analysis.attribution import two_batch_steps
+
+    monkeypatch.setattr(two_batch_steps, "prefill_two_batch_order", lambda _kernels: None)
+    result = analyze([str(p) for p in TBO], options=AnalysisOptions(run="prefill-tbo", layers=LAYERS))
+    failed = {c.check: c.why for c in result.failed_checks}
+    assert "layer_count" in failed and "7 layers" in failed["layer_count"]
+
+
+@pytest.mark.parametrize("path", NO_TBO, ids=lambda p: p.name[-28:])
+def test_a_prefill_without_two_batch_overlap_is_not_read_as_one(path):
+    steps = _steps(path)
+    assert steps and all(prefill_two_batch_order(s.kernels) is None for s in steps)
+
+
+def test_a_decode_two_batch_step_is_left_to_the_decode_reader():
+    path = sorted((DATA / "tbo").glob("*deepep-tbo-eager-TP-0*.trace.json.gz"))[0]
+    step = next(s for s in _steps(path) if s.stage == "decode")
+    assert two_batch_order(step.kernels) is not None and prefill_two_batch_order(step.kernels) is None
