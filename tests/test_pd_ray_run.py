@@ -78,15 +78,14 @@ def test_the_ttft_split_from_the_jobs_scrapes_covers_every_request_of_the_load()
 
 def test_two_batch_overlap_on_the_real_prefill_role_is_read_as_four_layers(tmp_path, capsys):
     """SGLang 0.5.17 ran TBO on the prefill server of a pair (alone it died at its first decode step),
-    DeepEP in normal mode: no two-phase kernel to read TBO from, so the run's own table (stored here,
-    as the run wrote it) reads 7 layers for 4 and says so. Read from launch order
-    (analysis/attribution/two_batch_prefill.py), `analyze RUN_DIR` now finds the model's 4 layers (1
-    dense, 3 MoE of two micro-batches) in every step of both ranks, and no self-check fires."""
-    stored = (PREFILL_TBO / "prefill" / "analysis" / "checks.csv").read_text()
-    assert "layer_count,\"stage extend" in stored and ",fail," in stored  # what the run wrote then
-    capsys.readouterr()
-    assert main(["analyze", str(PREFILL_TBO / "prefill"), "--out", str(tmp_path / "tbo")]) == 0
-    printed = capsys.readouterr().out
+    DeepEP in normal mode: no two-phase kernel to read TBO from, so the run's own table read 7 layers
+    for 4 and said so (table.node-original.md keeps it). Read from launch order
+    (analysis/attribution/two_batch_prefill.py; the folder re-sealed with it), `analyze RUN_DIR` finds
+    the model's 4 layers (1 dense, 3 MoE of two micro-batches) in every step of both ranks, and no
+    self-check fires."""
+    node_table = (PREFILL_TBO / "prefill" / "table.node-original.md").read_text()
+    assert "LAYER COUNT MISMATCH in 10 of 10 steps" in node_table  # what the run printed then
+    printed = assert_analyze_reproduces(PREFILL_TBO / "prefill", tmp_path / "tbo", capsys, left_out=LEFT_OUT)
     assert "LAYER COUNT MISMATCH" not in printed and "not seen in this step's kernels" not in printed
     steps = list(csv.DictReader((tmp_path / "tbo" / "steps.csv").open()))
     assert len(steps) == 10 and {(s["layers_found"], s["moe_layers_found"], s["status"]) for s in steps} == {

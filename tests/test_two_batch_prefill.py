@@ -120,3 +120,17 @@ def test_a_decode_two_batch_step_is_left_to_the_decode_reader():
     path = sorted((DATA / "tbo").glob("*deepep-tbo-eager-TP-0*.trace.json.gz"))[0]
     step = next(s for s in _steps(path) if s.stage == "decode")
     assert two_batch_order(step.kernels) is not None and prefill_two_batch_order(step.kernels) is None
+
+
+@pytest.mark.parametrize("paths", [TBO, NO_TBO], ids=["tbo", "one-batch"])
+def test_the_prefill_attention_is_named_as_mla_expanded(paths):
+    """SGLang's prefill runs MLA's MHA path: q_a and kv_a in one GEMM, the q_a layernorm, q_b, the kv_a
+    layernorm, the rotary and the KV-cache write, then kv_b expanding the cache before the core. Its
+    GEMMs and norms read as plain q / k / v projections and q / k norms before (in every prefill table);
+    Qwen3's q / k norms, whose rotary runs after all three projections, still do (the accuracy suite)."""
+    result = analyze([str(p) for p in paths], options=AnalysisOptions(run="prefill", layers=LAYERS))
+    modules = {r.module for r in result.kernel_rows if r.group == "attention" and r.stage == "extend"}
+    assert {"q_a_kv_a", "q_a_layernorm", "q_proj_b", "kv_a_layernorm", "kv_b_proj"} <= modules
+    assert not modules & {"qkv_proj", "qk_norm"}, modules
+    kv_b = [r for r in result.kernel_rows if r.module == "kv_b_proj" and "gemm" in r.kernel_name]
+    assert kv_b and all("sm90_fp8_gemm" in r.kernel_name for r in kv_b)

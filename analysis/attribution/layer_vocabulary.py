@@ -9,29 +9,37 @@ ranges would name the same kernel twice differently.
 """
 from __future__ import annotations
 
-ABSORBED_MLA, UNFUSED_MLA, PLAIN = "absorbed_mla", "unfused_mla", "plain"
+ABSORBED_MLA, UNFUSED_MLA, EXPANDED_MLA, PLAIN = "absorbed_mla", "unfused_mla", "expanded_mla", "plain"
 
 
-def attention_form(inner_norms: int, projections: int) -> str:
+def attention_form(inner_norms: int, projections: int, rotary_before_last: bool = False) -> str:
     """How the attention's projections are laid out, from the norms between them: one norm between
     two or more projections is absorbed MLA (its q_a / kv_a layernorm), two norms among four
-    projections MLA written out (transformers), anything else plain q / k / v projections."""
+    projections MLA written out (transformers), two norms among three with the rotary embedding
+    before the last MLA expanded for prefill (SGLang's MHA path: q_a and kv_a in one GEMM, q_b, then
+    kv_b after the rotary and the KV-cache write; a q / k norm after each of q and k projections has
+    its rotary after all three), anything else plain q / k / v projections. `rotary_before_last`:
+    a rotary kernel runs between the last two projections (a namer that cannot tell passes False)."""
     if inner_norms == 1 and projections >= 2:
         return ABSORBED_MLA
     if inner_norms == 2 and projections == 4:
         return UNFUSED_MLA
+    if inner_norms == 2 and projections == 3 and rotary_before_last:
+        return EXPANDED_MLA
     return PLAIN
 
 
 def projection_roles(form: str, projections: int, before_first_norm: int) -> list[str]:
     """Roles of the projections before the attention core, in launch order. Absorbed MLA: those before
     its norm are q_a and kv_a in one, the first after it q_b, the rest the W_UK batched matmul;
-    written-out MLA: q_a, q_b, kv_a, kv_b; plain: q / k / v."""
+    written-out MLA: q_a, q_b, kv_a, kv_b; expanded MLA: q_a and kv_a in one, q_b, kv_b; plain: q / k / v."""
     if form == ABSORBED_MLA:
         return ["q_a_kv_a" if i < before_first_norm else ("q_b_proj" if i == before_first_norm else "w_kc_bmm")
                 for i in range(projections)]
     if form == UNFUSED_MLA:
         return ["q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj"]
+    if form == EXPANDED_MLA:
+        return ["q_a_kv_a", "q_b_proj", "kv_b_proj"]
     return ["qkv_proj"] * projections
 
 
@@ -39,7 +47,7 @@ def inner_norm_roles(form: str, inner_norms: int) -> list[str]:
     """Roles of the norms between the projections, in order."""
     if form == ABSORBED_MLA:
         return ["q_a_kv_a_layernorm"]
-    if form == UNFUSED_MLA:
+    if form in (UNFUSED_MLA, EXPANDED_MLA):
         return ["q_a_layernorm", "kv_a_layernorm"]
     return ["qk_norm"] * inner_norms
 

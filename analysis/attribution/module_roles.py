@@ -273,7 +273,9 @@ class ModuleRoleNamer:
                     inner_runs.append([between, c])
             else:
                 tail_norms.append((c, between))
-        form = attention_form(len(inner_runs), len(pre))
+        rotary_before_last = len(pre) >= 2 and any(
+            spec.rotary.search(nodes[c].cls) and pre_starts[-2] < nodes[c].rng.start_us < pre_starts[-1] for c in children)
+        form = attention_form(len(inner_runs), len(pre), rotary_before_last)
         absorbed = form == ABSORBED_MLA
         roles: dict[int, str] = {}
         for c, role in zip(pre, projection_roles(form, len(pre), inner_runs[0][0] if inner_runs else 0)):

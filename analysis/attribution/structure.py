@@ -35,6 +35,7 @@ from analysis.ingest.kernel_classes import (
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.attribution.layer_vocabulary import (
     ABSORBED_MLA,
+    EXPANDED_MLA,
     UNFUSED_MLA,
     attention_form,
     inner_norm_roles,
@@ -52,7 +53,8 @@ from analysis.ingest.trace_model import Kernel
 # looked up here, so a name the file lacks fails on import.
 _R = {name: rule(STRUCTURE_RULES, name) for name in (
     "core.attention_cluster", "pre.no_projection", "pre.input_norm", "pre.gather_after_input_norm",
-    "pre.projections", "pre.projections_absorbed_mla", "pre.projections_unfused_mla", "pre.projection_norm",
+    "pre.projections", "pre.projections_absorbed_mla", "pre.projections_unfused_mla",
+    "pre.projections_expanded_mla", "pre.projection_norm",
     "pre.rotary_written_out", "pre.by_class", "pre.among_projections", "pre.before_core", "post.o_proj",
     "post.w_vc_absorbed", "post.collective", "post.o_proj_before_reduce", "post.residual_add",
     "post.attention_norm", "dense.no_gemm", "dense.gate_up_proj", "dense.act", "dense.down_proj",
@@ -66,6 +68,8 @@ _R = {name: rule(STRUCTURE_RULES, name) for name in (
 Named = tuple[str, str]  # (role, KernelRow.rule of the rule that gave it)
 
 # Kinds that end a layer's pre-attention part when walking back from its attention core.
+_PROJECTION_RULES = {ABSORBED_MLA: "pre.projections_absorbed_mla", UNFUSED_MLA: "pre.projections_unfused_mla",
+                     EXPANDED_MLA: "pre.projections_expanded_mla"}
 _NOT_PRE = EXPERT_PATH | ROUTING | {"allreduce"}
 _ROUTED_END = frozenset({"expert_gemm", "moe_finalize", "combine", "a2a"})
 
@@ -443,10 +447,10 @@ class _LayerNamer:
         gaps = list(zip(gemms, [*gemms[1:], end]))
         extents = [self._norm_extent(a + 1, b) for a, b in gaps]
         inner = [e for e, (a, b) in zip(extents, gaps) if e is not None and b != end]
-        form = attention_form(len(inner), len(gemms))
+        rotary_before_last = len(gemms) >= 2 and any(units[j].kind == "rotary" for j in range(gemms[-2] + 1, gemms[-1]))
+        form = attention_form(len(inner), len(gemms), rotary_before_last)
         absorbed = form == ABSORBED_MLA
-        projections = _R["pre.projections_absorbed_mla" if absorbed else "pre.projections_unfused_mla"
-                         if form == UNFUSED_MLA else "pre.projections"]
+        projections = _R[_PROJECTION_RULES.get(form, "pre.projections")]
         before_norm = sum(1 for j in gemms if inner and j < inner[0][0])
         for j, role in zip(gemms, projection_roles(form, len(gemms), before_norm)):
             roles[j] = (role, projections)
