@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from analysis.api import AnalysisOptions, analyze
@@ -134,3 +135,44 @@ def test_the_prefill_attention_is_named_as_mla_expanded(paths):
     assert not modules & {"qkv_proj", "qk_norm"}, modules
     kv_b = [r for r in result.kernel_rows if r.module == "kv_b_proj" and "gemm" in r.kernel_name]
     assert kv_b and all("sm90_fp8_gemm" in r.kernel_name for r in kv_b)
+
+
+def test_a_step_read_wrong_is_refused_never_raised():
+    """Real prefill TBO steps with one kernel dropped or two swapped in launch order (seeded): the reader
+    answers None or an order covering every kernel once, and never raises."""
+    import random
+
+    rng = random.Random(48)
+    step = _steps(TBO[0])[1]
+    plans = 0
+    for _ in range(300):
+        kernels = list(step.kernels)
+        if rng.random() < 0.5:
+            del kernels[rng.randrange(len(kernels))]
+        else:
+            i, j = rng.randrange(len(kernels)), rng.randrange(len(kernels))
+            a, b = kernels[i], kernels[j]
+            kernels[i] = msgspec.structs.replace(a, correlation=b.correlation)
+            kernels[j] = msgspec.structs.replace(b, correlation=a.correlation)
+        plan = prefill_two_batch_order(kernels)
+        if plan is not None:
+            plans += 1
+            assert sorted(plan.order) == list(range(len(kernels)))
+    assert 0 < plans < 300  # some variants still read (a dropped copy), some refused
+
+
+def test_experts_blocks_that_differ_are_refused():
+    """A kernel more in micro-batch B's experts block than in A's (launched after B's dispatch): the two
+    blocks no longer repeat each other, so where B's stage ends is unknown and the step is read as one
+    batch rather than cut at a guessed place."""
+    from analysis.ingest.kernel_classes import class_of_name
+
+    step = _steps(TBO[0])[1]
+    kernels = [msgspec.structs.replace(k, correlation=2 * k.correlation) for k in step.kernels]
+    launch = sorted(kernels, key=lambda k: k.correlation)
+    dispatch_starts = [i for i, k in enumerate(launch) if class_of_name(k.name) == "dispatch"
+                       and (i == 0 or class_of_name(launch[i - 1].name) != "dispatch")]
+    after_b = launch[dispatch_starts[1] + 3]  # a kernel of B's first experts block, after its dispatch
+    extra = msgspec.structs.replace(after_b, correlation=after_b.correlation + 1)
+    assert prefill_two_batch_order(kernels) is not None
+    assert prefill_two_batch_order([*kernels, extra]) is None

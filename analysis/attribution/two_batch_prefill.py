@@ -15,8 +15,9 @@ decode reader (two_batch.py) does; two_batch_cut names them.
 What is relied on: correlation ids in launch order, one per kernel (an eager step: a CUDA-graph
 replay launches once and is not read here); in launch order the anchors run C* CC DD (KCKC DD)* KK
 (the dense layers' cores, then per MoE layer A's and B's cores, dispatches and combines, the next
-layer's cores launched after each combine); the two blocks of one stage hold the same kernel classes
-in the same order. A step that does not is left to the one-batch reading, whose note says so.
+layer's cores launched after each combine); each micro-batch's attention block opens with its input
+norm, and its experts' and shared experts' blocks hold the same kernel classes in the same order as
+the other's. A step that does not is left to the one-batch reading, whose note says so.
 """
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def _blocks(classes: list[str], cores: list[int], dispatches: list[int], combine
         last = j == layers - 1
         end = b_start + (b_start - a_start) if last else dispatches[2 * j + 2]
         tails = [range(a_start, b_start), range(b_start, end)]  # shared experts, combine, the next attention
-        if a_start > k_a or b_start >= end:
+        if not a_start <= k_a < b_start < end:
             return None
         # this layer's part ends with the combine; the rest opens the micro-batch's next layer
         cut = len(tails[0]) if last else max(p for p in tails[0] if classes[p] == "combine") + 1 - a_start
