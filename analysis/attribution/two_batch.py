@@ -266,6 +266,8 @@ def two_batch_cut(kernels: list[Kernel], plan: TwoBatchOrder, cut_of) -> LayerCu
     if tbo.chain is not None and (head is None or head.chain is not None):
         chain = ([head_original[p] for p in (head.chain if head is not None else []) if head_original[p] in head_set]
                  + [tbo_original[p] for p in tbo.chain])
+    # the micro-layers' own cut counts its attention cores as layers ("6 layers by attention cores"
+    # for a step of 4): the note says what the step holds instead
     detail = (f"{TBO_NOTE} {plan.micro_layers} MoE micro-layers read as {plan.micro_layers // 2} layers "
-              f"of two micro-batches" + (f"; {tbo.detail}" if tbo.detail else ""))
+              f"of two micro-batches, after {dense} dense layer{'' if dense == 1 else 's'}")
     return LayerCut(slots, layers, detail, moe_layers=plan.micro_layers // 2, chain=chain, unit_layers=unit_layers)
