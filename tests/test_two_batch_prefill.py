@@ -8,6 +8,7 @@ dispatch and one combine transfer per micro-batch and layer, as SGLang's prefill
 """
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -176,3 +177,48 @@ def test_experts_blocks_that_differ_are_refused():
     extra = msgspec.structs.replace(after_b, correlation=after_b.correlation + 1)
     assert prefill_two_batch_order(kernels) is not None
     assert prefill_two_batch_order([*kernels, extra]) is None
+
+
+def _covered(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of [lo, hi] covered by the union of intervals (sweep over sorted ends, written for this test)."""
+    total, reach = 0.0, lo
+    for s, e in sorted(intervals):
+        s, e = max(s, reach), min(e, hi)
+        if e > s:
+            total += e - s
+            reach = e
+    return total
+
+
+def test_the_two_batch_rows_hold_what_the_kernels_say(analysed):
+    """Per MoE layer, both micro-batches summed, mean over steps then ranks: each dispatch's and combine's
+    DeepEP launch group from its first start to its last end (in flight), the other micro-batch's kernels
+    inside that span (under it), and the group's time no other stream covered (exposed), recomputed here
+    from the kernel rows by a sweep of this test's own."""
+    deep_ep = ("deep_ep::layout::", "deep_ep::intranode::")
+    per_rank: dict[tuple[str, str, str], list[float]] = {}
+    steps = {(r.rank, r.step) for r in analysed.kernel_rows}
+    for rank, step in sorted(steps):
+        rows = [r for r in analysed.kernel_rows if (r.rank, r.step) == (rank, step) and r.section == SECTION_LAYER]
+        moe = sorted({r.layer for r in rows if r.micro_batch == 1})
+        sums: dict[tuple[str, str], float] = {}
+        for layer in moe:
+            for mb in (0, 1):
+                other = [(r.start_us, r.start_us + r.busy_us) for r in rows if r.micro_batch == 1 - mb]
+                for module in ("dispatch", "combine"):
+                    group = [r for r in rows if (r.layer, r.micro_batch, r.module) == (layer, mb, module)
+                             and r.kernel_name.removeprefix("void ").startswith(deep_ep)]
+                    lo, hi = min(r.start_us for r in group), max(r.start_us + r.busy_us for r in group)
+                    for part, value in (("in flight", hi - lo), ("other micro-batch under it", _covered(other, lo, hi)),
+                                        ("exposed", sum(r.exposed_us for r in group))):
+                        sums[(module, part)] = sums.get((module, part), 0.0) + value
+        for (module, part), value in sums.items():
+            per_rank.setdefault((rank, module, part), []).append(value / len(moe))
+    rows = {(r.module, r.kernel): r.value_us for r in analysed.d4.tbo_rows}
+    assert len(rows) == 6
+    for module in ("dispatch", "combine"):
+        for part in ("in flight", "other micro-batch under it", "exposed"):
+            ranks = [statistics.fmean(v) for (rank, m, p), v in per_rank.items() if (m, p) == (module, part)]
+            assert rows[(module, part)] == pytest.approx(statistics.fmean(ranks), rel=1e-9), (module, part)
+        assert rows[(module, "other micro-batch under it")] <= rows[(module, "in flight")]
+        assert rows[(module, "exposed")] <= rows[(module, "in flight")]
