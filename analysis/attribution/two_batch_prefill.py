@@ -32,11 +32,11 @@ _ANCHORS = re.compile(r"(C*)CCDD((?:KCKCDD)*)KK")
 
 def prefill_two_batch_order(kernels: list[Kernel]) -> TwoBatchOrder | None:
     """The micro-batch order of a two-batch-overlapped prefill step (DeepEP normal mode), or None."""
+    if len(kernels) < 16 or any(is_two_phase(k.name) for k in kernels):
+        return None  # DeepEP low latency (found at its first MoE layer): the decode reader's
     correlations = [k.correlation for k in kernels]
-    if len(kernels) < 16 or min(correlations) < 0 or len(set(correlations)) != len(kernels):
+    if min(correlations) < 0 or len(set(correlations)) != len(kernels):
         return None
-    if any(is_two_phase(k.name) for k in kernels):
-        return None  # DeepEP low latency: the decode reader's
     launch = sorted(range(len(kernels)), key=correlations.__getitem__)
     classes = [class_of_name(kernels[i].root or kernels[i].name) for i in launch]
     tokens, at = [], []
