@@ -43,7 +43,7 @@ class MapEntry(msgspec.Struct, frozen=True):
     kernel: re.Pattern | None
     kernel_class: re.Pattern | None = None  # `class:`, matched whole against the kernel's class
 
-    def matches(self, group: str, module: str, kernel: str, kind: str = "") -> bool:
+    def matches(self, group: str, module: str, kernel: str, kind: str) -> bool:
         """`kernel` as pattern_text gives it; `kind` its class (class_of_name)."""
         return all(
             pattern is None or pattern.search(text)
@@ -129,6 +129,9 @@ def assign_terms(mapping: ModuleMap, rows: list[tuple[str, str, str]],
     row, is passed over, so a composite row gets its whole module or nothing. Sum rows and rows
     whose kernel is of one of the map's never_classes get none.
     """
+    # each entry's terms this deployment has, once (entries left without any are never tried)
+    usable = [(entry, terms) for entry in mapping.entries
+              if (terms := tuple(t for t in entry.terms if available is None or t in available))]
     out: list[tuple[str, ...]] = []
     taken: set[str] = set()
     for group, module, kernel in rows:
@@ -137,9 +140,8 @@ def assign_terms(mapping: ModuleMap, rows: list[tuple[str, str, str]],
         if module.strip().lower() in ("sum", "total") or kind in mapping.never_classes:
             continue
         text = pattern_text(kernel)
-        for entry in mapping.entries:
-            terms = tuple(t for t in entry.terms if available is None or t in available)
-            if terms and not any(t in taken for t in terms) and entry.matches(group, module, text, kind):
+        for entry, terms in usable:
+            if not any(t in taken for t in terms) and entry.matches(group, module, text, kind):
                 out[-1] = terms
                 taken.update(terms)
                 break
