@@ -20,7 +20,8 @@ from analysis.attribution.comm_split import rank_collectives, rows_by_rank, spli
 from analysis.ingest.kernel_classes import class_of_name
 from analysis.attribution.signature import load_signature
 from analysis.tables.d4 import main_stage
-from analysis.pipeline.encoded_rows import EncodedRows
+from analysis.attribution.kernel_columns import KernelColumns
+from analysis.pipeline.lazy_rows import LazyRows
 from analysis.tables.kernel_table import read_kernel_rows
 from analysis.pipeline.rank_digest import Digest, digest_rank
 from analysis.tables.self_check_parts import rank_checks, rows_by_step
@@ -49,10 +50,19 @@ def test_workers_digests_give_the_tables_the_rows_give(paths, tmp_path):
     assert len(paths) >= 2
     workers = _outputs(paths, tmp_path / "workers", jobs=2)
     one_by_one = _outputs(paths, tmp_path / "j1", jobs=1)
-    assert workers["result"].digest is not None and workers["result"].digest.holds(workers["result"].kernel_rows)
-    assert one_by_one["result"].digest is None  # nothing to digest in one process: the tables read the rows
+    for made in (workers, one_by_one):  # each rank's digest, from its columns, in a worker or in this process
+        assert made["result"].digest is not None and made["result"].digest.holds(made["result"].kernel_rows)
+    result = one_by_one["result"]  # and the tables built from the rows alone, as combine_nodes builds them
+    from_rows = combine_rows(list(result.kernel_rows), result.step_rows, [], AnalysisOptions(),
+                             load_signature("generic"), None, total_bytes=result.json_bytes)
+    assert from_rows.digest is None
+    write_outputs(from_rows, tmp_path / "rows")
+    rows_files = {name: (tmp_path / "rows" / name).read_bytes() for name in SMALL_TABLES if name != "analysis.json"}
+    rows_files["kernels_long.parquet"] = read_kernel_rows(tmp_path / "rows" / "kernels_long.parquet")
     for name in (*SMALL_TABLES, "kernels_long.parquet"):
         assert workers[name] == one_by_one[name], name
+        if name in rows_files:
+            assert rows_files[name] == one_by_one[name], name
 
 
 def test_the_stream_summary_follows_the_rank_labels_not_the_worker_order(tmp_path):
@@ -69,13 +79,17 @@ def test_workers_rows_stay_encoded_until_read_and_read_back_equal(tmp_path):
     workers = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=2))
     write_outputs(workers, tmp_path)
     rows = workers.kernel_rows
-    assert isinstance(rows, EncodedRows) and rows._rows is None  # nothing on the command's path read them
-    one_by_one = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=1)).kernel_rows
-    assert len(rows) == len(one_by_one) and rows._rows is None  # the count needs no decoding
-    assert rows == one_by_one and list(rows) == one_by_one and rows[5] == one_by_one[5]
+    assert isinstance(rows, LazyRows) and not rows.made  # nothing on the command's path read them
+    in_process = analyze([str(p) for p in EP4], options=AnalysisOptions(jobs=1))
+    write_outputs(in_process, tmp_path / "j1")
+    one_by_one = in_process.kernel_rows  # this process's ranks: kept as their columns, made into rows when read
+    assert isinstance(one_by_one, LazyRows) and not one_by_one.made
+    assert len(rows) == len(one_by_one) and not rows.made  # the count needs no decoding
+    assert rows == one_by_one and list(rows) == list(one_by_one) and rows[5] == one_by_one[5]
     sent = pickle.loads(pickle.dumps(rows))  # to another process (a node's result) as the plain rows
-    assert type(sent) is list and sent == one_by_one
-    assert isinstance(attribute([str(p) for p in EP4], options=AnalysisOptions(jobs=2)).kernel_rows, list)
+    assert type(sent) is list and sent == list(one_by_one)
+    sent_columns = attribute([str(p) for p in EP4], options=AnalysisOptions(jobs=2)).kernel_rows  # sent back whole
+    assert sent_columns == list(one_by_one)
 
 
 def test_the_split_leaves_the_workers_parts_as_they_came():
@@ -186,12 +200,14 @@ def test_a_digest_travels_between_processes_whole(broken):
     result, rows = broken
     own = [r for r in rows if r.rank == "TP1"]
     steps = [s for s in result.step_rows if s.rank == "TP1"]
-    digest = digest_rank("TP1", own, steps, {}, False)
+    digest = digest_rank("TP1", KernelColumns.of_rows(own), steps, {}, False)
     back = pickle.loads(pickle.dumps(digest))
     assert back.rows == len(own) and back.checks == digest.checks and back.streams == digest.streams
     assert [[c.pages for c in g.chunks] for g in back.kernel_table] == [[c.pages for c in g.chunks] for g in digest.kernel_table]
-    assert {k: (v.cells.keys(), v.outside, v.mtp_us, v.source_us) for k, v in back.cells.items()} == \
-        {k: (v.cells.keys(), v.outside, v.mtp_us, v.source_us) for k, v in digest.cells.items()}
+    def cells(d):
+        return {k: (v.cells.keys(), v.outside, v.mtp_us, {s: list(us) for s, us in v.source_us.items()})
+                for k, v in d.cells.items()}
+    assert cells(back) == cells(digest)
     merged = Digest()
     merged.add("TP1", back)
     assert merged.holds(own) and not merged.holds(rows)

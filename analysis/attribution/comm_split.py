@@ -152,6 +152,67 @@ def rank_collectives(rank: str, rows: list[KernelRow]) -> RankCollectives:
     return RankCollectives(found, sections)
 
 
+def rank_collectives_of_columns(rank: str, columns) -> RankCollectives:
+    """rank_collectives of a rank's columns (analysis/attribution/kernel_columns.py): the same CommRows.
+    The rows are walked as arrays; a KernelRow is made for each collective only. Times that are not
+    all finite are read from the rows."""
+    from analysis.numeric import np
+
+    is_comm = class_test(COMMUNICATION)
+    comm_name = np.asarray([is_comm[name] for name in columns.names], dtype=bool)
+    if not comm_name.any():
+        return RankCollectives([], {})
+    start, busy, step = columns.start_us, columns.busy_us, columns.step
+    if not (np.isfinite(start).all() and np.isfinite(busy).all() and (busy >= 0.0).all()):
+        return rank_collectives(rank, columns.rows())
+    order = np.argsort(start, kind="stable")
+    order = order[np.argsort(step[order], kind="stable")]  # by (step, start), ties in row order
+    ordered_step = step[order]
+    ends = (start + busy)[order]
+    cuts = [0, *(np.flatnonzero(ordered_step[1:] != ordered_step[:-1]) + 1).tolist(), len(order)]
+    reach = np.empty(len(order))  # the latest end so far in the step, each row's own included
+    for lo, hi in zip(cuts, cuts[1:]):
+        reach[lo:hi] = np.maximum.accumulate(ends[lo:hi])
+    first_in_step = np.zeros(len(order), dtype=bool)
+    first_in_step[cuts[:-1]] = True
+    at = np.flatnonzero(comm_name[columns.name[order]])
+    comm = columns.rows_at(order[at])
+    ordered_start = start[order]
+    gaps = np.where(first_in_step[at], 0.0, ordered_start[at] - reach[np.maximum(at - 1, 0)])
+    slot_of = columns.slot[order].tolist()
+    layers = columns.layer[order].tolist()
+    steps = ordered_step.tolist()
+    group_module = {code: (s[1], s[2]) for code, s in enumerate(columns.slots)}
+    counts: dict[tuple, int] = defaultdict(int)
+    found: list[CommRow] = []
+    for i, row, gap in zip(at.tolist(), comm, gaps.tolist()):
+        base = (row.step, row.stage, row.micro_batch, row.layer, row.module)
+        occurrence = counts[base]
+        counts[base] += 1
+        module, layer = "", -1  # _preceding's walk on the arrays
+        own = (row.layer, row.group, row.module)
+        for j in range(i - 1, -1, -1):
+            if steps[j] != row.step:
+                break
+            if (layers[j], *group_module[slot_of[j]]) != own:
+                module, layer = group_module[slot_of[j]][1], layers[j]
+                break
+        found.append(CommRow(
+            step=row.step, layer=row.layer, module=row.module, rank=rank, busy_us=row.busy_us,
+            wait_us=None, transfer_us=None, last_rank=None, stage=row.stage, micro_batch=row.micro_batch,
+            group=row.group, occurrence=occurrence, kernel=row.kernel, start_us=row.start_us,
+            clock_offset_us=None, end_skew_us=None, preceding_module=module, preceding_layer=layer,
+            idle_before_us=gap if gap > 0.0 else 0.0))
+    outside = {(c.step, c.start_us) for c in found if c.layer < 0}
+    sections: dict[tuple[int, float], str] = {}
+    if outside:  # the last row outside the layers at that (step, start), in row order, as fill_waits read it
+        for i in np.flatnonzero(columns.layer < 0).tolist():
+            key = (int(step[i]), float(start[i]))
+            if key in outside:
+                sections[key] = columns.slots[columns.slot[i]][0]
+    return RankCollectives(found, sections)
+
+
 def rows_by_rank(kernel_rows: list[KernelRow]) -> dict[str, list[KernelRow]]:
     """Each rank's rows in row order, ranks in the order of their first row."""
     by_rank: dict[str, list[KernelRow]] = defaultdict(list)

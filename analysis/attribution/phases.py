@@ -9,22 +9,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from msgspec.structs import replace
+
 from analysis.ingest.kernel_classes import phases_of
-from analysis.attribution.rows import KernelRow
 
 
-def label_phases(rows: list[KernelRow]) -> None:
-    """Rows of one step, in place: in each (layer, micro-batch, module), the launches of a phased
-    kernel in start order take its phases in turn ("... (send)", "... (recv)") when their number is a
-    multiple of the phases'; otherwise (one launch doing both) the labels stay."""
+def label_phases(kernels: list, slots: list, layers: list[int], micro_batches: list[int]) -> None:
+    """One step's kernels, each with its slot, layer and micro-batch; `slots` in place: in each
+    (layer, micro-batch, module), the launches of a phased kernel in start order take its phases in
+    turn ("... (send)", "... (recv)") when their number is a multiple of the phases'; otherwise (one
+    launch doing both) the labels stay."""
     groups: dict[tuple[int, int, str, str], list[int]] = defaultdict(list)
-    for i, row in enumerate(rows):
-        if row.layer >= 0 and phases_of(row.kernel_name):
-            groups[(row.layer, row.micro_batch, row.module, row.kernel)].append(i)
+    for i, (kernel, layer) in enumerate(zip(kernels, layers)):
+        if layer >= 0 and phases_of(kernel.name):
+            slot = slots[i]
+            groups[(layer, micro_batches[i], slot.module, slot.kernel)].append(i)
     for members in groups.values():
-        phases = phases_of(rows[members[0]].kernel_name)
+        phases = phases_of(kernels[members[0]].name)
         if len(members) % len(phases):
             continue
-        for n, i in enumerate(sorted(members, key=lambda i: rows[i].start_us)):
-            row = rows[i]
-            row.kernel = f"{row.kernel} ({phases[n % len(phases)]})"
+        for n, i in enumerate(sorted(members, key=lambda i: kernels[i].start_us)):
+            slots[i] = replace(slots[i], kernel=f"{slots[i].kernel} ({phases[n % len(phases)]})")

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 
-from analysis.attribution.rank.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank
+from analysis.attribution.kernel_columns import KernelColumns
+from analysis.attribution.rank.attribute import ATTRIBUTION_MODES, RankOptions, attribute_rank_columns
 from analysis.attribution.capture import capture_files, capture_rank, load_capture
-from analysis.pipeline.encoded_rows import EncodedRows
-from analysis.pipeline.rank_digest import Digest, RankDigest
+from analysis.pipeline.lazy_rows import LazyRows
+from analysis.pipeline.rank_digest import Digest, RankDigest, digest_rank
 from analysis.errors import AnalysisError, TraceLoadError, shown_path
 from analysis.gc_paused import gc_paused
 from analysis.trace_paths import expand_paths
@@ -30,37 +31,26 @@ from analysis.ingest.trace_loader import load_trace
 
 class _RankResult(NamedTuple):
     """One rank, loaded and attributed (what a worker process sends back)."""
-    kernel_rows: list[KernelRow]  # RowColumns on the way back from a worker
+    kernel_rows: KernelColumns | None  # None: a worker that did not send them (its digest holds them)
     step_rows: list[StepRow]
     json_bytes: int
     label: str
     notes: list[str]
     chains: dict[int, list[int]]
     content_key: str
-    digest: RankDigest | None = None  # what a worker made of the rows for the tables (workers only)
+    digest: RankDigest | None = None  # what the rank's columns give the tables (rank_digest.py)
 
 
-def _analyze_one(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
-                 rank_options: RankOptions, capture_refs: list[str]) -> _RankResult:
-    """Load and attribute one rank (runs in a worker process when several ranks are given)."""
-    with gc_paused():
-        return _load_and_attribute(path, label, index, sig_ref, model_ref, rank_options, capture_refs)
-
-
-def _analyze_one_in_worker(*args) -> _RankResult:
-    """_analyze_one in a worker process, which also makes the rank's digest there, beside the other
-    ranks' workers (analysis/pipeline/rank_digest.py). The rows go back as columns
-    (analysis/pipeline/row_columns.py), cheaper to pickle, or, with send_rows False, not at all:
-    the digest's encoded kernel table holds them (analysis/pipeline/encoded_rows.py).
-    args: _analyze_one's, then --strict, the preferred table stage and send_rows."""
-    from analysis.pipeline.row_columns import RowColumns
-    from analysis.pipeline.rank_digest import digest_rank
-
+def _analyze_one(*args) -> _RankResult:
+    """Load and attribute one rank and make its digest (analysis/pipeline/rank_digest.py), in this
+    process or in a worker process beside the other ranks' workers. args: _load_and_attribute's, then
+    --strict, the preferred table stage and send_rows: False leaves the columns out of the result
+    (a worker's digest holds them as the encoded kernel table: analysis/pipeline/lazy_rows.py)."""
     *rank_args, strict, prefer_stage, send_rows = args
     with gc_paused():
         value = _load_and_attribute(*rank_args)
         digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict, prefer_stage)
-        return value._replace(kernel_rows=RowColumns(value.kernel_rows) if send_rows else None, digest=digest)
+        return value._replace(kernel_rows=value.kernel_rows if send_rows else None, digest=digest)
 
 
 def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
@@ -81,8 +71,8 @@ def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, 
         captures = [load_capture(f) for f in _capture_files_for_rank(capture_files(capture_refs), rank, index)]
     trace = load_trace(path, rank=rank)
     options = dataclasses.replace(rank_options, notes=[], chains={}, release_kernels=True)
-    kernel_rows, step_rows = attribute_rank(trace, sig, model, options, capture, captures)
-    return _RankResult(kernel_rows, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains,
+    columns, step_rows = attribute_rank_columns(trace, sig, model, options, capture, captures)
+    return _RankResult(columns, step_rows, trace.json_bytes, trace.rank.label, options.notes, options.chains,
                        trace.content_key)
 
 
@@ -159,28 +149,27 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), _available_cores())
     chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
-    kernel_rows: list[KernelRow] = []
+    parts: list[KernelColumns] = []  # each rank's kernel rows, as columns
     step_rows: list[StepRow] = []
     problems: list[RankProblem] = []
     total_bytes = 0
-    args = [(f, labels.get(f), i, signature, model, rank_options, options.capture_traces) for i, f in enumerate(files)]
+    args = [(f, labels.get(f), i, signature, model, rank_options, options.capture_traces, options.strict, options.stage)
+            for i, f in enumerate(files)]
     results: dict[int, tuple] = {}
     with _progress(progress, len(files)) as advance:
         if jobs <= 1 or len(files) == 1:
             for i, a in enumerate(args):
-                results[i] = _guarded(_analyze_one, a)
+                results[i] = _guarded(_analyze_one, (*a, True))  # in this process: the columns stay here
                 advance()
         else:  # imported here: a one-rank run does not pay for the process pool's imports
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
+            import analysis.numeric  # noqa: F401 - once here, not once in every forked worker
+
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one_in_worker, (*a, options.strict, options.stage, send_rows)): i
-                           for i, a in enumerate(args)}
+                futures = {pool.submit(_guarded, _analyze_one, (*a, send_rows)): i for i, a in enumerate(args)}
                 for fut in as_completed(futures):
-                    ok, value = fut.result()
-                    if ok and value.kernel_rows is not None:
-                        value = value._replace(kernel_rows=value.kernel_rows.take_rows())
-                    results[futures[fut]] = (ok, value)
+                    results[futures[fut]] = fut.result()
                     advance()
     _refuse_the_same_trace_twice(files, results)
     digest: Digest | None = Digest()
@@ -194,7 +183,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
                 digest.add(label, rank_digest)
             chains.update({(label, step): chain for step, chain in rank_chains.items()})
             if k_rows is not None:
-                kernel_rows.extend(k_rows)
+                parts.append(k_rows)
             step_rows.extend(s_rows)
             total_bytes += nbytes
             problems.extend(RankProblem(path=shown_path(files[i]), rank=label, message=shown_path(note)) for note in notes)
@@ -207,8 +196,10 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     if not step_rows:
         details = "; ".join(f"{p.path}: {p.message}" for p in problems) or "no steps found"
         raise AnalysisError(f"no rank could be analysed: {details}")
-    if not send_rows and digest is not None and digest.rows and not kernel_rows:
-        kernel_rows = EncodedRows(digest.kernel_table, digest.rows)
+    if parts or digest is None:
+        kernel_rows = LazyRows.of_columns(parts)
+    else:  # the workers kept their rows: their digests' kernel table holds them
+        kernel_rows = LazyRows.of_groups(digest.kernel_table, digest.rows)
     return AttributedRows(
         kernel_rows, step_rows, problems, total_bytes,
         failed_files=[shown_path(f"{files[i]}: {value}") for i, (ok, value) in sorted(results.items()) if not ok],

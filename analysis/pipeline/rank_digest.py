@@ -1,26 +1,27 @@
-"""What a rank's worker process makes of its own rows, so the parent combines small results.
+"""What one rank's kernel rows give the tables, made where the rank was attributed, so the tables
+combine small results.
 
-Why: with several ranks, each rank is loaded and attributed in a worker process, one per core; the
-tables after that (the kernel table's encoding, the self-checks, the D4 column's cells, the stream
-summary) walked every rank's rows again in the parent, on one core, after the workers: about 2 s of
-4.4 for 8 ranks of 100 MB (docs/performance.md). Each of them reads one rank's rows at a time, so the
-worker that holds the rows does its rank's share beside the other workers, and the parent merges the
-digests in rank order. Each share is exact: the tables built from digests are the ones built from
-the rows (tests/test_rank_digest.py). A one-rank analysis makes none and builds from its rows.
+Why: the tables after the attribution (the kernel table's encoding, the self-checks, the D4 column's
+cells, the stream summary, the collectives, the shared expert's cells) each read every kernel row of
+a rank. Each is read from the rank's columns (analysis/attribution/kernel_columns.py) in the process
+that attributed it: a worker per rank beside the others when there are several, or this process; the
+parent merges the digests in rank order. Each share is exact: the tables built from digests are the
+ones built from KernelRows (tests/test_rank_digest.py, tests/test_kernel_columns.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.attribution.comm_split import RankCollectives, rank_collectives
-from analysis.attribution.overlap import StreamSummary, stream_summary
+from analysis.attribution.comm_split import RankCollectives, rank_collectives_of_columns
+from analysis.attribution.kernel_columns import KernelColumns
+from analysis.attribution.overlap import StreamSummary
 from analysis.attribution.rows import KernelRow, StepRow
-from analysis.tables.d4 import StepCells, main_stage, step_cells
-from analysis.tables.kernel_table import encode_kernel_table
 from analysis.io.parquet_writer import RowGroup
-from analysis.tables.self_check_parts import RankChecks, rank_checks, rows_by_step
+from analysis.tables.d4 import StepCells, main_stage, step_cells
+from analysis.tables.kernel_table import encode_kernel_columns
+from analysis.tables.self_check_parts import RankChecks
 from analysis.tables.self_checks import thresholds
-from analysis.tables.share_overlap import ShareCells, share_cells
+from analysis.tables.share_overlap import ShareCells
 
 
 @dataclass
@@ -62,10 +63,16 @@ class Digest:
         return self.rows == len(kernel_rows)
 
 
-def digest_rank(label: str, kernel_rows: list[KernelRow], step_rows: list[StepRow],
-                chains: dict[int, list[int]], strict: bool, prefer_stage: str | None = None) -> RankDigest:
-    """The rank's digest; `chains`: step -> its chain, from the attribution."""
-    checks = rank_checks(label, step_rows, rows_by_step(kernel_rows), main_stage(step_rows, prefer_stage), strict,
-                         {(label, step): chain for step, chain in chains.items()}, thresholds())
-    return RankDigest(len(kernel_rows), encode_kernel_table(kernel_rows), checks, step_cells(kernel_rows),
-                      stream_summary(kernel_rows), rank_collectives(label, kernel_rows), share_cells(kernel_rows))
+def digest_rank(label: str, columns: KernelColumns, step_rows: list[StepRow], chains: dict[int, list[int]],
+                strict: bool, prefer_stage: str | None = None) -> RankDigest:
+    """The rank's digest from its columns (analysis/attribution/kernel_columns.py); `chains`: step ->
+    its chain, from the attribution."""
+    from analysis.tables.column_cells import share_cells_of_columns, step_cells_of_columns, stream_summary_of_columns
+    from analysis.tables.self_check_columns import rank_checks_of_columns  # numpy: kernel_columns.py says why
+
+    checks = rank_checks_of_columns(label, step_rows, columns, main_stage(step_rows, prefer_stage), strict,
+                                    {(label, step): chain for step, chain in chains.items()}, thresholds())
+    cells = step_cells_of_columns(columns)
+    return RankDigest(len(columns), encode_kernel_columns(columns), checks,
+                      cells if cells is not None else step_cells(columns.rows()), stream_summary_of_columns(columns),
+                      rank_collectives_of_columns(label, columns), share_cells_of_columns(columns))

@@ -146,7 +146,7 @@ class StepCells:
         self.cells: dict[tuple[str, str, str], list] = {}
         self.outside = [0.0, 0.0, 0.0]  # before, after, beside (copies off the step's threads)
         self.mtp_us: float | None = None
-        self.source_us: dict[str, list[float]] = {}
+        self.source_us: dict[str, list[float]] = {}  # or float64 arrays, made from columns (column_cells.py)
 
 
 def step_cells(kernel_rows: list[KernelRow]) -> dict[tuple[str, int], StepCells]:
@@ -224,8 +224,8 @@ def build_column(
     by_source: dict[str, float] = {}
     for source, runs in source_us.items():  # added row after row, as the rows come
         total = 0.0
-        for values in runs:
-            for us in values:
+        for values in runs:  # lists, or arrays from a rank's columns (column_cells.py): Python floats either way
+            for us in (values if isinstance(values, list) else values.tolist()):
                 total += us
         by_source[source] = total
     rows: list[D4Row] = []

@@ -16,12 +16,16 @@ from typing import BinaryIO
 
 import msgspec
 
+from analysis.attribution.kernel_columns import LABELS, KernelColumns
 from analysis.attribution.rows import KernelRow
 from analysis.errors import AnalysisError, shown_path
 from analysis.io.input_files import TABLE_LIMIT_BYTES
 from analysis.tables.kernel_rows_csv import read_kernel_rows_csv
 from analysis.io.parquet_reader import ParquetTable, read_parquet_file
-from analysis.io.parquet_writer import FLOAT64, INT64, STRING, RowGroup, encode_row_groups, write_row_groups
+from analysis.io.parquet_writer import (
+    FLOAT64, INT64, ROW_GROUP_ROWS, STRING, RowGroup, encode_row_groups, write_row_groups,
+)
+
 
 KERNEL_TABLE = "kernels_long.parquet"
 OLDER_KERNEL_TABLE = "kernels_long.csv"  # what analyses wrote before the Parquet table
@@ -32,6 +36,7 @@ _DEFAULTS = {field.name: field.default for field in msgspec.structs.fields(Kerne
 
 
 METADATA = {"table": "kernels_long", "row_type": "KernelRow"}
+_CODED = {"stage": ("stage", "stages"), "kernel_name": ("name", "names"), "stream": ("stream", "streams")}  # in KernelColumns
 
 
 def write_kernel_table(out: BinaryIO, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> int:
@@ -80,3 +85,33 @@ def rows_of_table(table: ParquetTable, where: str) -> list[KernelRow]:
             raise AnalysisError(f"{where}: column {name} has empty cells (row {values.index(None) + 1})")
         columns.append(values)
     return list(map(KernelRow, *columns))
+
+
+def encode_kernel_columns(columns: KernelColumns) -> list[RowGroup]:
+    """A rank's kernel rows held as columns, as the kernel table's row groups: the bytes
+    encode_kernel_table makes of the same rows (analysis/io/parquet_columns.py)."""
+    from analysis.io.parquet_columns import coded_chunk, float_chunk, int_chunk  # numpy: kernel_columns.py says why
+    from analysis.numeric import np
+
+    rows = len(columns)
+    labels = {field: columns.label(field) for field in LABELS}  # (distinct values, each slot's index)
+    groups = []
+    for first in range(0, rows, ROW_GROUP_ROWS):
+        end = min(rows, first + ROW_GROUP_ROWS)
+        part = slice(first, end)
+        chunks = []
+        for name, kind in COLUMNS:
+            if name in ("run", "rank"):
+                chunks.append(coded_chunk(name, kind, np.zeros(end - first, np.int32), [getattr(columns, name)]))
+            elif name in _CODED:
+                codes, table = _CODED[name]
+                chunks.append(coded_chunk(name, kind, getattr(columns, codes)[part], getattr(columns, table)))
+            elif name in labels:
+                values, of_slot = labels[name]
+                chunks.append(coded_chunk(name, kind, of_slot[columns.slot[part]], values))
+            elif kind == FLOAT64:
+                chunks.append(float_chunk(name, getattr(columns, name)[part]))
+            else:
+                chunks.append(int_chunk(name, kind, getattr(columns, name)[part]))
+        groups.append(RowGroup(end - first, chunks))
+    return groups

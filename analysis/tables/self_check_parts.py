@@ -324,6 +324,13 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
             seen[(kind, previous, own)][_layer_classes(layer_rows[layer], ignore)].append((s.step, layer))
             where_rows[(s.step, layer)] = layer_rows[layer]
             previous = kind
+    judge_sequences(part, seen, lambda step, layer: where_rows.get((step, layer), []))
+
+
+def judge_sequences(part: RankChecks, seen: dict, rows_of) -> None:
+    """The layers that differ from their kind's usual sequence (`seen`: (kind, previous kind, own step)
+    -> sequence -> [(step, layer)]); rows_of(step, layer): that layer's rows on the chain, read only
+    for the first outlier's difference."""
     outliers = []
     for (kind, _previous, _own), sequences in seen.items():
         usual = max(sequences, key=lambda q: len(sequences[q]))
@@ -334,7 +341,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limit
     part.sequence_outliers = [(part.rank, kind, step, layer) for step, layer, kind, _seq, _usual in outliers]
     if outliers:
         step, layer, _kind, seq, usual = min(outliers, key=lambda o: (o[0], o[1]))
-        part.sequence_first_difference = _first_difference(seq, usual, where_rows.get((step, layer), []))
+        part.sequence_first_difference = _first_difference(seq, usual, rows_of(step, layer))
 
 
 # ---------------------------------------------------------------- layer_time and after_layers
@@ -475,6 +482,24 @@ def _far_gap_said(widest: float, after, rest: float, far_us: float, far_ratio: f
     return ""
 
 
+def bad_duration(rank: str, s: StepRow, nxt: StepRow | None, r: KernelRow, slack: float) -> str:
+    """What is wrong with a kernel's duration or start in its step, or "" (`nxt`: the next step)."""
+    dur = r.busy_us
+    if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
+        return f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur!r}"
+    if dur < 0:
+        return f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur:g} us"
+    if not math.isfinite(r.start_us):
+        return f"{rank} step {s.step}: {r.kernel_name[:60]} has start {r.start_us!r}"
+    if nxt is not None and r.start_us >= nxt.start_us:
+        return (f"{rank} step {s.step}: {r.kernel_name[:60]} starts {r.start_us - nxt.start_us:.1f} us "
+                f"after step {nxt.step} began (outside its step)")
+    if nxt is not None and r.start_us + dur > nxt.start_us + slack:
+        return (f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
+                f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
+    return ""
+
+
 def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: dict) -> None:
     """Kernel durations present, finite, not negative, inside their step and near the rest of it."""
     slack = float(limits["slack_us"])
@@ -509,18 +534,9 @@ def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: di
                         end = start + dur
             if dur.__class__ is float and 0.0 <= dur < _INF and -_INF < start < _INF and start + dur <= limit:
                 continue
-            if dur is None or not isinstance(dur, (int, float)) or not math.isfinite(dur):
-                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur!r}")
-            elif dur < 0:
-                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has duration {dur:g} us")
-            elif not math.isfinite(r.start_us):
-                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} has start {r.start_us!r}")
-            elif nxt is not None and r.start_us >= nxt.start_us:
-                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} starts {r.start_us - nxt.start_us:.1f} us "
-                           f"after step {nxt.step} began (outside its step)")
-            elif nxt is not None and r.start_us + dur > nxt.start_us + slack:
-                bad.append(f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
-                           f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
+            said = bad_duration(rank, s, nxt, r, slack)
+            if said:
+                bad.append(said)
         if in_order and len(rows) >= 2:
             gap = _far_gap_said(widest, after, (end - head.start_us) - widest, far_us, far_ratio)
         else:

@@ -32,6 +32,12 @@ def share_cells(kernel_rows: list[KernelRow]) -> ShareCells:
     (analysis/pipeline/rank_digest.py)."""
     if not any(row.module == SHARED_MODULE and row.group == SHARE_GROUP for row in kernel_rows):
         return {}  # no shared expert: nothing below would be kept (a layer's spans cost memory on a large trace)
+    return cells_of_layer_rows(kernel_rows)
+
+
+def cells_of_layer_rows(kernel_rows: list[KernelRow]) -> ShareCells:
+    """share_cells of rows from a rank that runs a shared expert (only its layer rows of the shared
+    expert, the dispatch and the combine count)."""
     cells: ShareCells = {}
     for row in kernel_rows:
         if row.section != SECTION_LAYER:

@@ -1,7 +1,9 @@
-"""One rank's trace -> KernelRows and StepRows (steps, layers, attribution, overlap)."""
+"""One rank's trace -> its kernel rows (as columns) and StepRows (steps, layers, attribution, overlap)."""
 from __future__ import annotations
 
 import operator
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from analysis.attribution.capture import Capture
@@ -17,6 +19,7 @@ from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, 
 from analysis.attribution.pinned_names import pinned, pinned_role
 from analysis.attribution.two_batch_steps import mark_one_batch, may_overlap_two_batches
 from analysis.attribution.shared_stream import join_shared_blocks
+from analysis.attribution.kernel_columns import ColumnsBuilder, KernelColumns
 from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
@@ -40,7 +43,7 @@ class RankOptions:
     notes: list[str] = field(default_factory=list)
     layers: int | None = None  # expected decoder layers per step (--layers); overrides the model's
     # per step index: its chain across streams as the structural cut read it (the self-checks reuse it)
-    chains: dict[int, list[int]] = field(default_factory=dict)
+    chains: dict[int, Sequence[int]] = field(default_factory=dict)
     # the trace is not read again: each step's kernels are let go once its rows are built, so a large
     # trace's kernels and its rows are never all held at once (peak memory: docs/performance.md)
     release_kernels: bool = False
@@ -79,6 +82,19 @@ def attribute_rank(
     capture: CaptureMap | None = None,
     captures: list[Capture] | None = None,
 ) -> tuple[list[KernelRow], list[StepRow]]:
+    """attribute_rank_columns with the kernel rows as KernelRows (for readers of objects)."""
+    columns, step_rows = attribute_rank_columns(trace, sig, model, options, capture, captures)
+    return columns.rows(), step_rows
+
+
+def attribute_rank_columns(
+    trace: RankTrace,
+    sig: Signature,
+    model: ModelSpec | None,
+    options: RankOptions,
+    capture: CaptureMap | None = None,
+    captures: list[Capture] | None = None,
+) -> tuple[KernelColumns, list[StepRow]]:
     """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
     traces named by the standard roles. What a capture could not do is added to options.notes."""
     steps = segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template")
@@ -101,14 +117,14 @@ def attribute_rank(
 
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, template: bool = False,
-                   pinned_names: frozenset[str] = frozenset()) -> tuple[list[KernelRow], list[StepRow]]:
+                   pinned_names: frozenset[str] = frozenset()) -> tuple[KernelColumns, list[StepRow]]:
     """Each step named, then its rows. `template`:
     a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
     two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
     tbo_units = 2 if options.tbo and template else 1  # --tbo on a signature's template: two units a layer
     expect_tbo = options.tbo and not template
     tbo_missing = 0
-    kernel_rows: list[KernelRow] = []
+    rows = ColumnsBuilder(options.run, trace.rank.label)
     step_rows: list[StepRow] = []
     previous_end: float | None = None
     for step in steps:
@@ -123,7 +139,9 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         per = tbo_units if unit_layers is None else 1
         units_found = cut.units_found
         if cut.chain is not None and not any(k.root for k in step.kernels):
-            options.chains[step.index] = cut.chain  # what the self-check would read from the rows again
+            # what the self-check would read from the rows again; as int32s (a list of ints held 6 MB of
+            # a 400 MB trace's analysis)
+            options.chains[step.index] = array("i", cut.chain)
         if options.attribution == "modules" and how != "module_range":
             how = f"{how} (no module ranges)"
         stage = step.stage
@@ -141,8 +159,10 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         inf = float("inf")
         first, last, layers_first, layers_last = inf, -inf, inf, -inf
         busy_us = 0  # summed as sum() would, kernel by kernel from 0
-        step_first_row = len(kernel_rows)
-        for kernel, slot, exposed_us in zip(step.kernels, slots, exposed):
+        row_slots: list = []  # each kernel's slot as its row holds it (communication pinned)
+        layers: list[int] = []
+        micro_batches: list[int] = []
+        for kernel, slot in zip(step.kernels, slots):
             start = kernel.start_us
             busy_us += kernel.dur_us
             end = start + kernel.dur_us
@@ -150,37 +170,35 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                 first = start
             if end > last:
                 last = end
-            in_layer = slot.section == SECTION_LAYER
-            if not in_layer:
-                layer, micro_batch = -1, 0
+            if slot.section != SECTION_LAYER:
+                layers.append(-1)
+                micro_batches.append(0)
             else:
                 if kernel.name in pinned_names:
                     slot = pinned(slot, kernel.name)  # communication keeps its name wherever it sits
                 if unit_layers is None:
-                    layer, micro_batch = slot.unit // per, slot.unit % per
+                    layers.append(slot.unit // per)
+                    micro_batches.append(slot.unit % per)
                 else:
                     layer, micro_batch = unit_layers[slot.unit]
+                    layers.append(layer)
+                    micro_batches.append(micro_batch)
                 if start < layers_first:
                     layers_first = start
                 if end > layers_last:
                     layers_last = end
-            # positional, in KernelRow's field order (the hottest constructor of the analysis)
-            kernel_rows.append(KernelRow(
-                run, rank, index, stage, slot.section,
-                layer, micro_batch,
-                slot.group, slot.module, slot.kernel, kernel.name, kernel.stream,
-                kernel.start_us, kernel.dur_us, exposed_us, slot.source, slot.role, slot.rule, slot.module_path,
-            ))
-        label_phases(kernel_rows[step_first_row:])
+            row_slots.append(slot)
+        label_phases(step.kernels, row_slots, layers, micro_batches)
+        rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed)
         layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
                     for s in slots]
         if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
             merged = sorted(step.kernels + step.side, key=_BY_START)
             side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
-            kernel_rows.extend(KernelRow(run, rank, index, stage, SECTION_SIDE, -1, 0, SIDE_GROUP, SIDE_MODULE,
-                                         kernel_label(k), k.name, k.stream, k.start_us, k.dur_us,
-                                         side_exposed[id(k)], SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
-                               for k in step.side)
+            rows.add(index, stage, step.side,
+                     [(SECTION_SIDE, SIDE_GROUP, SIDE_MODULE, kernel_label(k), SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
+                      for k in step.side], [-1] * len(step.side), [0] * len(step.side),
+                     [side_exposed[id(k)] for k in step.side])
             busy_us += sum(k.dur_us for k in step.side)
         idle = step_idle(step.kernels, layer_of, clock)
         note = f"attributed by {how}"
@@ -233,4 +251,4 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         options.notes.extend(namer.rank_notes())
     if tbo_missing:
         options.notes.append(TBO_NOT_SEEN.format(where=f"{tbo_missing} of {len(steps)} steps"))
-    return kernel_rows, step_rows
+    return rows.columns(), step_rows

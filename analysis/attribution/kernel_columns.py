@@ -1,0 +1,164 @@
+"""One rank's kernel rows as columns: what the attribution writes and the tables read.
+
+Why: a large decode trace has hundreds of thousands of kernel launches, and every table after the
+attribution (the kernel table's encoding, the D4 step cells, the stream summary) walked one Python
+object per launch again; summed and encoded from arrays they cost a fraction (#48,
+docs/performance.md). The labels a namer gives a kernel (section, group, module, kernel, source,
+role, rule, module path) come from a few hundred distinct slots per rank, so a row holds a slot code;
+kernel names and stages are codes too; numbers are arrays. KernelRows are made from the columns
+only for a reader that wants objects (`rows()`: the report, the page, the tests).
+
+numpy is imported when the first columns are made, not with this module: the attribution fills
+standard-library arrays while it frees the trace's kernels, and numpy's own objects then take the
+memory those kernels left (imported first, it added 13 MB to the peak of a 400 MB trace's analysis).
+"""
+from __future__ import annotations
+
+import operator
+from array import array
+from itertools import repeat
+
+from analysis.attribution.rows import KernelRow
+
+# a slot's labels, in the order KernelRow holds them
+LABELS = ("section", "group", "module", "kernel", "source", "role", "rule", "module_path")
+_LABELS_OF = operator.attrgetter(*LABELS)
+_NAME = operator.attrgetter("name")
+_STREAM = operator.attrgetter("stream")
+_START = operator.attrgetter("start_us")
+_DUR = operator.attrgetter("dur_us")
+_INTS = {"step": "i", "layer": "i", "micro_batch": "b"}  # array typecodes: int32, int8
+_FLOATS = ("start_us", "busy_us", "exposed_us")
+_CODES = ("stage", "slot", "name", "stream")
+
+
+def _numpy():
+    from analysis.numeric import np
+
+    return np
+
+
+class KernelColumns:
+    """A rank's kernel rows in row order: `slots` (label tuples, LABELS order), `names`, `stages` and
+    `streams` are the tables the int32 code arrays `slot`, `name`, `stage` and `stream` index; `step` and
+    `layer` are int32, `micro_batch` int8, `start_us`, `busy_us`, `exposed_us` float64. Picklable (a rank
+    worker sends it whole)."""
+
+    __slots__ = ("run", "rank", "slots", "names", "stages", "streams", *_CODES, *_INTS, *_FLOATS)
+
+    def __len__(self) -> int:
+        return len(self.slot)
+
+    @classmethod
+    def of_rows(cls, rows: list[KernelRow]) -> KernelColumns:
+        """KernelRows of one run and one rank as columns (the same values)."""
+        np = _numpy()
+        if len({(r.run, r.rank) for r in rows}) > 1:
+            raise ValueError("rows of more than one run or rank")
+        out = cls()
+        out.run, out.rank = (rows[0].run, rows[0].rank) if rows else ("", "")
+        for name, field in (("slot", LABELS), ("name", ("kernel_name",)), ("stage", ("stage",)), ("stream", ("stream",))):
+            codes: dict = {}
+            values = map(operator.attrgetter(*field), rows)
+            setattr(out, name, np.asarray([codes.setdefault(v, len(codes)) for v in values], dtype=np.int32))
+            setattr(out, name + "s", list(codes))
+        out.busy_us = np.asarray([r.busy_us for r in rows], dtype=np.float64)
+        for name in (*_INTS, "start_us", "exposed_us"):
+            setattr(out, name, np.asarray(list(map(operator.attrgetter(name), rows)),
+                                          dtype=_INTS.get(name, np.float64)))
+        return out
+
+    def label(self, field: str) -> tuple[list[str], np.ndarray]:
+        """One slot label as (its distinct values, each slot's index into them)."""
+        np = _numpy()
+        at = LABELS.index(field)
+        ids: dict[str, int] = {}
+        per_slot = [ids.setdefault(slot[at], len(ids)) for slot in self.slots]
+        return list(ids), np.asarray(per_slot, dtype=np.int32)
+
+    def rows(self, first: int = 0, end: int | None = None) -> list[KernelRow]:
+        """The rows (those from `first` to `end`) as KernelRows: the same values, field for field."""
+        part = slice(first, len(self) if end is None else end)
+        slot = self.slot[part].tolist()
+        n = len(slot)
+        if not n:
+            return []
+        labels = [list(map(values.__getitem__, slot)) for values in zip(*self.slots)]
+        section, group, module, kernel, source, role, rule, module_path = labels
+        return list(map(KernelRow, repeat(self.run, n), repeat(self.rank, n), self.step[part].tolist(),
+                        list(map(self.stages.__getitem__, self.stage[part].tolist())), section,
+                        self.layer[part].tolist(), self.micro_batch[part].tolist(), group, module, kernel,
+                        list(map(self.names.__getitem__, self.name[part].tolist())),
+                        list(map(self.streams.__getitem__, self.stream[part].tolist())),
+                        self.start_us[part].tolist(), self.busy_us[part].tolist(), self.exposed_us[part].tolist(),
+                        source, role, rule, module_path))
+
+    def rows_at(self, indices) -> list[KernelRow]:
+        """The rows at these positions (in the order given) as KernelRows."""
+        part = KernelColumns()
+        part.run, part.rank = self.run, self.rank
+        part.slots, part.names, part.stages, part.streams = self.slots, self.names, self.stages, self.streams
+        for name in (*_CODES, *_INTS, *_FLOATS):
+            setattr(part, name, getattr(self, name)[indices])
+        return part.rows()
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+
+class ColumnsBuilder:
+    """Fills a rank's columns step by step, as the attribution names each step."""
+
+    def __init__(self, run: str, rank: str):
+        self.run, self.rank = run, rank
+        self._slot_codes: dict[tuple, int] = {}
+        self._name_codes: dict[str, int] = {}
+        self._stage_codes: dict[str, int] = {}
+        self._stream_codes: dict[int, int] = {}
+        self._codes = {name: array("i") for name in _CODES}
+        self._ints = {name: array(code) for name, code in _INTS.items()}
+        self._floats = {name: array("d") for name in _FLOATS}
+
+    def add(self, step: int, stage: str, kernels: list, slots: list, layers: list[int],
+            micro_batches: list[int], exposed_us: list[float]) -> None:
+        """One step's rows: its kernels, each one's slot (an object with LABELS' attributes) or its
+        label tuple already made (`slots` of tuples), layer, micro-batch and exposed time."""
+        n = len(kernels)
+        if not n:
+            return
+        codes, ints, floats = self._codes, self._ints, self._floats
+        ints["step"].extend(array(_INTS["step"], [step]) * n)
+        codes["stage"].extend(array("i", [self._stage_codes.setdefault(stage, len(self._stage_codes))]) * n)
+        slot_codes = self._slot_codes
+        setdefault = slot_codes.setdefault
+        keys = slots if slots and isinstance(slots[0], tuple) else map(_LABELS_OF, slots)
+        codes["slot"].extend([setdefault(key, len(slot_codes)) for key in keys])
+        name_codes = self._name_codes
+        name_setdefault = name_codes.setdefault
+        codes["name"].extend([name_setdefault(name, len(name_codes)) for name in map(_NAME, kernels)])
+        ints["layer"].extend(layers)
+        ints["micro_batch"].extend(micro_batches)
+        stream_codes = self._stream_codes
+        stream_setdefault = stream_codes.setdefault
+        codes["stream"].extend([stream_setdefault(stream, len(stream_codes)) for stream in map(_STREAM, kernels)])
+        floats["start_us"].extend(map(_START, kernels))
+        floats["busy_us"].extend(map(_DUR, kernels))
+        floats["exposed_us"].extend(exposed_us)
+
+    def columns(self) -> KernelColumns:
+        np = _numpy()
+        out = KernelColumns()
+        out.run, out.rank = self.run, self.rank
+        out.slots, out.names, out.stages = list(self._slot_codes), list(self._name_codes), list(self._stage_codes)
+        out.streams = list(self._stream_codes)
+        for name, values in self._codes.items():
+            setattr(out, name, np.frombuffer(values, dtype=np.int32) if values else np.zeros(0, np.int32))
+        for name, values in self._ints.items():
+            setattr(out, name, np.frombuffer(values, dtype=values.typecode) if values else np.zeros(0, values.typecode))
+        for name, values in self._floats.items():
+            setattr(out, name, np.frombuffer(values, dtype=np.float64) if values else np.zeros(0, np.float64))
+        return out
