@@ -110,6 +110,16 @@ class KernelColumns:
             setattr(self, name, value)
 
 
+def _coded(values: list, codes: dict) -> list[int]:
+    """Each value's code, new values numbered as they come (`codes`: value -> code, grown here).
+    One C-level lookup per value; only a step with values not seen before takes the second pass."""
+    found = list(map(codes.get, values))
+    if None in found:
+        setdefault = codes.setdefault
+        found = [setdefault(value, len(codes)) for value in values]
+    return found
+
+
 class ColumnsBuilder:
     """Fills a rank's columns step by step, as the attribution names each step."""
 
@@ -133,21 +143,15 @@ class ColumnsBuilder:
         codes, ints, floats = self._codes, self._ints, self._floats
         ints["step"].extend(array(_INTS["step"], [step]) * n)
         codes["stage"].extend(array("i", [self._stage_codes.setdefault(stage, len(self._stage_codes))]) * n)
-        slot_codes = self._slot_codes
-        setdefault = slot_codes.setdefault
-        keys = slots if slots and isinstance(slots[0], tuple) else map(_LABELS_OF, slots)
-        codes["slot"].extend([setdefault(key, len(slot_codes)) for key in keys])
-        name_codes = self._name_codes
-        name_setdefault = name_codes.setdefault
-        codes["name"].extend([name_setdefault(name, len(name_codes)) for name in map(_NAME, kernels)])
-        ints["layer"].extend(layers)
-        ints["micro_batch"].extend(micro_batches)
-        stream_codes = self._stream_codes
-        stream_setdefault = stream_codes.setdefault
-        codes["stream"].extend([stream_setdefault(stream, len(stream_codes)) for stream in map(_STREAM, kernels)])
-        floats["start_us"].extend(map(_START, kernels))
-        floats["busy_us"].extend(map(_DUR, kernels))
-        floats["exposed_us"].extend(exposed_us)
+        keys = slots if isinstance(slots[0], tuple) else list(map(_LABELS_OF, slots))
+        codes["slot"].fromlist(_coded(keys, self._slot_codes))  # fromlist: twice as fast as extend
+        codes["name"].fromlist(_coded(list(map(_NAME, kernels)), self._name_codes))
+        ints["layer"].fromlist(layers)
+        ints["micro_batch"].fromlist(micro_batches)
+        codes["stream"].fromlist(_coded(list(map(_STREAM, kernels)), self._stream_codes))
+        floats["start_us"].fromlist(list(map(_START, kernels)))
+        floats["busy_us"].fromlist(list(map(_DUR, kernels)))
+        floats["exposed_us"].fromlist(exposed_us)
 
     def columns(self) -> KernelColumns:
         np = _numpy()

@@ -11,6 +11,8 @@ kernels between them, named by the same source, none a communication kernel) is 
 """
 from __future__ import annotations
 
+import operator
+
 from msgspec.structs import replace
 
 from analysis.attribution.layers import Slot
@@ -23,12 +25,15 @@ from analysis.ingest.trace_model import Kernel
 SHARED_ROLE = "shared_experts"
 _RULE = rule(STRUCTURE_RULES, "moe.shared_block_on_its_stream")
 MAX_RUN = 3  # the block's own kernels between two of its GEMMs: activation, quantisation
+_MODULE = operator.attrgetter("module")
 
 
 def join_shared_blocks(kernels: list[Kernel], slots: list[Slot]) -> int:
     """Renames, in `slots` (one per kernel, kernels by start), the kernels sandwiched between two shared-
     expert kernels of one layer unit on one side stream; returns how many were renamed."""
     shared = row_of(SHARED_ROLE)
+    if shared.module not in set(map(_MODULE, slots)):
+        return 0  # no shared-expert kernel in the step (most models, and a step without layers)
     by_stream: dict[tuple[int, int], list[int]] = {}
     for i, (kernel, slot) in enumerate(zip(kernels, slots)):
         if slot.section == SECTION_LAYER:

@@ -15,6 +15,7 @@ from analysis.attribution.namers import name_step
 from analysis.attribution.namers.order import namers_for
 from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.phases import label_phases
+from analysis.ingest.kernel_classes import phases_of
 from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, SIDE_RULE, SIDE_SOURCE, split_off_thread_copies
 from analysis.attribution.pinned_names import pinned, pinned_role
 from analysis.attribution.two_batch_steps import mark_one_batch, may_overlap_two_batches
@@ -105,6 +106,7 @@ def attribute_rank_columns(
     if not may_overlap_two_batches(names):
         mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
     pinned_names = frozenset(n for n in names if pinned_role(n) is not None)  # its communication kernels
+    phased = any(map(phases_of, names))  # DeepEP low-latency send / recv launches (phases.py), or none
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
@@ -112,12 +114,12 @@ def attribute_rank_columns(
     if options.release_kernels:
         trace.kernels = []  # the steps hold them now
     return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, template=not sig.generic,
-                          pinned_names=pinned_names)
+                          pinned_names=pinned_names, phased=phased)
 
 
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, template: bool = False,
-                   pinned_names: frozenset[str] = frozenset()) -> tuple[KernelColumns, list[StepRow]]:
+                   pinned_names: frozenset[str] = frozenset(), phased: bool = True) -> tuple[KernelColumns, list[StepRow]]:
     """Each step named, then its rows. `template`:
     a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
     two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
@@ -188,7 +190,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                 if end > layers_last:
                     layers_last = end
             row_slots.append(slot)
-        label_phases(step.kernels, row_slots, layers, micro_batches)
+        if phased:
+            label_phases(step.kernels, row_slots, layers, micro_batches)
         rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed)
         layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
                     for s in slots]
