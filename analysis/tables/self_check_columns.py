@@ -107,6 +107,13 @@ def _sum(values: np.ndarray, total: float = 0.0) -> float:
     return float(np.add.accumulate(np.concatenate(([total], values)))[-1])
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (np.unique without its options imports numpy.ma and costs more per
+    call: a step's few layers are asked for three times a step)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
+
+
 # ---------------------------------------------------------------- layer_kernel_sequence
 
 
@@ -133,8 +140,8 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits:
         slot = rows.slots(first, end)
         in_layer = rows.in_layer[slot]
         layers_all = rows.layer[first:end][in_layer]
-        present = np.unique(layers_all)
-        moe = np.unique(layers_all[rows.moe[slot][in_layer]])
+        present = _distinct(layers_all)
+        moe = _distinct(layers_all[rows.moe[slot][in_layer]])
         at = np.flatnonzero(on & in_layer)
         at = at[np.lexsort((rows.start[first:end][at], rows.layer[first:end][at]))]  # by layer, then start: stable
         layer = rows.layer[first:end][at]
@@ -239,7 +246,7 @@ def _layer_sums(rows: _Rows, first: int, end: int) -> tuple[dict[str, list[tuple
         return by_kind, False  # no layer kernel: nothing starts at or after an infinite first layer start
     layer_slot = slot[in_layer]
     compute = rows.compute[layer_slot]
-    present = np.unique(layer)
+    present = _distinct(layer)
     index = np.searchsorted(present, layer)
     sums = np.bincount(index[compute], weights=rows.busy[first:end][in_layer][compute], minlength=len(present))
     moe = np.bincount(index, weights=rows.moe[layer_slot], minlength=len(present)) > 0
