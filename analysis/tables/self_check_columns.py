@@ -16,14 +16,15 @@ import functools
 from collections import defaultdict
 
 from analysis.attribution.kernel_columns import LABELS, KernelColumns
-from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, StepRow, usable_statuses
-from analysis.attribution.stages import EXTEND, UNKNOWN
+from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, StepRow
+from analysis.attribution.stages import EXTEND
 from analysis.ingest.kernel_classes import class_of_name, class_test
 from analysis.numeric import np
 from analysis.tables.column_cells import step_bounds
 from analysis.tables.self_check_parts import (
     _ATTENTION_CORE, _COMMUNICATION, _MOE_GROUPS, _MOE_MODULES, _NOT_ROUTED, _SHARED, RankChecks, _after_layers,
-    _far_gap, _far_gap_said, _layer_time, _on_chain, _trimmed, bad_duration, judge_sequences, rank_checks, rows_by_step,
+    _far_gap, _far_gap_said, _layer_time, _on_chain, _trimmed, bad_duration, judge_sequences, rank_checks, read_part,
+    rows_by_step,
     without_repeats,
 )
 
@@ -87,17 +88,8 @@ def rank_checks_of_columns(rank: str, steps: list[StepRow], columns: KernelColum
     if bounds is None or not finite:
         return rank_checks(rank, steps, rows_by_step(columns.rows()), stage, strict, chains, limits)
     rows = _Rows(columns, {int(columns.step[first]): (first, end) for first, end in bounds})
-    part = RankChecks(rank, stage, strict)
-    usable = usable_statuses(strict)
-    table_steps = [s for s in steps if s.stage == stage]
-    used = [s for s in table_steps if s.status in usable]
-    part.used_steps = len(used)
-    if stage != UNKNOWN:
-        _layer_sequence(part, table_steps, rows, limits["layer_sequence"], chains)
-    _used_steps(part, used, rows, limits["layer_time"] if stage != UNKNOWN else None)
-    _attention_cores(part, steps, rows)
-    _durations(part, steps, rows, limits["durations"])
-    return part
+    return read_part(rank, steps, rows, stage, strict, chains, limits,
+                     (_layer_sequence, _used_steps, _attention_cores, _durations))
 
 
 def _sum(values: np.ndarray, total: float = 0.0) -> float:

@@ -91,16 +91,25 @@ def rows_by_step(kernel_rows: list[KernelRow], ranks: set[str] | None = None) ->
 def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, strict: bool,
                 chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
     """The part of one rank: `steps` are its StepRows (every stage) in order, `by_step` holds its rows."""
+    return read_part(rank, steps, by_step, stage, strict, chains, limits,
+                     (_layer_sequence, _used_steps, _attention_cores, _durations))
+
+
+def read_part(rank: str, steps: list[StepRow], rows, stage: str, strict: bool, chains: dict, limits: dict,
+              readers: tuple) -> RankChecks:
+    """The part of one rank read by `readers` (layer sequence, used steps, attention cores, durations:
+    these over `rows`, or self_check_columns.py's over a rank's columns)."""
+    layer_sequence, used_steps, attention_cores, durations = readers
     part = RankChecks(rank, stage, strict)
     usable = usable_statuses(strict)
     table_steps = [s for s in steps if s.stage == stage]
     used = [s for s in table_steps if s.status in usable]
     part.used_steps = len(used)
     if stage != UNKNOWN:
-        _layer_sequence(part, table_steps, by_step, limits["layer_sequence"], chains)
-    _used_steps(part, used, by_step, limits["layer_time"] if stage != UNKNOWN else None)
-    _attention_cores(part, steps, by_step)
-    _durations(part, steps, by_step, limits["durations"])
+        layer_sequence(part, table_steps, rows, limits["layer_sequence"], chains)
+    used_steps(part, used, rows, limits["layer_time"] if stage != UNKNOWN else None)
+    attention_cores(part, steps, rows)
+    durations(part, steps, rows, limits["durations"])
     return part
 
 

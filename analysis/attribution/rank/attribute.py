@@ -75,16 +75,9 @@ def _layer_check(units_found: int, expected: int | None, moe_found: int | None, 
     return "ok", ""
 
 
-def attribute_rank(
-    trace: RankTrace,
-    sig: Signature,
-    model: ModelSpec | None,
-    options: RankOptions,
-    capture: CaptureMap | None = None,
-    captures: list[Capture] | None = None,
-) -> tuple[list[KernelRow], list[StepRow]]:
-    """attribute_rank_columns with the kernel rows as KernelRows (for readers of objects)."""
-    columns, step_rows = attribute_rank_columns(trace, sig, model, options, capture, captures)
+def attribute_rank(*args, **kwargs) -> tuple[list[KernelRow], list[StepRow]]:
+    """attribute_rank_columns (the same arguments) with the kernel rows as KernelRows, for readers of objects."""
+    columns, step_rows = attribute_rank_columns(*args, **kwargs)
     return columns.rows(), step_rows
 
 
