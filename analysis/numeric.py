@@ -1,10 +1,11 @@
-"""numpy, imported once for the analysis, without a BLAS thread pool.
+"""numpy, imported once for the analysis, without a BLAS thread pool unless the user asked for one.
 
 Why: the analysis sums and encodes columns; it does no linear algebra. numpy's bundled OpenBLAS
 starts one thread per core when it loads: measured on a 2-core host, the import took 0.10 CPU-s with
 the pool and 0.05 without it, and a process holding idle threads is then forked into rank workers.
 The variable is set only while numpy loads (OpenBLAS reads it once), so nothing this process starts
-later inherits it; where numpy was imported before, it is left as it is.
+later inherits it. Where numpy was imported before, or OPENBLAS_NUM_THREADS is set already (a program
+that uses the analysis beside its own linear algebra), it is left as it is.
 """
 from __future__ import annotations
 
@@ -13,16 +14,12 @@ import sys
 
 _THREADS = "OPENBLAS_NUM_THREADS"
 
-if "numpy" not in sys.modules:
-    _before = os.environ.get(_THREADS)
+if "numpy" not in sys.modules and _THREADS not in os.environ:
     os.environ[_THREADS] = "1"
     try:
         import numpy as np
     finally:
-        if _before is None:
-            os.environ.pop(_THREADS, None)
-        else:
-            os.environ[_THREADS] = _before
+        os.environ.pop(_THREADS, None)
 else:
     import numpy as np
 

@@ -218,3 +218,18 @@ def test_written_kernel_table_reads_back_as_the_rows(attributed, tmp_path):
     with open(tmp_path / "kernels_long.parquet", "wb") as fh:
         write_row_groups(fh, encode_kernel_columns(columns), COLUMNS, METADATA)
     assert read_kernel_rows(tmp_path / "kernels_long.parquet") == columns.rows()
+
+
+@pytest.mark.parametrize("asked, threads", [(None, 1), ("2", 2)])
+def test_numpy_loads_without_a_thread_pool_unless_asked(asked, threads):
+    """analysis/numeric.py: no BLAS threads by default (the variable gone again after the import), and a
+    user's own OPENBLAS_NUM_THREADS kept (a program doing its own linear algebra beside the analysis)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if asked is not None:
+        env["OPENBLAS_NUM_THREADS"] = asked
+    code = ("import os, analysis.numeric; "
+            "print(os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(asked), str(threads)]
