@@ -58,12 +58,10 @@ class KernelColumns:
         out = cls()
         out.run, out.rank = (rows[0].run, rows[0].rank) if rows else ("", "")
         for name, field in (("slot", LABELS), ("name", ("kernel_name",)), ("stage", ("stage",)), ("stream", ("stream",))):
-            codes: dict = {}
-            values = map(operator.attrgetter(*field), rows)
-            setattr(out, name, np.asarray([codes.setdefault(v, len(codes)) for v in values], dtype=np.int32))
-            setattr(out, name + "s", list(codes))
-        out.busy_us = np.asarray([r.busy_us for r in rows], dtype=np.float64)
-        for name in (*_INTS, "start_us", "exposed_us"):
+            distinct, codes = distinct_codes(map(operator.attrgetter(*field), rows))
+            setattr(out, name, np.asarray(codes, dtype=np.int32))
+            setattr(out, name + "s", distinct)
+        for name in (*_INTS, *_FLOATS):
             setattr(out, name, np.asarray(list(map(operator.attrgetter(name), rows)),
                                           dtype=_INTS.get(name, np.float64)))
         return out
@@ -72,9 +70,8 @@ class KernelColumns:
         """One slot label as (its distinct values, each slot's index into them)."""
         np = _numpy()
         at = LABELS.index(field)
-        ids: dict[str, int] = {}
-        per_slot = [ids.setdefault(slot[at], len(ids)) for slot in self.slots]
-        return list(ids), np.asarray(per_slot, dtype=np.int32)
+        distinct, per_slot = distinct_codes(slot[at] for slot in self.slots)
+        return distinct, np.asarray(per_slot, dtype=np.int32)
 
     def rows(self, first: int = 0, end: int | None = None) -> list[KernelRow]:
         """The rows (those from `first` to `end`) as KernelRows: the same values, field for field."""
@@ -118,6 +115,13 @@ def _coded(values: list, codes: dict) -> list[int]:
         setdefault = codes.setdefault
         found = [setdefault(value, len(codes)) for value in values]
     return found
+
+
+def distinct_codes(values) -> tuple[list, list[int]]:
+    """The distinct values in the order they first come, and each value's index into them."""
+    codes: dict = {}
+    found = _coded(list(values), codes)
+    return list(codes), found
 
 
 class ColumnsBuilder:

@@ -5,7 +5,7 @@ is hashed into the column's dictionary and looked up again (parquet_writer._Chun
 attribution holds as codes into a small table (analysis/attribution/kernel_columns.py) gets its
 dictionary and its indices from array operations instead. Each chunk is byte for byte the one
 _Chunk makes from the column's values: the dictionary in the order values first appear, indices
-bit-packed at 8, 16 or 32 bits (tests/test_parquet_columns.py).
+bit-packed at 8, 16 or 32 bits (tests/test_kernel_columns.py).
 """
 from __future__ import annotations
 

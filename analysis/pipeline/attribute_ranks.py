@@ -42,15 +42,17 @@ class _RankResult(NamedTuple):
 
 
 def _analyze_one(*args) -> _RankResult:
-    """Load and attribute one rank and make its digest (analysis/pipeline/rank_digest.py), in this
-    process or in a worker process beside the other ranks' workers. args: _load_and_attribute's, then
-    --strict, the preferred table stage and send_rows: False leaves the columns out of the result
-    (a worker's digest holds them as the encoded kernel table: analysis/pipeline/lazy_rows.py)."""
-    *rank_args, strict, prefer_stage, send_rows = args
+    """Load and attribute one rank, in this process or in a worker process beside the other ranks'
+    workers. args: _load_and_attribute's, then --strict, the preferred table stage, keep_columns (False
+    leaves the columns out of the result: a worker's digest holds them as the encoded kernel table,
+    analysis/pipeline/lazy_rows.py) and make_digest (the tables' share, analysis/pipeline/rank_digest.py:
+    only `analyze` builds tables; a caller that takes the rows builds its own)."""
+    *rank_args, strict, prefer_stage, keep_columns, make_digest = args
     with gc_paused():
         value = _load_and_attribute(*rank_args)
-        digest = digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict, prefer_stage)
-        return value._replace(kernel_rows=value.kernel_rows if send_rows else None, digest=digest)
+        digest = (digest_rank(value.label, value.kernel_rows, value.step_rows, value.chains, strict, prefer_stage)
+                  if make_digest else None)
+        return value._replace(kernel_rows=value.kernel_rows if keep_columns else None, digest=digest)
 
 
 def _load_and_attribute(path: str, label: str | None, index: int, sig_ref: str, model_ref: str | None,
@@ -100,7 +102,7 @@ class AttributedRows:
     failed_files: list[str] = field(default_factory=list)  # "path: why" of each rank that could not be analysed
     chains: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (rank, step) -> its chain
     rank_files: dict[str, str] = field(default_factory=dict)  # rank label -> its trace file
-    digest: Digest | None = None  # what the rank workers made of the rows, when every rank had one
+    digest: Digest | None = None  # what every rank made of its rows for the tables (`analyze` only: send_rows False)
 
 
 def attribute(paths: list[str], signature: str = "generic", model: str | None = None,
@@ -129,8 +131,10 @@ def _shown_options(options: AnalysisOptions) -> AnalysisOptions:
 
 def _attribute(paths: list[str], signature: str, model: str | None, options: AnalysisOptions,
                progress: bool, checked: bool = False, send_rows: bool = True) -> AttributedRows:
-    """`checked`: the caller has read the signature and model already. `send_rows` False: rank
-    workers keep their rows in their digests' encoded kernel table, decoded only where read."""
+    """`checked`: the caller has read the signature and model already. `send_rows` False (`analyze`,
+    which builds the tables): every rank makes its digest, and rank workers keep their rows in their
+    digests' encoded kernel table, decoded only where read. True: the rows come back as each rank's
+    columns and no digest is made (the caller, a run's node, hands the rows on)."""
     if options.attribution not in ATTRIBUTION_MODES:
         raise AnalysisError(f"attribution must be one of {', '.join(ATTRIBUTION_MODES)}, not {options.attribution!r}")
     if not checked:  # fail fast on a bad signature or model, before any trace is read
@@ -159,7 +163,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
     with _progress(progress, len(files)) as advance:
         if jobs <= 1 or len(files) == 1:
             for i, a in enumerate(args):
-                results[i] = _guarded(_analyze_one, (*a, True))  # in this process: the columns stay here
+                results[i] = _guarded(_analyze_one, (*a, True, not send_rows))  # in this process: the columns stay here
                 advance()
         else:  # imported here: a one-rank run does not pay for the process pool's imports
             from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -167,7 +171,8 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
             import analysis.numeric  # noqa: F401 - once here, not once in every forked worker
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_guarded, _analyze_one, (*a, send_rows)): i for i, a in enumerate(args)}
+                futures = {pool.submit(_guarded, _analyze_one, (*a, send_rows, not send_rows)): i
+                           for i, a in enumerate(args)}
                 for fut in as_completed(futures):
                     results[futures[fut]] = fut.result()
                     advance()

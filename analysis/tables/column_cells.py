@@ -10,7 +10,7 @@ sums hold for a while stays a few MB however large the trace.
 """
 from __future__ import annotations
 
-from analysis.attribution.kernel_columns import LABELS, KernelColumns
+from analysis.attribution.kernel_columns import LABELS, KernelColumns, distinct_codes
 from analysis.attribution.overlap import StreamSummary
 from analysis.attribution.rows import SECTION_LAYER, SECTION_PRE, SECTION_SIDE
 from analysis.numeric import np
@@ -22,11 +22,10 @@ _LAYER_BITS = 63  # layers below this are gathered as bits of one int64 per cell
 BLOCK_ROWS = 1 << 16
 
 
-def _codes(keys: list) -> tuple[list, np.ndarray]:
-    """Distinct keys (in order of first appearance) and each key's index into them."""
-    ids: dict = {}
-    codes = np.asarray([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
-    return list(ids), codes
+def _codes(keys) -> tuple[list, np.ndarray]:
+    """Distinct keys (in order of first appearance) and each key's index into them, as int64s."""
+    distinct, codes = distinct_codes(keys)
+    return distinct, np.asarray(codes, dtype=np.int64)
 
 
 def step_bounds(step: np.ndarray) -> list[tuple[int, int]] | None:
