@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
+import operator
 from collections import Counter
 from dataclasses import dataclass
 
@@ -707,6 +709,7 @@ class _Layout:
     layer_moe: dict[int, bool]
     layer_firsts: tuple[tuple[int, int], ...]  # (layer, chain position of its first kernel), by layer
     in_layers: tuple[int, ...]  # chain positions of the kernels in layers
+    position_slots: tuple[tuple[str, int, Named, bool], ...]  # unit_slots per chain position
     layers: int
     moe_layers: int
     detail: str
@@ -723,29 +726,43 @@ class _LayerPlan:
 _UNPLACED = (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
 
 
+# per layout (by identity: the entry holds the layout), the label names and slots of the last plan made
+# for it: chains of one shape mostly differ in a few names, and the other positions keep their slots
+_LAST_PLAN: dict[int, tuple[_Layout, tuple[str, ...], tuple[Slot, ...]]] = {}
+
+
 @functools.lru_cache(maxsize=64)
 def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
     """The layers of a chain (cached: a decode run repeats a few chains): its shape's layout, with
-    each kernel's D4 label from its name."""
+    each kernel's D4 label from its name. A chain whose shape was planned before with other names
+    (a GEMM named for its batch size) takes that plan's slots where the names agree."""
     layout = _layout(_chain_shape(key))
     if layout is None:
         return None
     names, roots, _calls = key
-    labels = roots or names  # a CPU operator is labelled and classed by its outermost call
-    slots: list[Slot] = []
-    label_of: dict[str, str] = {}  # per distinct name: its D4 label
-    for unit, (section, layer, (role, why), moe) in zip(layout.units, layout.unit_slots):
-        row = row_of(role, moe)
-        for p in range(unit.lo, unit.hi + 1):
-            name = labels[p] or names[p]
-            label = label_of.get(name) or label_of.setdefault(name, name_label(name))
-            if role == "all_reduce":  # which collective: from its name
-                named = collective_role(name)
-                kind_row = row_of(named, moe)
-                slots.append(Slot(section, layer, kind_row.group, kind_row.module, label, SOURCE_STRUCTURE, named, why))
-                continue
-            slots.append(Slot(section, layer, row.group, row.module, label, SOURCE_STRUCTURE, role, why))
-    return _LayerPlan(tuple(slots), layout)
+    # a CPU operator is labelled and classed by its outermost call
+    label_names = tuple([root or name for root, name in zip(roots, names)]) if roots else names
+    last = _LAST_PLAN.get(id(layout))
+    if last is not None and last[0] is layout:
+        slots = list(last[2])
+        for p in itertools.compress(range(len(label_names)), map(operator.ne, label_names, last[1])):
+            slots[p] = _slot_of(layout.position_slots[p], label_names[p])
+    else:
+        slots = list(map(_slot_of, layout.position_slots, label_names))
+    if len(_LAST_PLAN) >= 64:
+        _LAST_PLAN.clear()
+    plan = _LayerPlan(tuple(slots), layout)
+    _LAST_PLAN[id(layout)] = (layout, label_names, plan.slots)
+    return plan
+
+
+def _slot_of(placed: tuple[str, int, Named, bool], name: str) -> Slot:
+    """A chain kernel's slot: its place in the layout, labelled by its name (a collective's role too)."""
+    section, layer, (role, why), moe = placed
+    if role == "all_reduce":  # which collective: from its name
+        role = collective_role(name)
+    row = row_of(role, moe)
+    return Slot(section, layer, row.group, row.module, name_label(name), SOURCE_STRUCTURE, role, why)
 
 
 @functools.lru_cache(maxsize=64)
@@ -795,8 +812,9 @@ def _layout(shape: _ChainShape) -> _Layout | None:
         if placed[0] == SECTION_LAYER:
             firsts.setdefault(placed[1], unit.lo)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
+    position_slots = tuple(placed for unit, placed in zip(units, placed_slots) for _p in range(unit.lo, unit.hi + 1))
     return _Layout(tuple(units), placed_slots, tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
-                   tuple(sorted(firsts.items())), in_layers, len(clusters), moe_layers, detail)
+                   tuple(sorted(firsts.items())), in_layers, position_slots, len(clusters), moe_layers, detail)
 
 
 def _outside_role(kind: str, default: str) -> str:
