@@ -4,7 +4,7 @@ A chain whose kernels differ from another's only in names the layer search compa
 (cuBLAS picks another GEMM tile, so another kernel name, for another batch size) shares that chain's
 layout. What is checked: a chain read after such a look-alike (the layout taken from the cache) gets
 exactly what it gets read first, with every cache empty; each kernel keeps its own name as its
-label; and chains that differ in what the search does read (a kernel's class, which names are equal,
+label (a collective its own collective's role); and chains that differ in what the search does read (a kernel's class, which names are equal,
 a memset before a GEMM) do not share a layout. The chain is a real SGLang decode step (Qwen3-30B-A3B,
 48 MoE layers, B300); the variants rename its kernels.
 """
@@ -100,3 +100,33 @@ def test_a_memset_before_a_gemm_is_part_of_the_shape():
     assert with_copy != with_memset
     assert [(u.kind, u.lo, u.hi) for u in structure._units_of(with_copy)] == [("memory", 0, 0), ("gemm", 1, 1)]
     assert [(u.kind, u.lo, u.hi) for u in structure._units_of(with_memset)] == [("gemm", 0, 1)]
+
+
+def _with_collective(step, name: str):
+    """The step with a collective launched right after each layer's MoE finalize (SYNTHETIC: a tensor-
+    parallel all-reduce of the expert output, zero long, on the finalize's stream)."""
+    out = []
+    for k in step:
+        out.append(k)
+        if structure.class_of_name(k.name) == "moe_finalize":
+            out.append(msgspec.structs.replace(k, name=name, start_us=k.start_us + k.dur_us, dur_us=0.0))
+    return out
+
+
+def test_a_look_alike_chain_names_each_collective_by_its_own_name(step):
+    """An all-reduce and a reduce-scatter are one class, so chains that differ only there share a
+    layout (and the plan's slots where the names agree); each is still read as its own collective."""
+    all_reduce = _with_collective(step, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL")
+    reduce_scatter = _with_collective(step, "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")
+    alone = _cold(reduce_scatter)
+    _clear()
+    first = _read(all_reduce)
+    misses = structure._layout.cache_info().misses
+    shared = _read(reduce_scatter)
+    assert structure._layout.cache_info().misses == misses  # the layout came from the cache
+    assert shared == alone
+    def roles(read):  # of the collectives inside layers (the last layer's comes after the final norm)
+        return [s[5] for s in read[0] if s[4].startswith("ncclDevKernel") and s[1] >= 0]
+
+    assert roles(first) == ["all_reduce"] * 47
+    assert roles(shared) == ["reduce_scatter"] * 47
