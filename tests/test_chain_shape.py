@@ -4,8 +4,8 @@ A chain whose kernels differ from another's only in names the layer search compa
 (cuBLAS picks another GEMM tile, so another kernel name, for another batch size) shares that chain's
 layout. What is checked: a chain read after such a look-alike (the layout taken from the cache) gets
 exactly what it gets read first, with every cache empty; each kernel keeps its own name as its
-label (a collective its own collective's role); and chains that differ in what the search does read (a kernel's class, which names are equal,
-a memset before a GEMM) do not share a layout. The chain is a real SGLang decode step (Qwen3-30B-A3B,
+label (a collective its own collective's role); and chains that differ in what the search does read
+(a kernel's class, which names are equal, a memset before a GEMM) do not share a layout. The chain is a real SGLang decode step (Qwen3-30B-A3B,
 48 MoE layers, B300); the variants rename its kernels.
 """
 from __future__ import annotations
