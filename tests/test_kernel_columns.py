@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from analysis.attribution.comm_split import rank_collectives, rank_collectives_of_columns
-from analysis.attribution.kernel_columns import KernelColumns
+from analysis.attribution.kernel_columns import KernelColumns, _coded, distinct_codes
 from analysis.attribution.overlap import stream_summary
 from analysis.attribution.rank.attribute import RankOptions, attribute_rank_columns
 from analysis.attribution.rows import SECTION_SIDE
@@ -233,3 +233,13 @@ def test_numpy_loads_without_a_thread_pool_unless_asked(asked, threads):
             "print(os.environ.get('OPENBLAS_NUM_THREADS'), len(os.listdir('/proc/self/task')))")
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.split() == [str(asked), str(threads)]
+
+
+def test_values_are_numbered_in_the_order_they_first_come():
+    """distinct_codes' order is its callers' (a label's distinct values, of_rows' tables); _coded numbers
+    only the values its table has not seen, in the order they come, a repeated one once."""
+    assert distinct_codes(["b", "a", "b", "c", "a"]) == (["b", "a", "c"], [0, 1, 0, 2, 1])
+    codes = {"a": 0}
+    assert _coded(["c", "a", "b", "c", "d"], codes) == [1, 0, 2, 1, 3]
+    assert codes == {"a": 0, "c": 1, "b": 2, "d": 3}
+    assert _coded(["d", "a"], codes) == [3, 0] and len(codes) == 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from array import array
-from itertools import repeat
+from itertools import compress, repeat
 
 from analysis.attribution.rows import KernelRow
 
@@ -109,11 +109,12 @@ class KernelColumns:
 
 def _coded(values: list, codes: dict) -> list[int]:
     """Each value's code, new values numbered as they come (`codes`: value -> code, grown here).
-    One C-level lookup per value; only a step with values not seen before takes the second pass."""
+    One C-level lookup per value; only the values not seen before are numbered after it."""
     found = list(map(codes.get, values))
-    if None in found:
+    if None in found:  # numbered in the order they come (a value twice in the step: its first code)
         setdefault = codes.setdefault
-        found = [setdefault(value, len(codes)) for value in values]
+        for i in compress(range(len(found)), map(operator.is_, found, repeat(None))):
+            found[i] = setdefault(values[i], len(codes))
     return found
 
 
