@@ -38,6 +38,17 @@ def _cold(kernels):
     return _read(kernels)
 
 
+def _after(first_kernels, then_kernels):
+    """`then_kernels` read with every cache empty (alone), and read right after `first_kernels`: (alone,
+    the first read, the read after it, how many layouts the read after it made)."""
+    alone = _cold(then_kernels)
+    _clear()
+    first = _read(first_kernels)
+    misses = structure._layout.cache_info().misses
+    after = _read(then_kernels)
+    return alone, first, after, structure._layout.cache_info().misses - misses
+
+
 def _renamed(kernels, rename):
     return [msgspec.structs.replace(k, name=rename(k.name)) for k in kernels]
 
@@ -54,13 +65,8 @@ def _gemm_with_batch(name: str) -> str:
 
 
 def test_a_look_alike_chain_reads_as_it_reads_alone(step):
-    alike = _renamed(step, _gemm_with_batch)
-    alone = _cold(alike)
-    _clear()
-    first = _read(step)
-    misses = structure._layout.cache_info().misses
-    shared = _read(alike)
-    assert structure._layout.cache_info().misses == misses  # the layout came from the cache
+    alone, first, shared, made = _after(step, _renamed(step, _gemm_with_batch))
+    assert made == 0  # the layout came from the cache
     assert shared == alone
     assert alone[1] == 48 and alone[2] == 48
     labels = {s[4] for s in shared[0]}
@@ -79,12 +85,8 @@ def test_chains_that_differ_in_what_the_search_reads_share_no_layout(step, what)
     else:  # one layer's GEMM no longer has the name the other layers' have
         variant = list(step)
         variant[gemms[len(gemms) // 2]] = msgspec.structs.replace(step[gemms[len(gemms) // 2]], name="nvjet_other")
-    alone = _cold(variant)
-    _clear()
-    first = _read(step)
-    misses = structure._layout.cache_info().misses
-    after = _read(variant)
-    assert structure._layout.cache_info().misses == misses + 1  # its own layout
+    alone, first, after, made = _after(step, variant)
+    assert made == 1  # its own layout
     assert after == alone
     if what == "class":  # had it shared the step's layout, its roles would be the step's
         assert [s[5] for s in after[0]] != [s[5] for s in first[0]]
@@ -116,14 +118,9 @@ def _with_collective(step, name: str):
 def test_a_look_alike_chain_names_each_collective_by_its_own_name(step):
     """An all-reduce and a reduce-scatter are one class, so chains that differ only there share a
     layout (and the plan's slots where the names agree); each is still read as its own collective."""
-    all_reduce = _with_collective(step, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL")
-    reduce_scatter = _with_collective(step, "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL")
-    alone = _cold(reduce_scatter)
-    _clear()
-    first = _read(all_reduce)
-    misses = structure._layout.cache_info().misses
-    shared = _read(reduce_scatter)
-    assert structure._layout.cache_info().misses == misses  # the layout came from the cache
+    alone, first, shared, made = _after(_with_collective(step, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
+                                        _with_collective(step, "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"))
+    assert made == 0  # the layout came from the cache
     assert shared == alone
     def roles(read):  # of the collectives inside layers (the last layer's comes after the final norm)
         return [s[5] for s in read[0] if s[4].startswith("ncclDevKernel") and s[1] >= 0]
