@@ -20,7 +20,7 @@ import functools
 import itertools
 import operator
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from analysis.ingest.kernel_classes import (
     ATTENTION_CORE,
@@ -713,6 +713,9 @@ class _Layout:
     layers: int
     moe_layers: int
     detail: str
+    # the label names and slots of the last plan made of this layout (_layer_plan): chains of one shape
+    # mostly differ in a few names, and the other positions keep their slots
+    last_plan: list = field(default_factory=list, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -726,11 +729,6 @@ class _LayerPlan:
 _UNPLACED = (SECTION_LAYER, 0, ("layer_other", _R["layer.unplaced"]), True)
 
 
-# per layout (by identity: the entry holds the layout), the label names and slots of the last plan made
-# for it: chains of one shape mostly differ in a few names, and the other positions keep their slots
-_LAST_PLAN: dict[int, tuple[_Layout, tuple[str, ...], tuple[Slot, ...]]] = {}
-
-
 @functools.lru_cache(maxsize=64)
 def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
     """The layers of a chain (cached: a decode run repeats a few chains): its shape's layout, with
@@ -742,17 +740,15 @@ def _layer_plan(key: _ChainKey) -> _LayerPlan | None:
     names, roots, _calls = key
     # a CPU operator is labelled and classed by its outermost call
     label_names = tuple([root or name for root, name in zip(roots, names)]) if roots else names
-    last = _LAST_PLAN.get(id(layout))
-    if last is not None and last[0] is layout:
-        slots = list(last[2])
-        for p in itertools.compress(range(len(label_names)), map(operator.ne, label_names, last[1])):
+    if layout.last_plan:
+        last_names, last_slots = layout.last_plan
+        slots = list(last_slots)
+        for p in itertools.compress(range(len(label_names)), map(operator.ne, label_names, last_names)):
             slots[p] = _slot_of(layout.position_slots[p], label_names[p])
     else:
         slots = list(map(_slot_of, layout.position_slots, label_names))
-    if len(_LAST_PLAN) >= 64:
-        _LAST_PLAN.clear()
     plan = _LayerPlan(tuple(slots), layout)
-    _LAST_PLAN[id(layout)] = (layout, label_names, plan.slots)
+    layout.last_plan[:] = (label_names, plan.slots)
     return plan
 
 
