@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -36,7 +37,7 @@ class _RankResult(NamedTuple):
     json_bytes: int
     label: str
     notes: list[str]
-    chains: dict[int, list[int]]
+    chains: dict[int, Sequence[int]]  # step -> its chain (int32 arrays)
     content_key: str
     digest: RankDigest | None = None  # what the rank's columns give the tables (rank_digest.py)
 
@@ -100,7 +101,7 @@ class AttributedRows:
     problems: list[RankProblem]  # per rank and per step; the self-checks add theirs when the rows are combined
     total_bytes: int = 0
     failed_files: list[str] = field(default_factory=list)  # "path: why" of each rank that could not be analysed
-    chains: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (rank, step) -> its chain
+    chains: dict[tuple[str, int], Sequence[int]] = field(default_factory=dict)  # (rank, step) -> its chain
     rank_files: dict[str, str] = field(default_factory=dict)  # rank label -> its trace file
     digest: Digest | None = None  # what every rank made of its rows for the tables (`analyze` only: send_rows False)
 
@@ -152,7 +153,7 @@ def _attribute(paths: list[str], signature: str, model: str | None, options: Ana
                                attribution=options.attribution, layers=options.layers)
     labels = options.labels or {}
     jobs = options.jobs or min(len(files), _available_cores())
-    chains: dict[tuple[str, int], list[int]] = {}  # (rank, step) -> its chain, from the structural cut
+    chains: dict[tuple[str, int], Sequence[int]] = {}  # (rank, step) -> its chain, from the structural cut
     parts: list[KernelColumns] = []  # each rank's kernel rows, as columns
     step_rows: list[StepRow] = []
     problems: list[RankProblem] = []
