@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.ports import free_port_run
-from tests.process_lookup import pids_using
+from tests.process_lookup import stop_ray_head
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -62,20 +61,7 @@ def token_head():
                 time.sleep(1)
         yield {"address": f"127.0.0.1:{gcs_port}", "home": home}
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 20
-        while (left := pids_using(temp_dir)) and time.monotonic() < deadline:
-            for pid in left:  # the head's processes that left its process group
-                try:
-                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 10 else signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(1)
+        stop_ray_head(proc, temp_dir)
         for folder in (temp_dir, home):
             shutil.rmtree(folder, ignore_errors=True)
 

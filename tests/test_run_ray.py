@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.run_dir_reanalysis import assert_analyze_reproduces
-from tests.process_lookup import pids_using
+from tests.process_lookup import stop_ray_head
 from tests.ports import free_port_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,26 +93,8 @@ class RayHead:
         return False
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            left = pids_using(self.temp_dir)
-            if not left:
-                return
-            for pid in left:  # processes of this head that left its process group
-                try:
-                    os.kill(pid, signal.SIGTERM if time.monotonic() < deadline - 10 else signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(1)
+        if self.proc is not None:
+            stop_ray_head(self.proc, self.temp_dir)
 
 
 @pytest.fixture(scope="session")
