@@ -171,3 +171,27 @@ def test_command_bench_times_the_command_beside_its_loader_and_the_ranks_one_by_
         assert probe["alone_s"] > 0 and probe["together_s"] > 0
         assert probe["capacity"] == pytest.approx(probe["cores"] * probe["alone_s"] / probe["together_s"])
     assert done.stdout.count("parallel capacity") == 2
+
+
+def test_command_phases_splits_the_command_into_phases_that_add_up_and_bounds_the_ratio(tmp_path):
+    """benchmarks/command_phases.py on a real decode trace, one round: each phase timed less the phases
+    it calls (so none is counted twice and what is left is not negative), every phase function was
+    called, and the ratio falls as each phase after the load is taken away."""
+    trace = real_trace(QWEN3_DECODE)
+    done = subprocess.run([sys.executable, "benchmarks/command_phases.py", str(trace), str(tmp_path / "work"),
+                           "--rounds", "1", "--out", str(tmp_path / "phases.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from benchmarks.command_phases import PHASES, REST, START
+
+    result = json.loads((tmp_path / "phases.json").read_text())
+    phases = result["phases_cpu_s"]
+    assert set(phases) == {phase for phase, _module, _attr in PHASES} | {START, REST}
+    assert phases["load"] > 0 and phases["naming"] > 0 and phases["columns"] > 0
+    assert phases[REST] >= 0  # the naming inside the attribution's loop is counted once
+    assert sum(phases.values()) == pytest.approx(result["command_cpu_s"])
+    ratios = [ratio for _phase, ratio in result["ratio_without"]]
+    assert ratios == sorted(ratios, reverse=True) and ratios[0] < result["ratio"]
+    taken = [phases[phase] for phase, _ratio in result["ratio_without"]]  # the costliest first
+    assert taken == sorted(taken, reverse=True) and len(taken) == len(phases) - 3  # all but load, start, rest
+    assert "without naming" in done.stdout
