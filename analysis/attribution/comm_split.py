@@ -78,10 +78,6 @@ class Straggler(msgspec.Struct):
     collectives: int
 
 
-def is_comm_kernel(row: KernelRow) -> bool:
-    return class_test(COMMUNICATION)[row.kernel_name]
-
-
 def _preceding(rows: list[KernelRow], index: int) -> tuple[str, int]:
     """The module (and layer) of the nearest earlier kernel of the same step outside the
     collective's own module: what held the rank up when it arrives last."""
@@ -113,7 +109,7 @@ class RankCollectives:
 def rank_collectives(rank: str, rows: list[KernelRow]) -> RankCollectives:
     """The rank's communication kernels (its rows, in row order) as unsplit CommRows, each with the
     idle gap before it and what the rank ran just before it."""
-    is_comm = class_test(COMMUNICATION)  # is_comm_kernel, indexed by name in this hot loop
+    is_comm = class_test(COMMUNICATION)  # per kernel name: this loop is hot
     if not any(is_comm[name] for name in {row.kernel_name for row in rows}):
         return RankCollectives([], {})  # no collective at all (one GPU): no walk over the rows
     # by (step, start), ties in row order: two stable sorts on one key each (cheaper than on pairs)

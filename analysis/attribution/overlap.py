@@ -109,9 +109,3 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
             covered = dur - total
             result[position] = covered if covered > 0.0 else 0.0
     return result
-
-
-def wall_span_us(kernels: Sequence[Kernel]) -> float:
-    if not kernels:
-        return 0.0
-    return max(k.end_us for k in kernels) - min(k.start_us for k in kernels)

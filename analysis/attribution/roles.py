@@ -35,10 +35,6 @@ def _roles() -> dict[str, _Role]:
     return out
 
 
-def role_names() -> frozenset[str]:
-    return frozenset(_roles())
-
-
 def row_of(role: str, moe_layer: bool = True) -> Row:
     """The D4 row of a role; `moe_layer` False picks the dense-layer row where one is given."""
     try:

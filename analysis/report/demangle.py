@@ -36,10 +36,6 @@ def _runtime():
     return None
 
 
-def demangler_available() -> bool:
-    return _runtime() is not None
-
-
 @functools.lru_cache(maxsize=4096)
 def demangle(symbol: str) -> str:
     """The demangled text of an Itanium symbol; anything else (or a failure) unchanged."""

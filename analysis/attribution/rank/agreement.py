@@ -85,10 +85,6 @@ class Agreement:
         return {k: self.found.modules.get(k, 0.0) - self.truth.modules.get(k, 0.0) for k in keys}
 
     @property
-    def steps_agree(self) -> bool:
-        return self.truth.steps == self.found.steps
-
-    @property
     def layers_agree(self) -> bool:
         """Same layer count, dense and MoE, in every step that holds layers (graph replays: as many
         steps as the truth)."""
