@@ -87,12 +87,14 @@ def _child(trace: str, out_dir: str, report: str) -> int:
     from harness.cli import main
 
     code = main(["analyze", trace, "--out", out_dir])
+    if code:
+        return code  # the command said why
     never = [f"{module}.{attr}" for phase, module, attr in PHASES if counters[phase][1] == 0]
     if never:
         print(f"never called (renamed or moved? update PHASES): {', '.join(never)}", file=sys.stderr)
         return 2
     Path(report).write_text(json.dumps(counters))
-    return code or 0
+    return 0
 
 
 def measure(trace: Path, work_dir: Path, rounds: int) -> dict:
@@ -165,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    result = measure(args.trace.resolve(), args.work_dir, args.rounds)
+    try:
+        result = measure(args.trace.resolve(), args.work_dir, args.rounds)
+    except RuntimeError as failed:  # a child's failure, with the end of what it printed
+        print(f"command_phases.py: {failed}", file=sys.stderr)
+        return 1
     print_summary(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
