@@ -53,15 +53,19 @@ START = "interpreter start (and this file's imports: the standard library's)"
 REST = "the rest (the command's imports, arguments, printout)"
 
 
-def _wrap(counters: dict[str, list], inside: list[float], phase: str, module: str, attr: str) -> None:
+def _wrap(spent_s: dict[str, float], calls: dict[str, int], inside: list[float], phase: str, module: str,
+          attr: str) -> None:
     """Time `attr` of `module` where its caller looks it up, less the phases it calls (`inside`: per
-    open call, the time of the phases timed within it)."""
+    open call, the time of the phases timed within it), into its phase's CPU seconds; its calls are
+    counted apart (two functions may share a phase)."""
     owner_name, _, name = attr.rpartition(".")
     owner = importlib.import_module(module)
     if owner_name:
         owner = getattr(owner, owner_name)
     inner = getattr(owner, name)
-    counter = counters.setdefault(phase, [0.0, 0])
+    spent_s.setdefault(phase, 0.0)
+    function = f"{module}.{attr}"
+    calls[function] = 0
 
     def timed(*args, **kwargs):
         started = time.process_time()
@@ -70,8 +74,8 @@ def _wrap(counters: dict[str, list], inside: list[float], phase: str, module: st
             return inner(*args, **kwargs)
         finally:
             spent = time.process_time() - started
-            counter[0] += spent - inside.pop()
-            counter[1] += 1
+            spent_s[phase] += spent - inside.pop()
+            calls[function] += 1
             if inside:
                 inside[-1] += spent
 
@@ -79,21 +83,22 @@ def _wrap(counters: dict[str, list], inside: list[float], phase: str, module: st
 
 
 def _child(trace: str, out_dir: str, report: str) -> int:
-    """The command with its phases timed; writes {phase: [CPU s, calls]} to `report`."""
-    counters: dict[str, list] = {START: [time.process_time(), 1]}
+    """The command with its phases timed; writes {phase: CPU s} to `report`."""
+    spent_s: dict[str, float] = {START: time.process_time()}
+    calls: dict[str, int] = {}
     inside: list[float] = []
     for phase, module, attr in PHASES:
-        _wrap(counters, inside, phase, module, attr)
+        _wrap(spent_s, calls, inside, phase, module, attr)
     from harness.cli import main
 
     code = main(["analyze", trace, "--out", out_dir])
     if code:
         return code  # the command said why
-    never = [f"{module}.{attr}" for phase, module, attr in PHASES if counters[phase][1] == 0]
+    never = [function for function, count in calls.items() if count == 0]
     if never:
         print(f"never called (renamed or moved? update PHASES): {', '.join(never)}", file=sys.stderr)
         return 2
-    Path(report).write_text(json.dumps(counters))
+    Path(report).write_text(json.dumps(spent_s))
     return 0
 
 
@@ -117,7 +122,7 @@ def measure(trace: Path, work_dir: Path, rounds: int) -> dict:
         seen = {}
         for name, argv in (pair if turn % 2 == 0 else pair[::-1]):  # each leads in turn
             seen[name] = run_process(argv(), env)["cpu_s"]
-        seen["phases"] = {phase: cpu for phase, (cpu, _calls) in json.loads(report.read_text()).items()}
+        seen["phases"] = json.loads(report.read_text())
         runs.append(seen)
     return summarise(runs)
 
