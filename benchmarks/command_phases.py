@@ -41,7 +41,7 @@ PHASES = (
     ("step cut", "analysis.attribution.rank.attribute", "segment_steps"),
     ("off-thread copies", "analysis.attribution.rank.attribute", "split_off_thread_copies"),
     ("naming", "analysis.attribution.rank.attribute", "name_step"),
-    ("exposed time", "analysis.attribution.rank.attribute", "exposed_durations"),
+    ("exposed time", "analysis.attribution.rank.attribute", "exposed_of_times"),
     ("idle time", "analysis.attribution.rank.attribute", "step_idle"),
     ("columns", "analysis.attribution.kernel_columns", "ColumnsBuilder.add"),
     ("columns", "analysis.attribution.kernel_columns", "ColumnsBuilder.columns"),

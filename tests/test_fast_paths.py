@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped, main_chain
+from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped, _overlapped_arrays, _overlapped_loop, main_chain
 from analysis.attribution.overlap import exposed_durations
 from analysis.attribution.steps import _by_windows
 from analysis.ingest.trace_loader import _BOUNDARY, _BOUNDARY_TRIES, _last_boundaries
@@ -98,7 +98,8 @@ def test_a_kernel_is_overlapped_exactly_where_another_stream_runs_past_its_start
         streams = [k.stream for k in kernels]
         order = sorted(range(len(kernels)), key=lambda x: (starts[x], ends[x], x))
         rank = {x: n for n, x in enumerate(order)}
-        flags = _overlapped(order, starts, ends, streams)
+        swept = _overlapped(order, starts, ends, streams)  # in the sweep's order
+        flags = [swept[rank[i]] for i in range(len(kernels))]
 
         def runs_past(first: int, then: int) -> bool:
             return rank[first] < rank[then] and ends[first] - starts[then] > OVERLAP_SLACK_US
@@ -140,3 +141,21 @@ def test_slice_boundaries_found_near_the_end_are_the_last_ones_of_the_whole_slic
         everything = [m.start() for m in _BOUNDARY.finditer(data, 1, end)]
         window = [m.start() for m in _BOUNDARY.finditer(data, max(1, end - 256 * 1024), end)]
         assert _last_boundaries(data, end) == (window or everything)[-_BOUNDARY_TRIES:]
+
+
+@pytest.mark.parametrize("streams", [2, 3, 5])
+def test_the_array_sweep_flags_what_the_loop_flags(streams):
+    """A step's whole chain is swept by array passes, a fork's few kernels by the loop: the same
+    flags, kernel for kernel, on SYNTHETIC steps with ties, touching kernels and a subset swept."""
+    rng = random.Random(streams)
+    for _ in range(20):
+        kernels = _kernels(rng, 300, streams, shuffled=False)
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
+        ids = [k.stream for k in kernels]
+        order = sorted(range(len(kernels)), key=lambda x: (starts[x], ends[x], x))
+        subset = [i for i in order if rng.random() < 0.7]
+        for swept in (order, subset):
+            want = _overlapped_loop(swept, starts, ends, ids)
+            assert _overlapped_arrays(swept, starts, ends, ids) == want
+            assert any(want) and not all(want)

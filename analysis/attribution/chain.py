@@ -70,19 +70,17 @@ def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | No
     """The chain of the kernels `order` (in start order); `after_all` is the kernel after them, if any."""
     overlapped = _overlapped(order, starts, ends, streams)
     chain: list[int] = []
-    pos = 0
-    while pos < len(order):
-        i = order[pos]
-        if not overlapped[i]:
-            chain.append(i)
-            pos += 1
-            continue
-        # a fork: the run of overlapping kernels, then the stream that carries on after it
-        end = pos
-        while end < len(order) and overlapped[order[end]]:
-            end += 1
-        group = order[pos:end]
-        after = order[end] if end < len(order) else after_all
+    pos, n = 0, len(order)
+    while pos < n:
+        # the run of kernels that nothing overlaps is the chain's; then a fork: the run of
+        # overlapping kernels, and the stream that carries on after it (list.index: a scan in C)
+        fork = _index_of(overlapped, True, pos, n)
+        chain.extend(order[pos:fork])
+        if fork == n:
+            break
+        end = _index_of(overlapped, False, fork, n)
+        group = order[fork:end]
+        after = order[end] if end < n else after_all
         pos = end
         anchored = _anchored_streams(group, streams, anchors)
         if anchored and len(anchored) < len({streams[j] for j in group}):
@@ -100,6 +98,14 @@ def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | No
             keep = max(busy, key=lambda s: (busy[s], -s))
         chain.extend(j for j in group if streams[j] == keep)
     return chain
+
+
+def _index_of(flags: list[bool], value: bool, start: int, n: int) -> int:
+    """The first position from `start` whose flag is `value`, or n."""
+    try:
+        return flags.index(value, start)
+    except ValueError:
+        return n
 
 
 def _anchored_streams(group: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> dict[int, int]:
@@ -120,24 +126,59 @@ def _most_anchored(counts: dict[int, int]) -> int | None:
     return max(counts, key=lambda s: counts[s])
 
 
+ARRAY_SWEEP_FROM = 128  # kernels in a sweep from which array passes beat the loop (a step's whole chain)
+
+
 def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
-    """Per kernel: does a kernel of another stream run during it?"""
-    flags = [False] * len(starts)
+    """Per kernel of the sweep `order` (in its order): does a kernel of another stream run during it?"""
+    if len(order) >= ARRAY_SWEEP_FROM:
+        return _overlapped_arrays(order, starts, ends, streams)
+    return _overlapped_loop(order, starts, ends, streams)
+
+
+def _overlapped_arrays(order: list[int], starts, ends, streams) -> list[bool]:
+    """_overlapped_loop's flags from array passes, stream by stream: the latest end of the stream's
+    kernels before each kernel in the sweep (a running maximum), and the kernel that first reached it;
+    a kernel of another stream that it runs past by more than the slack flags both. Only comparisons
+    and one subtraction a pair, as in the loop, so the flags are the loop's."""
+    from analysis.numeric import np
+
+    at = np.array(order, dtype=np.int64)
+    start = np.array(starts, dtype=np.float64)[at]
+    end = np.array(ends, dtype=np.float64)[at]
+    stream = np.array(streams, dtype=np.int64)[at]
+    flags = np.zeros(len(at), dtype=bool)
+    positions = np.arange(len(at))
+    for own in np.unique(stream).tolist():
+        mine = stream == own
+        reach = np.maximum.accumulate(np.where(mine, end, -np.inf))
+        before = np.concatenate(([-np.inf], reach[:-1]))  # the stream's latest end before each kernel
+        holder = np.maximum.accumulate(np.where(mine & (end > before), positions, -1))
+        held_before = np.concatenate(([-1], holder[:-1]))  # the kernel that set it
+        runs_past = ~mine & (before - start > OVERLAP_SLACK_US)
+        flags[runs_past] = True
+        flags[held_before[runs_past]] = True
+    return flags.tolist()
+
+
+def _overlapped_loop(order: list[int], starts, ends, streams) -> list[bool]:
+    """_overlapped as one sweep in start order (a fork's few kernels)."""
+    flags = [False] * len(order)
     # latest end seen so far per stream, swept in start order
     until_of: dict[int, float] = {}  # per stream, its latest end so far
-    last_of: dict[int, int] = {}  # per stream, the kernel that ends then
+    last_of: dict[int, int] = {}  # per stream, the sweep position of the kernel that ends then
     slack = OVERLAP_SLACK_US
     latest = float("-inf")  # the latest end of all streams: a kernel starting after it overlaps none
-    for i in order:
+    for p, i in enumerate(order):
         stream_i, start_i, end_i = streams[i], starts[i], ends[i]
         if latest - start_i > slack:
             for stream, until in until_of.items():
                 if stream != stream_i and until - start_i > slack:
-                    flags[i] = flags[last_of[stream]] = True
+                    flags[p] = flags[last_of[stream]] = True
         until = until_of.get(stream_i)
         if until is None or end_i > until:
             until_of[stream_i] = end_i
-            last_of[stream_i] = i
+            last_of[stream_i] = p
         if end_i > latest:
             latest = end_i
     return flags

@@ -25,7 +25,14 @@ from collections.abc import Sequence
 
 import msgspec
 
+from typing import TYPE_CHECKING
+
 from analysis.ingest.trace_model import Kernel, Launch, Range
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from analysis.attribution.step_times import StepTimes
 
 PLACES = ("pre", "between", "inside", "post")
 CAUSES = ("host_launch", "host_sync", "queued", "unknown")
@@ -70,56 +77,56 @@ class LaunchClock:
         return "host_launch"
 
 
-def step_idle(kernels: Sequence[Kernel], layer_of: Sequence[int], clock: LaunchClock) -> StepIdle:
-    """`kernels` by start (a step's); `layer_of[i]`: the layer unit of kernels[i], -1 outside layers."""
-    spans: dict[int, list[float]] = {}
-    get = spans.get
-    for kernel, unit in zip(kernels, layer_of):  # min / max written out: this loop runs for every kernel
-        if unit < 0:
-            continue
-        start = kernel.start_us
-        end = start + kernel.dur_us
-        span = get(unit)
-        if span is None:
-            spans[unit] = [start, end]
-        else:
-            if start < span[0]:
-                span[0] = start
-            if end > span[1]:
-                span[1] = end
-    places = _Places(sorted(spans.values()))
+def step_idle(kernels: Sequence[Kernel], times: StepTimes, layer_of: Sequence[int], clock: LaunchClock) -> StepIdle:
+    """`kernels` by start (a step's) and their `times`; `layer_of[i]`: the layer unit of kernels[i],
+    -1 outside layers. The gaps are found by array passes (a running maximum of the ends); each gap,
+    and the busy pieces between them, is then summed in order, as a walk over the kernels would."""
+    from analysis.numeric import np
+
     idle = dict.fromkeys(PLACES, 0.0)
     causes = dict.fromkeys(CAUSES, 0.0)
-    busy = 0.0
-    if not kernels:
+    if not len(times):
         return StepIdle(0.0, idle, causes)
-    piece_start, frontier = kernels[0].start_us, kernels[0].end_us
-    for kernel in kernels[1:]:
-        start = kernel.start_us
-        if start > frontier:
-            busy += frontier - piece_start
-            gap = start - frontier
-            idle[places.of(frontier, start)] += gap
-            causes[clock.cause(kernel, frontier)] += gap
-            piece_start = start
-        end = start + kernel.dur_us
-        if end > frontier:
-            frontier = end
-    busy += frontier - piece_start
+    start, end = times.start_us, times.end_us
+    places = _Places(*_layer_windows(times, np.array(layer_of, dtype=np.int64)))
+    frontier = np.maximum.accumulate(end)  # the latest end up to each kernel, its own included
+    gaps = (np.flatnonzero(start[1:] > frontier[:-1]) + 1).tolist()
+    busy = 0.0
+    piece_start = float(start[0])
+    for k, gap_start, gap_end in zip(gaps, frontier[[g - 1 for g in gaps]].tolist(), start[gaps].tolist()):
+        busy += gap_start - piece_start
+        gap = gap_end - gap_start
+        idle[places.of(gap_start, gap_end)] += gap
+        causes[clock.cause(kernels[k], gap_start)] += gap
+        piece_start = gap_end
+    busy += float(frontier[-1]) - piece_start
     return StepIdle(busy, idle, causes)
 
 
-class _Places:
-    """Where a gap lies among the layers' spans ((start, end) by start; overlapping under two micro-batches)."""
+def _layer_windows(times: StepTimes, unit: np.ndarray) -> tuple[list[float], list[float]]:
+    """Each layer unit's span (its first start, its last end), by (start, end): their starts, and
+    the latest end among the spans begun so far."""
+    from analysis.numeric import np
 
-    def __init__(self, windows: list[list[float]]):
-        self.starts = [w[0] for w in windows]
-        self.reach: list[float] = []  # the latest end among the spans begun so far
-        latest = float("-inf")
-        for w in windows:
-            latest = max(latest, w[1])
-            self.reach.append(latest)
-        self.first = self.starts[0] if windows else float("inf")  # no layers: every gap is before them
+    inside = np.flatnonzero(unit >= 0)
+    if not len(inside):
+        return [], []
+    order = inside[np.argsort(unit[inside], kind="stable")]
+    units = unit[order]
+    heads = np.flatnonzero(np.concatenate(([True], units[1:] != units[:-1])))
+    first = np.minimum.reduceat(times.start_us[order], heads)
+    last = np.maximum.reduceat(times.end_us[order], heads)
+    by_start = np.lexsort((last, first))
+    return first[by_start].tolist(), np.maximum.accumulate(last[by_start]).tolist()
+
+
+class _Places:
+    """Where a gap lies among the layers' spans (overlapping under two micro-batches): `starts`, by
+    start, and `reach`, the latest end among the spans begun so far."""
+
+    def __init__(self, starts: list[float], reach: list[float]):
+        self.starts, self.reach = starts, reach
+        self.first = starts[0] if starts else float("inf")  # no layers: every gap is before them
 
     def of(self, start: float, end: float) -> str:
         if end <= self.first:

@@ -139,9 +139,11 @@ class ColumnsBuilder:
         self._floats = {name: array("d") for name in _FLOATS}
 
     def add(self, step: int, stage: str, kernels: list, slots: list, layers: list[int],
-            micro_batches: list[int], exposed_us: list[float]) -> None:
+            micro_batches: list[int], exposed_us, times=None) -> None:
         """One step's rows: its kernels, each one's slot (an object with LABELS' attributes) or its
-        label tuple already made (`slots` of tuples), layer, micro-batch and exposed time."""
+        label tuple already made (`slots` of tuples), layer, micro-batch and exposed time (a list, or
+        float64 array); `times`: the kernels' StepTimes (analysis/attribution/step_times.py) where
+        the caller has them, else read from the kernels."""
         n = len(kernels)
         if not n:
             return
@@ -153,10 +155,18 @@ class ColumnsBuilder:
         codes["name"].fromlist(_coded(list(map(_NAME, kernels)), self._name_codes))
         ints["layer"].fromlist(layers)
         ints["micro_batch"].fromlist(micro_batches)
-        codes["stream"].fromlist(_coded(list(map(_STREAM, kernels)), self._stream_codes))
-        floats["start_us"].fromlist(list(map(_START, kernels)))
-        floats["busy_us"].fromlist(list(map(_DUR, kernels)))
-        floats["exposed_us"].fromlist(exposed_us)
+        if times is None:
+            codes["stream"].fromlist(_coded(list(map(_STREAM, kernels)), self._stream_codes))
+            floats["start_us"].fromlist(list(map(_START, kernels)))
+            floats["busy_us"].fromlist(list(map(_DUR, kernels)))
+        else:  # float64 arrays: their bytes are the array's
+            codes["stream"].fromlist(_coded(times.stream_list, self._stream_codes))
+            floats["start_us"].frombytes(times.start_us.tobytes())
+            floats["busy_us"].frombytes(times.dur_us.tobytes())
+        if isinstance(exposed_us, list):
+            floats["exposed_us"].fromlist(exposed_us)
+        else:
+            floats["exposed_us"].frombytes(exposed_us.tobytes())
 
     def columns(self) -> KernelColumns:
         np = _numpy()

@@ -28,13 +28,27 @@ def split_off_thread_copies(kernels: list[Kernel], launch_tid: dict[int, int]) -
     """(the step's own kernels, the copies launched from other threads), each in the given order.
     Nothing is split off unless the step's kernels name their launching threads (a replayed graph
     names the thread of its graph launch) and the copy's launch names another."""
-    own_threads = {launch_tid.get(k.correlation) for k in kernels if k.kind != "memcpy"}
-    own_threads.discard(None)
-    if not own_threads:
+    get = launch_tid.get
+    copy_threads = {get(k.correlation) for k in kernels if k.kind == "memcpy"}
+    copy_threads.discard(None)
+    if not copy_threads:
+        return kernels, []
+    # the copies' threads that also launched some of the step's other work: found by a walk that
+    # ends once each is seen (the first kernels, on a server whose copies are its own: a decode step)
+    unseen, any_own = set(copy_threads), False
+    for k in kernels:
+        if k.kind != "memcpy":
+            tid = get(k.correlation)
+            if tid is not None:
+                any_own = True
+                unseen.discard(tid)
+                if not unseen:
+                    break
+    if not any_own or not unseen:
         return kernels, []
     own: list[Kernel] = []
     side: list[Kernel] = []
     for k in kernels:
-        tid = launch_tid.get(k.correlation) if k.kind == "memcpy" else None
-        (side if tid is not None and tid not in own_threads else own).append(k)
+        tid = get(k.correlation) if k.kind == "memcpy" else None
+        (side if tid is not None and tid in unseen else own).append(k)
     return own, side

@@ -6,14 +6,17 @@ exposed part adds to the step's wall time.
 """
 from __future__ import annotations
 
-import bisect
-import itertools
-import operator
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from analysis.ingest.trace_model import Kernel
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from analysis.attribution.step_times import StepTimes
 
 
 class StreamSummary(msgspec.Struct):
@@ -53,59 +56,46 @@ def merge_intervals(intervals: Iterable[tuple[float, float]], in_order: bool = F
 
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
-    streams = [k.stream for k in kernels]
-    distinct = set(streams)
-    if len(distinct) < 2:
-        return [k.dur_us for k in kernels]
-    starts_all = [k.start_us for k in kernels]
-    in_order = all(map(operator.le, starts_all, itertools.islice(starts_all, 1, None)))
-    # each stream's kernels, by position in `kernels`
-    positions = {stream: list(itertools.compress(range(len(streams)), map(stream.__eq__, streams)))
-                 for stream in distinct}
-    # each stream's own busy time (kernels in start order, as a step holds them, merge without a sort)
-    ends_all = [start + k.dur_us for start, k in zip(starts_all, kernels)]
-    own = {stream: merge_intervals(zip([starts_all[i] for i in members], [ends_all[i] for i in members]), in_order)
-           for stream, members in positions.items()}
-    # The other streams' busy time: a union of unions is the union, and merged intervals are the
-    # union's pieces (their ends are the kernels' own times), so merging per stream first changes nothing.
-    others: dict[int, tuple[list[tuple[float, float]], list[float]]] = {}
-    for stream in distinct:
-        parts = [own[s] for s in distinct if s != stream]
-        merged = parts[0] if len(parts) == 1 else merge_intervals([iv for part in parts for iv in part])
-        others[stream] = (merged, [iv[0] for iv in merged])
-    # Each stream's kernels in one pass of their own: they come in start order (but for a few placed
-    # late), so the search resumes where the previous kernel's began instead of bisecting again;
-    # the sums are the same, term by term.
-    result = [0.0] * len(kernels)
-    bisect_right = bisect.bisect_right
-    for stream, members in positions.items():
-        merged, starts = others[stream]
-        n = len(merged)
-        ends = [iv[1] for iv in merged]
-        last_start, i = None, 0
-        for position in members:
-            k = kernels[position]
-            start, dur = k.start_us, k.dur_us
-            end = start + dur
-            if last_start is not None and last_start <= start:
-                while i + 1 < n and starts[i + 1] <= start:
-                    i += 1
-            else:
-                i = max(0, bisect_right(starts, start) - 1)
-            last_start = start
-            if ends[i] <= start and (i + 1 == n or starts[i + 1] >= end):
-                # the busy interval before it has ended and the next begins after it: nothing covers it
-                result[position] = dur if dur > 0.0 else 0.0
-                continue
-            total = 0.0
-            j = i
-            while j < n and merged[j][0] < end:
-                lo, hi = merged[j]
-                lo = start if start > lo else lo
-                hi = end if end < hi else hi
-                if hi > lo:
-                    total += hi - lo
-                j += 1
-            covered = dur - total
-            result[position] = covered if covered > 0.0 else 0.0
-    return result
+    from analysis.attribution.step_times import StepTimes
+
+    return exposed_of_times(StepTimes.of(kernels)).tolist()
+
+
+def exposed_of_times(times: StepTimes) -> np.ndarray:
+    """exposed_durations of a step's kernels from their times (float64, in the kernels' order).
+
+    Array passes, stream by stream: the other streams' intervals merged into disjoint pieces (a
+    running maximum of the ends over them by (start, end)), then each kernel's overlap with the pieces
+    from the last one begun by its start to the last one begun before its end, summed piece by piece
+    in that order and taken from its duration: the float operations, and their order, of a walk over
+    the pieces, so no value moves against one (tests/test_fast_paths.py holds it to the definition)."""
+    from analysis.numeric import np
+
+    dur, stream = times.dur_us, times.stream
+    if len(times.streams) < 2:
+        return dur
+    start, end = times.start_us, times.end_us
+    total = np.zeros(len(dur))
+    for own in times.streams:
+        other = stream != own
+        mine = np.flatnonzero(~other)
+        order = np.lexsort((end[other], start[other]))
+        other_start, other_end = start[other][order], end[other][order]
+        reach = np.maximum.accumulate(other_end)
+        heads = np.flatnonzero(np.concatenate(([True], other_start[1:] > reach[:-1])))
+        piece_lo = other_start[heads]
+        piece_hi = reach[np.append(heads[1:] - 1, len(reach) - 1)]
+        k_start, k_end = start[mine], end[mine]
+        first = np.maximum(np.searchsorted(piece_lo, k_start, side="right") - 1, 0)
+        pieces = np.searchsorted(piece_lo, k_end, side="left") - first
+        covered = np.zeros(len(mine))
+        live, step = np.flatnonzero(pieces > 0), 0
+        while len(live):  # the k-th piece of every kernel that has one: most have none or one
+            at = first[live] + step
+            part = np.minimum(k_end[live], piece_hi[at]) - np.maximum(k_start[live], piece_lo[at])
+            covered[live] += np.where(part > 0.0, part, 0.0)
+            step += 1
+            live = live[pieces[live] > step]
+        total[mine] = covered
+    exposed = dur - total
+    return np.where(exposed > 0.0, exposed, 0.0)

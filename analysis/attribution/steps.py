@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from analysis.attribution.module_attribution import module_class
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
+from analysis.attribution.step_times import StepTimes
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
 from analysis.attribution.stages import UNKNOWN, VERIFY
@@ -101,6 +102,8 @@ class Step:
     label: str = ""
     notes: list[str] = field(default_factory=list)
     side: list[Kernel] = field(default_factory=list)  # copies off the step's threads (off_thread.py)
+    # `kernels`' times as arrays, read once where the attribution names the step (step_times.py)
+    times: StepTimes | None = None
 
     @property
     def aggregates(self) -> dict[str, int]:
@@ -151,34 +154,39 @@ def _batch_of(label: str) -> int | None:
 
 def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float | None]
                 ) -> tuple[list[list[Kernel]], list[Kernel]]:
-    """Assign each kernel to the window that contains its point (points[i] for kernels[i]; None:
-    no window); windows are sorted by start. Also returns the kernels no window holds, in order."""
-    starts = [w.start_us for w in windows]
-    ends = [w.end_us for w in windows]
+    """Assign each kernel to the last window (by start) that contains its point (points[i] for
+    kernels[i]; None: no window); windows are sorted by start. Also returns the kernels no window
+    holds, in order. Whole-array passes: a trace's hundreds of thousands of kernels were one Python
+    loop here (#48); the windows and points are only compared, never summed, so no value moves."""
+    from analysis.numeric import np
+
+    if not windows or not kernels:
+        return [[] for _ in windows], list(kernels)
+    starts = np.array([w.start_us for w in windows], dtype=np.float64)
+    ends = np.array([w.end_us for w in windows], dtype=np.float64)
+    at = np.array(points, dtype=np.float64)  # None -> NaN: in no window
+    # the last window begun by the point; it holds the point when it reaches it, and only an earlier
+    # one can otherwise (windows that nest or overlap): found where the furthest reach so far says so
+    last = np.searchsorted(starts, at, side="right") - 1
+    known = ~np.isnan(at) & (last >= 0)
+    window = np.full(len(at), -1, dtype=np.int64)
+    where = np.flatnonzero(known)
+    held = ends[last[where]] >= at[where]
+    window[where[held]] = last[where[held]]
+    reach = np.maximum.accumulate(ends)
+    earlier = where[~held]
+    for k in earlier[reach[last[earlier]] >= at[earlier]].tolist():  # nested windows: few
+        point, j = points[k], int(last[k])
+        while ends[j] < point:
+            j -= 1
+        window[k] = j
+    # kernels come by start, so each window's kernels mostly come in runs: a list slice a run
+    cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
     buckets: list[list[Kernel]] = [[] for _ in windows]
     rest: list[Kernel] = []
-    bisect_right = bisect.bisect_right
-    # Points mostly come in order, so most fall where the last one did: a point p with
-    # starts[i] <= p < starts[i + 1] and p <= ends[i] bisects to i and lies in window i.
-    lo, below, end, bucket = _INF, -_INF, -_INF, rest
-    for kernel, point in zip(kernels, points):
-        if point is None:
-            rest.append(kernel)
-            continue
-        if lo <= point < below and point <= end:
-            bucket.append(kernel)
-            continue
-        i = bisect_right(starts, point) - 1
-        j = i
-        while j >= 0 and ends[j] < point:
-            j -= 1
-        if j >= 0 and starts[j] <= point <= ends[j]:
-            buckets[j].append(kernel)
-            if j == i:
-                lo, end, bucket = starts[i], ends[i], buckets[i]
-                below = starts[i + 1] if i + 1 < len(starts) else _INF
-        else:
-            rest.append(kernel)
+    for a, b in zip([0, *cuts], [*cuts, len(kernels)]):
+        w = int(window[a])
+        (rest if w < 0 else buckets[w]).extend(kernels[a:b])
     return buckets, rest
 
 

@@ -50,6 +50,7 @@ from analysis.attribution.roles import row_of
 from analysis.attribution.rows import SECTION_LAYER, SECTION_POST, SECTION_PRE, SOURCE_STRUCTURE
 from analysis.attribution.named_rules import STRUCTURE_RULES, rule
 from analysis.ingest.trace_model import Kernel
+from analysis.attribution.step_times import StepTimes
 
 # KernelRow.rule of each positional decision below (structure_rules.yaml says what each decides):
 # looked up here, so a name the file lacks fails on import.
@@ -97,14 +98,20 @@ def _main_stream_units(kernels: list[Kernel]) -> tuple[int, list[int], list[_Uni
     return main_stream(kernels), main_idx, _units_of(_chain_shape(_chain_key(kernels, main_idx)))
 
 
-def chain_positions(kernels: list[Kernel]) -> list[int]:
-    """The positions of the chain's kernels (the part of the cut that reads timing)."""
-    streams = [k.stream for k in kernels]
+def chain_positions(kernels: list[Kernel], times: StepTimes | None = None) -> list[int]:
+    """The positions of the chain's kernels (the part of the cut that reads timing); `times`: the
+    kernels' times (step_times.py), read from them where not given."""
+    if times is not None and len(times) != len(kernels):
+        raise ValueError(f"times of {len(times)} kernels given for {len(kernels)}")
+    streams = times.stream_list if times is not None else [k.stream for k in kernels]
     if len(set(streams)) > 1:
         is_anchor = class_test(ANCHOR_CLASSES)
         anchors = [is_anchor[k.root or k.name] for k in kernels]
-        starts = [k.start_us for k in kernels]
-        ends = [k.start_us + k.dur_us for k in kernels]
+        if times is not None:
+            starts, ends = times.start_us.tolist(), times.end_us.tolist()
+        else:
+            starts = [k.start_us for k in kernels]
+            ends = [k.start_us + k.dur_us for k in kernels]
         return main_chain(starts, ends, streams, anchors)
     return list(range(len(kernels)))
 
@@ -678,12 +685,12 @@ def routed_rules(kinds: list[str], gemm_calls: list[int | None]) -> list[Named]:
     return [(role, _ROUTED_RULE[role]) for role in routed_roles(kinds, gemm_calls)]
 
 
-def cut_structural(kernels: list[Kernel]) -> LayerCut | None:
+def cut_structural(kernels: list[Kernel], times: StepTimes | None = None) -> LayerCut | None:
     """Layers and roles of one step's kernels (in start order, as steps hold them), or None when
-    no attention core is found."""
+    no attention core is found; `times`: the kernels' times, where the caller has them."""
     if not kernels:
         return None
-    main_idx = chain_positions(kernels)
+    main_idx = chain_positions(kernels, times)
     plan = _layer_plan(_chain_key(kernels, main_idx))
     if plan is None:
         return None

@@ -28,7 +28,7 @@ class StructureNamer(Namer):
             cut = two_batch_cut(step.kernels, plan, cut_structural)
             if cut is not None:
                 return Naming(cut, "structure")
-        cut = cut_structural(step.kernels)
+        cut = cut_structural(step.kernels, step.times)
         return Naming(cut, "structure" if cut is not None else "")
 
 

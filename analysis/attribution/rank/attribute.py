@@ -13,7 +13,8 @@ from analysis.attribution.namers.annotation import AnnotationOverride
 from analysis.attribution.namers.launch_points import LaunchPoints
 from analysis.attribution.namers import name_step
 from analysis.attribution.namers.order import namers_for
-from analysis.attribution.overlap import exposed_durations
+from analysis.attribution.overlap import exposed_durations, exposed_of_times
+from analysis.attribution.step_times import StepTimes
 from analysis.attribution.phases import label_phases
 from analysis.ingest.kernel_classes import phases_of
 from analysis.attribution.off_thread import SIDE_GROUP, SIDE_MODULE, SIDE_ROLE, SIDE_RULE, SIDE_SOURCE, split_off_thread_copies
@@ -110,6 +111,16 @@ def attribute_rank_columns(
                           pinned_names=pinned_names, phased=phased)
 
 
+def _layers_span_us(times: StepTimes, layer_of: list[int]) -> tuple[float, float]:
+    """The first start and the last end of the step's kernels in layers (inf, -inf: none)."""
+    from analysis.numeric import np
+
+    inside = np.array(layer_of, dtype=np.int64) >= 0
+    if not inside.any():
+        return float("inf"), float("-inf")
+    return float(times.start_us[inside].min()), float(times.end_us[inside].max())
+
+
 def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotations: AnnotationOverride | None,
                    clock: LaunchClock, model: ModelSpec | None, options: RankOptions, template: bool = False,
                    pinned_names: frozenset[str] = frozenset(), phased: bool = True) -> tuple[KernelColumns, list[StepRow]]:
@@ -123,8 +134,9 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     step_rows: list[StepRow] = []
     previous_end: float | None = None
     for step in steps:
+        times = step.times = StepTimes.of(step.kernels)
         cut, how, reasons = name_step(namers, step)
-        exposed = exposed_durations(step.kernels)
+        exposed = exposed_of_times(times)
         capture_note = "; ".join(reasons)
         if annotations is not None:
             annotations.apply(step, cut)
@@ -150,21 +162,12 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             status, mismatch = "ok", "no draft-model pass (one speculative step: the draft token's selection only)"
         rank = trace.rank.label
         run, index = options.run, step.index
-        # the step's and its layers' first start and last end, in the same pass as the rows
-        inf = float("inf")
-        first, last, layers_first, layers_last = inf, -inf, inf, -inf
-        busy_us = 0  # summed as sum() would, kernel by kernel from 0
+        first, last = times.span_us()
+        busy_us = times.busy_us()
         row_slots: list = []  # each kernel's slot as its row holds it (communication pinned)
         layers: list[int] = []
         micro_batches: list[int] = []
         for kernel, slot in zip(step.kernels, slots):
-            start = kernel.start_us
-            busy_us += kernel.dur_us
-            end = start + kernel.dur_us
-            if start < first:
-                first = start
-            if end > last:
-                last = end
             if slot.section != SECTION_LAYER:
                 layers.append(-1)
                 micro_batches.append(0)
@@ -178,16 +181,13 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                     layer, micro_batch = unit_layers[slot.unit]
                     layers.append(layer)
                     micro_batches.append(micro_batch)
-                if start < layers_first:
-                    layers_first = start
-                if end > layers_last:
-                    layers_last = end
             row_slots.append(slot)
         if phased:
             label_phases(step.kernels, row_slots, layers, micro_batches)
-        rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed)
+        rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed, times)
         layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
                     for s in slots]
+        layers_first, layers_last = _layers_span_us(times, layer_of)
         if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
             merged = sorted(step.kernels + step.side, key=_BY_START)
             side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
@@ -196,7 +196,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                       for k in step.side], [-1] * len(step.side), [0] * len(step.side),
                      [side_exposed[id(k)] for k in step.side])
             busy_us += sum(k.dur_us for k in step.side)
-        idle = step_idle(step.kernels, layer_of, clock)
+        idle = step_idle(step.kernels, times, layer_of, clock)
         note = f"attributed by {how}"
         if cut.detail:
             note += f"; {cut.detail}"
@@ -216,9 +216,9 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                 start_us=first,
                 end_us=last,
                 step_us=last - first,
-                layers_us=layers_last - layers_first if layers_last > -inf else 0.0,
+                layers_us=layers_last - layers_first if layers_last > float("-inf") else 0.0,
                 busy_us=busy_us,
-                exposed_us=sum(exposed),
+                exposed_us=float(exposed.cumsum()[-1]) if len(exposed) else 0,
                 kernels=len(step.kernels),
                 layers_found=units_found // per if per > 1 else units_found,
                 layers_expected=expected // per if expected is not None else None,
@@ -242,7 +242,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         )
         previous_end = last
         if options.release_kernels:
-            step.kernels = []
+            step.kernels, step.times = [], None
     for namer in namers:
         options.notes.extend(namer.rank_notes())
     if tbo_missing:
