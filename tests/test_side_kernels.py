@@ -17,14 +17,14 @@ def test_copies_launched_by_a_thread_that_launched_no_kernel_are_split_off():
     kernels = [_k("gemm", 7, 0, 1), _k("Memcpy DtoH", 9, 1, 2, "memcpy"), _k("norm", 7, 2, 3),
                _k("Memcpy DtoH", 7, 3, 4, "memcpy"), _k("Memcpy HtoD", 9, 4, 5, "memcpy")]
     tid = {1: 100, 2: 200, 3: 100, 4: 100}  # 5: no launch record
-    own, side = split_off_thread_copies(kernels, tid)
+    own, side = split_off_thread_copies(kernels, tid.get)
     assert [k.correlation for k in side] == [2]  # the step's own thread's copy stays, and so does one of no record
     assert [k.correlation for k in own] == [1, 3, 4, 5]
 
 
 def test_nothing_is_split_off_where_the_kernels_name_no_thread():
     kernels = [_k("gemm", 7, 0, 1), _k("Memcpy DtoH", 9, 1, 2, "memcpy")]
-    assert split_off_thread_copies(kernels, {2: 200}) == (kernels, [])
+    assert split_off_thread_copies(kernels, {2: 200}.get) == (kernels, [])
 
 
 def _slot(unit, group, module, source="structure"):

@@ -34,7 +34,7 @@ def _steps(path: Path):
     launched_by = {launch.correlation: launch.tid for launch in trace.launches}
     steps = segment_steps(trace, 1000.0)
     for step in steps:
-        step.kernels, step.side = split_off_thread_copies(step.kernels, launched_by)
+        step.kernels, step.side = split_off_thread_copies(step.kernels, launched_by.get)
     return steps
 
 

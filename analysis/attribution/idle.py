@@ -62,6 +62,11 @@ class LaunchClock:
                 ends.append(latest)
             self._syncs[tid] = ([c.start_us for c in calls], ends)
 
+    def thread_of(self, correlation: int) -> int | None:
+        """The thread whose call launched this correlation id, or None."""
+        launch = self._launch.get(correlation)
+        return launch.tid if launch is not None else None
+
     def cause(self, kernel: Kernel, gap_start_us: float) -> str:
         """Why the GPU sat idle from gap_start_us until `kernel` started (CAUSES)."""
         launch = self._launch.get(kernel.correlation) if kernel.launcher != "cpu" else None

@@ -13,6 +13,8 @@ time before the next step, and a step stretched to its last copy looked a second
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from analysis.attribution.named_rules import STRUCTURE_RULES, rule
 from analysis.attribution.roles import row_of
 from analysis.attribution.rows import SOURCE_OFF_THREAD
@@ -24,11 +26,13 @@ SIDE_GROUP, SIDE_MODULE = _ROW.group, _ROW.module
 SIDE_RULE = rule(STRUCTURE_RULES, "side.off_thread_copy")
 
 
-def split_off_thread_copies(kernels: list[Kernel], launch_tid: dict[int, int]) -> tuple[list[Kernel], list[Kernel]]:
+def split_off_thread_copies(kernels: list[Kernel], thread_of: Callable[[int], int | None]
+                            ) -> tuple[list[Kernel], list[Kernel]]:
     """(the step's own kernels, the copies launched from other threads), each in the given order.
     Nothing is split off unless the step's kernels name their launching threads (a replayed graph
-    names the thread of its graph launch) and the copy's launch names another."""
-    get = launch_tid.get
+    names the thread of its graph launch) and the copy's launch names another. `thread_of`: the
+    thread that launched a correlation id, or None."""
+    get = thread_of
     copy_threads = {get(k.correlation) for k in kernels if k.kind == "memcpy"}
     copy_threads.discard(None)
     if not copy_threads:

@@ -698,7 +698,7 @@ def cut_structural(kernels: list[Kernel], times: StepTimes | None = None) -> Lay
     for i, slot in zip(main_idx, plan.slots):  # shared by the steps of one plan: never changed in place
         slots[i] = slot
     if len(main_idx) < len(kernels):  # kernels off the chain
-        _place_side_streams(kernels, main_idx, slots, plan)
+        _place_side_streams(kernels, main_idx, slots, plan, times)
     layout = plan.layout
     return LayerCut([s for s in slots if s is not None], layout.layers, layout.detail, moe_layers=layout.moe_layers,
                     chain=main_idx)
@@ -720,6 +720,8 @@ class _Layout:
     layers: int
     moe_layers: int
     detail: str
+    # chain positions in layers whose kernel may be a combine (placed so, or a collective named by its kernel)
+    combine_candidates: tuple[int, ...] = ()
     # the label names and slots of the last plan made of this layout (_layer_plan): chains of one shape
     # mostly differ in a few names, and the other positions keep their slots
     last_plan: list = field(default_factory=list, compare=False, repr=False)
@@ -816,8 +818,10 @@ def _layout(shape: _ChainShape) -> _Layout | None:
             firsts.setdefault(placed[1], unit.lo)
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
     position_slots = tuple(placed for unit, placed in zip(units, placed_slots) for _p in range(unit.lo, unit.hi + 1))
+    combine_candidates = tuple(p for p in in_layers if position_slots[p][2][0] in ("combine", "all_reduce"))
     return _Layout(tuple(units), placed_slots, tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
-                   tuple(sorted(firsts.items())), in_layers, position_slots, len(clusters), moe_layers, detail)
+                   tuple(sorted(firsts.items())), in_layers, position_slots, len(clusters), moe_layers, detail,
+                   combine_candidates)
 
 
 def _outside_role(kind: str, default: str) -> str:
@@ -825,7 +829,21 @@ def _outside_role(kind: str, default: str) -> str:
     return "outside_collective" if kind in COMMUNICATION else default
 
 
-def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[Slot | None], plan: _LayerPlan) -> None:
+def _last_end_us(kernels: list[Kernel], main_idx: list[int], positions: tuple[int, ...],
+                 times: StepTimes | None) -> float:
+    """The latest end among the chain's kernels at these chain positions (-inf: none)."""
+    if not positions:
+        return float("-inf")
+    if times is not None:
+        from analysis.numeric import np
+
+        chain = np.array(main_idx, dtype=np.int64)
+        return float(times.end_us[chain[np.array(positions, dtype=np.int64)]].max())
+    return max(kernels[main_idx[p]].start_us + kernels[main_idx[p]].dur_us for p in positions)
+
+
+def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[Slot | None], plan: _LayerPlan,
+                        times: StepTimes | None = None) -> None:
     """Kernels off the chain join the layer whose chain span holds their start. While the
     layer's attention runs, a side stream helps it (SGLang runs the q_a / kv_a norms there); after
     it, in a MoE layer, a side stream that runs GEMMs carries the shared experts (overlapped with
@@ -837,14 +855,9 @@ def _place_side_streams(kernels: list[Kernel], main_idx: list[int], slots: list[
     # each layer's first start: the chain runs in start order, so its first kernel's
     layers = [layer for layer, _p in layout.layer_firsts]
     starts = [kernels[main_idx[p]].start_us for _layer, p in layout.layer_firsts]
-    last_end = float("-inf")
-    for p in layout.in_layers:
-        k = kernels[main_idx[p]]
-        end = k.start_us + k.dur_us
-        if end > last_end:
-            last_end = end
+    last_end = _last_end_us(kernels, main_idx, layout.in_layers, times)
     combine_end: dict[int, float] = {}  # per layer, where its combine ended on the chain
-    for p in layout.in_layers:
+    for p in layout.combine_candidates:
         if plan.slots[p].role == "combine":
             k = kernels[main_idx[p]]
             layer = plan.slots[p].unit

@@ -93,9 +93,9 @@ def attribute_rank_columns(
     """`capture`: a signature's own map over a capture trace (names aligned); `captures`: capture
     traces named by the standard roles. What a capture could not do is added to options.notes."""
     steps = segment_steps(trace, options.step_gap_us, use_modules=options.attribution != "template")
-    launch_tid = {launch.correlation: launch.tid for launch in trace.launches}
+    clock = LaunchClock(trace.launches, trace.syncs)
     for step in steps:  # a transfer engine's copies are not the model's: named apart, before the cut
-        step.kernels, step.side = split_off_thread_copies(step.kernels, launch_tid)
+        step.kernels, step.side = split_off_thread_copies(step.kernels, clock.thread_of)
     names = {k.name for step in steps for k in step.kernels}  # a rank's distinct kernel names: a few hundred
     if not may_overlap_two_batches(names):
         mark_one_batch(steps)  # no step of this rank can be two-batch-overlapped: none is read for it
@@ -104,11 +104,37 @@ def attribute_rank_columns(
     points = LaunchPoints(trace)
     namers = namers_for(trace, sig, options.attribution, steps, points, capture, captures)
     annotations = AnnotationOverride(trace, points) if options.attribution != "template" else None
-    clock = LaunchClock(trace.launches, trace.syncs)
     if options.release_kernels:
         trace.kernels = []  # the steps hold them now
     return _rows_of_steps(trace, steps, namers, annotations, clock, model, options, template=not sig.generic,
                           pinned_names=pinned_names, phased=phased)
+
+
+def _pinned_slots(kernels: list, slots: list, units: list[int], pinned_names: frozenset[str]) -> list:
+    """The slots with each communication kernel in a layer pinned to its own row (pinned_names.py)."""
+    row_slots = list(slots)
+    if pinned_names:
+        names = [k.name for k in kernels]
+        here = pinned_names.intersection(names)
+        if here:
+            for i in [i for i, name in enumerate(names) if name in here]:
+                if units[i] >= 0:
+                    row_slots[i] = pinned(row_slots[i], names[i])
+    return row_slots
+
+
+def _layers_of_units(units: list[int], per: int, unit_layers: dict[int, tuple[int, int]] | None
+                     ) -> tuple[list[int], list[int], list[int]]:
+    """Per kernel of a step, from its layer unit (-1 outside the layers): its layer and micro-batch
+    as its row holds them, and the layer its idle time is placed by. `per`: units a layer (two under
+    a signature's template with --tbo); `unit_layers`: a two-batch cut's (layer, micro-batch) per unit."""
+    if unit_layers is not None:
+        of_unit = {u: unit_layers[u] for u in set(units) if u >= 0}
+        layers = [of_unit[u][0] if u >= 0 else -1 for u in units]
+        return layers, [of_unit[u][1] if u >= 0 else 0 for u in units], layers
+    if per == 1:
+        return units, [0] * len(units), units
+    return ([u // per if u >= 0 else -1 for u in units], [u % per if u >= 0 else 0 for u in units], units)
 
 
 def _layers_span_us(times: StepTimes, layer_of: list[int]) -> tuple[float, float]:
@@ -164,29 +190,14 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         run, index = options.run, step.index
         first, last = times.span_us()
         busy_us = times.busy_us()
-        row_slots: list = []  # each kernel's slot as its row holds it (communication pinned)
-        layers: list[int] = []
-        micro_batches: list[int] = []
-        for kernel, slot in zip(step.kernels, slots):
-            if slot.section != SECTION_LAYER:
-                layers.append(-1)
-                micro_batches.append(0)
-            else:
-                if kernel.name in pinned_names:
-                    slot = pinned(slot, kernel.name)  # communication keeps its name wherever it sits
-                if unit_layers is None:
-                    layers.append(slot.unit // per)
-                    micro_batches.append(slot.unit % per)
-                else:
-                    layer, micro_batch = unit_layers[slot.unit]
-                    layers.append(layer)
-                    micro_batches.append(micro_batch)
-            row_slots.append(slot)
+        # each kernel's layer unit (-1 outside the layers), its slot as its row holds it
+        # (communication pinned), its layer and micro-batch
+        units = [s.unit if s.section == SECTION_LAYER else -1 for s in slots]
+        row_slots = _pinned_slots(step.kernels, slots, units, pinned_names)
+        layers, micro_batches, layer_of = _layers_of_units(units, per, unit_layers)
         if phased:
             label_phases(step.kernels, row_slots, layers, micro_batches)
         rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed, times)
-        layer_of = [(s.unit if unit_layers is None else unit_layers[s.unit][0]) if s.section == SECTION_LAYER else -1
-                    for s in slots]
         layers_first, layers_last = _layers_span_us(times, layer_of)
         if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
             merged = sorted(step.kernels + step.side, key=_BY_START)
