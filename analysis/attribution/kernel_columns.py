@@ -140,8 +140,8 @@ class ColumnsBuilder:
 
     def add(self, step: int, stage: str, kernels: list, slots: list, layers: list[int],
             micro_batches: list[int], exposed_us, times=None) -> None:
-        """One step's rows: its kernels, each one's slot (an object with LABELS' attributes) or its
-        label tuple already made (`slots` of tuples), layer, micro-batch and exposed time (a list, or
+        """One step's rows: its kernels, each one's slot (a frozen layers.Slot) or its label tuple
+        already made (`slots` of tuples), layer, micro-batch and exposed time (a list, or
         float64 array); `times`: the kernels' StepTimes (analysis/attribution/step_times.py) where
         the caller has them, else read from the kernels."""
         n = len(kernels)
@@ -150,8 +150,9 @@ class ColumnsBuilder:
         codes, ints, floats = self._codes, self._ints, self._floats
         ints["step"].extend(array(_INTS["step"], [step]) * n)
         codes["stage"].extend(array("i", [self._stage_codes.setdefault(stage, len(self._stage_codes))]) * n)
-        keys = slots if isinstance(slots[0], tuple) else list(map(_LABELS_OF, slots))
-        codes["slot"].fromlist(_coded(keys, self._slot_codes))  # fromlist: twice as fast as extend
+        # a slot struct is its own key (frozen, hashed in C): no label tuple made a row; columns() folds
+        # slots of one label tuple (a struct also holds its unit) into one code
+        codes["slot"].fromlist(_coded(slots, self._slot_codes))  # fromlist: twice as fast as extend
         codes["name"].fromlist(_coded(list(map(_NAME, kernels)), self._name_codes))
         ints["layer"].fromlist(layers)
         ints["micro_batch"].fromlist(micro_batches)
@@ -172,10 +173,14 @@ class ColumnsBuilder:
         np = _numpy()
         out = KernelColumns()
         out.run, out.rank = self.run, self.rank
-        out.slots, out.names, out.stages = list(self._slot_codes), list(self._name_codes), list(self._stage_codes)
+        out.names, out.stages = list(self._name_codes), list(self._stage_codes)
         out.streams = list(self._stream_codes)
         for name, values in self._codes.items():
             setattr(out, name, np.frombuffer(values, dtype=np.int32) if values else np.zeros(0, np.int32))
+        # each key's label tuple, numbered as they first come: keys are numbered as they first come, so
+        # the first key of each label tuple comes first in the rows
+        out.slots, per_key = distinct_codes(key if isinstance(key, tuple) else _LABELS_OF(key) for key in self._slot_codes)
+        out.slot = np.asarray(per_key, dtype=np.int32)[out.slot] if len(out.slot) else out.slot
         for name, values in self._ints.items():
             setattr(out, name, np.frombuffer(values, dtype=values.typecode) if values else np.zeros(0, values.typecode))
         for name, values in self._floats.items():

@@ -33,9 +33,11 @@ from analysis.ingest.trace_model import Kernel
 OUTSIDE_WEIGHT = 0.02  # pre/post catch-alls score less than any layer entry in the alignment
 
 
-class Slot(msgspec.Struct, gc=False):
+class Slot(msgspec.Struct, frozen=True, gc=False):
     """Where one kernel sits: section, layer unit, and the name the attribution gave it. A struct:
-    made once per kernel of every step not named before."""
+    made once per kernel of every step not named before. Frozen: a plan's slots are shared by its
+    steps, and the kernel columns code each slot by its value (kernel_columns.py); changed with
+    msgspec.structs.replace."""
 
     section: str
     unit: int  # layer unit: layer * units_per_layer + micro_batch; -1 outside layers

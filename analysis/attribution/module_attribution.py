@@ -11,6 +11,8 @@ import functools
 
 from dataclasses import dataclass
 
+from msgspec.structs import replace
+
 from analysis.attribution.align import matching_pairs
 from analysis.attribution.layers import Slot
 from analysis.attribution.signature import ModuleRanges
@@ -105,9 +107,9 @@ def _slots_from_names(kernels: list[Kernel], names: list[_Named | None], kernel_
     # Section by position relative to the layers, on the kernel timeline.
     first_layer_kernel = min((k.start_us for k, s in zip(kernels, slots) if s.section == SECTION_LAYER), default=None)
     if first_layer_kernel is not None:
-        for kernel, slot in zip(kernels, slots):
+        for i, (kernel, slot) in enumerate(zip(kernels, slots)):
             if slot.section != SECTION_LAYER:
-                slot.section = SECTION_PRE if kernel.start_us < first_layer_kernel else SECTION_POST
+                slots[i] = replace(slot, section=SECTION_PRE if kernel.start_us < first_layer_kernel else SECTION_POST)
     return slots
 
 

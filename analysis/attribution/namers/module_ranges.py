@@ -5,6 +5,8 @@ its own `module_ranges` map (the embedded engine's) is read by that map instead,
 template agrees on group and module the template's shorter kernel label is kept."""
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from analysis.attribution.layers import LayerCut, cut_by_template, layer_units
 from analysis.attribution.module_attribution import ModuleIndex, slots_from_module_ranges
 from analysis.attribution.module_roles import (
@@ -47,9 +49,9 @@ class ModuleRangeNamer(Namer):
         if cut is not None and self.sig.module_ranges is not None and not self.sig.generic:
             # Where the template agrees on group and module, keep its (shorter) kernel label.
             template = cut_by_template(step.kernels, self.sig)
-            for named, by_template in zip(cut.slots, template.slots):
+            for i, (named, by_template) in enumerate(zip(cut.slots, template.slots)):
                 if (named.group, named.module) == (by_template.group, by_template.module):
-                    named.kernel = by_template.kernel
+                    cut.slots[i] = replace(named, kernel=by_template.kernel)
         return Naming(cut, HOW if cut is not None else "")
 
     def _cut(self, step: Step) -> LayerCut | None:
