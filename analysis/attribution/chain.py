@@ -149,7 +149,7 @@ def _overlapped_arrays(order: list[int], starts, ends, streams) -> list[bool]:
     stream = np.array(streams, dtype=np.int64)[at]
     flags = np.zeros(len(at), dtype=bool)
     positions = np.arange(len(at))
-    for own in np.unique(stream).tolist():
+    for own in set(stream.tolist()):  # not np.unique: it imports numpy.ma
         mine = stream == own
         reach = np.maximum.accumulate(np.where(mine, end, -np.inf))
         before = np.concatenate(([-np.inf], reach[:-1]))  # the stream's latest end before each kernel
