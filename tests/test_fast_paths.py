@@ -13,6 +13,7 @@ import pytest
 
 from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped, _overlapped_arrays, _overlapped_loop, main_chain
 from analysis.attribution.overlap import exposed_durations
+import analysis.attribution.steps as steps_module
 from analysis.attribution.steps import _by_windows
 from analysis.ingest.trace_loader import _BOUNDARY, _BOUNDARY_TRIES, _last_boundaries
 from analysis.ingest.trace_model import Kernel, Range
@@ -112,7 +113,11 @@ def test_a_kernel_is_overlapped_exactly_where_another_stream_runs_past_its_start
                 assert any(runs_past(j, i) or runs_past(i, j) for j in others), i
 
 
-def test_kernels_go_to_the_latest_window_that_holds_their_point():
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_kernels_go_to_the_latest_window_that_holds_their_point(chunk, monkeypatch):
+    """Also with the kernels read a few at a time (chunk 7): a window's run cut at a chunk's end."""
+    if chunk is not None:
+        monkeypatch.setattr(steps_module, "_CHUNK", chunk)
     rng = random.Random(3)
     for _ in range(30):
         windows, clock = [], 0.0

@@ -206,9 +206,10 @@ def test_float_pages_keep_every_value():
     assert float_chunk("f", values).pages == _Chunk("f", FLOAT64, values.tolist()).pages
 
 
-def test_the_command_imports_numpy_only_after_the_kernels_are_freed():
-    """numpy's import takes about 13 MB; done after the attribution frees the trace's kernels it reuses
-    their memory (kernel_columns.py). Imported with the command's modules, the peak grew by that."""
+def test_the_command_imports_numpy_only_once_a_trace_is_loaded():
+    """numpy's import takes about 15 MB of resident memory: imported after the load, it reuses the
+    memory the JSON's buffers left (the step cut imports it); with the command's modules, the load's
+    peak grew by it, and a command that reads no trace (--help, validate) paid for it."""
     code = "import sys, harness.cli, analysis.pipeline; assert 'numpy' not in sys.modules, 'numpy imported early'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -243,3 +244,21 @@ def test_values_are_numbered_in_the_order_they_first_come():
     assert _coded(["c", "a", "b", "c", "d"], codes) == [1, 0, 2, 1, 3]
     assert codes == {"a": 0, "c": 1, "b": 2, "d": 3}
     assert _coded(["d", "a"], codes) == [3, 0] and len(codes) == 4
+
+
+def test_the_columns_take_no_more_rows_than_they_were_sized_for():
+    """ColumnsBuilder sizes each column once (kernel_columns.py): a row beyond is an error, never a
+    column silently cut short or grown."""
+    from analysis.attribution.kernel_columns import ColumnsBuilder
+    from analysis.ingest.trace_model import Kernel
+
+    kernels = [Kernel("k", 7, float(i), 1.0, i, "") for i in range(3)]
+    labels = [("layer", "g", "m", "k", "structure", "role", "rule", "")] * 3
+    builder = ColumnsBuilder("run", "rank0", 3)
+    builder.add(0, "decode", kernels[:2], labels[:2], [0, 0], [0, 0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="more rows than the 3"):
+        builder.add(1, "decode", kernels, labels, [0] * 3, [0] * 3, [1.0] * 3)
+    builder.add(1, "decode", kernels[2:], labels[2:], [1], [0], [0.5])
+    columns = builder.columns()
+    assert columns.step.tolist() == [0, 0, 1] and columns.exposed_us.tolist() == [1.0, 1.0, 0.5]
+    assert columns.start_us.tolist() == [0.0, 1.0, 2.0] and columns.layer.tolist() == [0, 0, 1]

@@ -8,14 +8,13 @@ role, rule, module path) come from a few hundred distinct slots per rank, so a r
 kernel names and stages are codes too; numbers are arrays. KernelRows are made from the columns
 only for a reader that wants objects (`rows()`: the report, the page, the tests).
 
-numpy is imported when the first columns are made, not with this module: the attribution fills
-standard-library arrays while it frees the trace's kernels, and numpy's own objects then take the
-memory those kernels left (imported first, it added 13 MB to the peak of a 400 MB trace's analysis).
+The builder sizes each column once for the rank's rows and fills it step by step (a column grown
+as it fills moves while the trace's kernels are let go around it, and the memory they leave is then
+not reused: peak memory, docs/performance.md).
 """
 from __future__ import annotations
 
 import operator
-from array import array
 from itertools import compress, repeat
 
 from analysis.attribution.rows import KernelRow
@@ -126,17 +125,21 @@ def distinct_codes(values) -> tuple[list, list[int]]:
 
 
 class ColumnsBuilder:
-    """Fills a rank's columns step by step, as the attribution names each step."""
+    """Fills a rank's columns step by step, as the attribution names each step: `rows`, the number
+    of rows to come, sizes each column once (no column grows and moves while the trace's kernels are
+    let go around it: peak memory)."""
 
-    def __init__(self, run: str, rank: str):
+    def __init__(self, run: str, rank: str, rows: int):
+        np = _numpy()
         self.run, self.rank = run, rank
-        self._slot_codes: dict[tuple, int] = {}
+        self._slot_codes: dict = {}
         self._name_codes: dict[str, int] = {}
         self._stage_codes: dict[str, int] = {}
         self._stream_codes: dict[int, int] = {}
-        self._codes = {name: array("i") for name in _CODES}
-        self._ints = {name: array(code) for name, code in _INTS.items()}
-        self._floats = {name: array("d") for name in _FLOATS}
+        self._filled = 0
+        self._columns = {name: np.empty(rows, dtype=np.int32) for name in _CODES}
+        self._columns.update({name: np.empty(rows, dtype=code) for name, code in _INTS.items()})
+        self._columns.update({name: np.empty(rows, dtype=np.float64) for name in _FLOATS})
 
     def add(self, step: int, stage: str, kernels: list, slots: list, layers: list[int],
             micro_batches: list[int], exposed_us, times=None) -> None:
@@ -147,27 +150,29 @@ class ColumnsBuilder:
         n = len(kernels)
         if not n:
             return
-        codes, ints, floats = self._codes, self._ints, self._floats
-        ints["step"].extend(array(_INTS["step"], [step]) * n)
-        codes["stage"].extend(array("i", [self._stage_codes.setdefault(stage, len(self._stage_codes))]) * n)
+        first, end = self._filled, self._filled + n
+        if end > len(self._columns["step"]):
+            raise ValueError(f"more rows than the {len(self._columns['step'])} the columns were made for")
+        part = slice(first, end)
+        out = self._columns
+        out["step"][part] = step
+        out["stage"][part] = self._stage_codes.setdefault(stage, len(self._stage_codes))
         # a slot struct is its own key (frozen, hashed in C): no label tuple made a row; columns() folds
         # slots of one label tuple (a struct also holds its unit) into one code
-        codes["slot"].fromlist(_coded(slots, self._slot_codes))  # fromlist: twice as fast as extend
-        codes["name"].fromlist(_coded(list(map(_NAME, kernels)), self._name_codes))
-        ints["layer"].fromlist(layers)
-        ints["micro_batch"].fromlist(micro_batches)
+        out["slot"][part] = _coded(slots, self._slot_codes)
+        out["name"][part] = _coded(list(map(_NAME, kernels)), self._name_codes)
+        out["layer"][part] = layers
+        out["micro_batch"][part] = micro_batches
         if times is None:
-            codes["stream"].fromlist(_coded(list(map(_STREAM, kernels)), self._stream_codes))
-            floats["start_us"].fromlist(list(map(_START, kernels)))
-            floats["busy_us"].fromlist(list(map(_DUR, kernels)))
-        else:  # float64 arrays: their bytes are the array's
-            codes["stream"].fromlist(_coded(times.stream_list, self._stream_codes))
-            floats["start_us"].frombytes(times.start_us.tobytes())
-            floats["busy_us"].frombytes(times.dur_us.tobytes())
-        if isinstance(exposed_us, list):
-            floats["exposed_us"].fromlist(exposed_us)
+            out["stream"][part] = _coded(list(map(_STREAM, kernels)), self._stream_codes)
+            out["start_us"][part] = list(map(_START, kernels))
+            out["busy_us"][part] = list(map(_DUR, kernels))
         else:
-            floats["exposed_us"].frombytes(exposed_us.tobytes())
+            out["stream"][part] = _coded(times.stream_list, self._stream_codes)
+            out["start_us"][part] = times.start_us
+            out["busy_us"][part] = times.dur_us
+        out["exposed_us"][part] = exposed_us
+        self._filled = end
 
     def columns(self) -> KernelColumns:
         np = _numpy()
@@ -175,14 +180,11 @@ class ColumnsBuilder:
         out.run, out.rank = self.run, self.rank
         out.names, out.stages = list(self._name_codes), list(self._stage_codes)
         out.streams = list(self._stream_codes)
-        for name, values in self._codes.items():
-            setattr(out, name, np.frombuffer(values, dtype=np.int32) if values else np.zeros(0, np.int32))
+        filled = self._filled
+        for name, values in self._columns.items():  # every row filled: the columns as they are
+            setattr(out, name, values if filled == len(values) else values[:filled].copy())
         # each key's label tuple, numbered as they first come: keys are numbered as they first come, so
         # the first key of each label tuple comes first in the rows
         out.slots, per_key = distinct_codes(key if isinstance(key, tuple) else _LABELS_OF(key) for key in self._slot_codes)
-        out.slot = np.asarray(per_key, dtype=np.int32)[out.slot] if len(out.slot) else out.slot
-        for name, values in self._ints.items():
-            setattr(out, name, np.frombuffer(values, dtype=values.typecode) if values else np.zeros(0, values.typecode))
-        for name, values in self._floats.items():
-            setattr(out, name, np.frombuffer(values, dtype=np.float64) if values else np.zeros(0, np.float64))
+        out.slot = np.asarray(per_key, dtype=np.int32)[out.slot] if filled else out.slot
         return out

@@ -23,11 +23,15 @@ import functools
 import operator
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 
 from analysis.attribution.module_attribution import module_class
 from analysis.ingest.trace_model import Kernel, Range, RankTrace
 from analysis.attribution.step_times import StepTimes
+
+if TYPE_CHECKING:
+    import numpy as np
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
 from analysis.attribution.stages import UNKNOWN, VERIFY
@@ -152,42 +156,53 @@ def _batch_of(label: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_CHUNK = 16384  # kernels per array pass: temporaries stay small beside the trace (peak memory)
+
+
 def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float | None]
                 ) -> tuple[list[list[Kernel]], list[Kernel]]:
     """Assign each kernel to the last window (by start) that contains its point (points[i] for
     kernels[i]; None: no window); windows are sorted by start. Also returns the kernels no window
-    holds, in order. Whole-array passes: a trace's hundreds of thousands of kernels were one Python
-    loop here (#48); the windows and points are only compared, never summed, so no value moves."""
+    holds, in order. Array passes over a chunk of kernels at a time: a trace's hundreds of thousands
+    of kernels were one Python loop here (#48); the windows and points are only compared, never
+    summed, so no value moves."""
     from analysis.numeric import np
 
-    if not windows or not kernels:
-        return [[] for _ in windows], list(kernels)
+    buckets: list[list[Kernel]] = [[] for _ in windows]
+    rest: list[Kernel] = []
+    if not windows:
+        return buckets, list(kernels)
     starts = np.array([w.start_us for w in windows], dtype=np.float64)
     ends = np.array([w.end_us for w in windows], dtype=np.float64)
-    at = np.array(points, dtype=np.float64)  # None -> NaN: in no window
-    # the last window begun by the point; it holds the point when it reaches it, and only an earlier
-    # one can otherwise (windows that nest or overlap): found where the furthest reach so far says so
+    reach = np.maximum.accumulate(ends)  # the furthest end of the windows begun so far
+    for first in range(0, len(kernels), _CHUNK):
+        window = _windows_of(np.array(points[first:first + _CHUNK], dtype=np.float64), starts, ends, reach)
+        # kernels come by start, so each window's kernels mostly come in runs: a list slice a run
+        cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(window)]):
+            w = int(window[a])
+            (rest if w < 0 else buckets[w]).extend(kernels[first + a:first + b])
+    return buckets, rest
+
+
+def _windows_of(at: np.ndarray, starts: np.ndarray, ends: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Each point's window (-1: none; NaN: no point): the last window begun by the point holds it
+    when it reaches it, and only an earlier one can otherwise (windows that nest or overlap), found
+    where the furthest reach so far says so."""
+    from analysis.numeric import np
+
     last = np.searchsorted(starts, at, side="right") - 1
-    known = ~np.isnan(at) & (last >= 0)
     window = np.full(len(at), -1, dtype=np.int64)
-    where = np.flatnonzero(known)
+    where = np.flatnonzero(~np.isnan(at) & (last >= 0))
     held = ends[last[where]] >= at[where]
     window[where[held]] = last[where[held]]
-    reach = np.maximum.accumulate(ends)
     earlier = where[~held]
     for k in earlier[reach[last[earlier]] >= at[earlier]].tolist():  # nested windows: few
-        point, j = points[k], int(last[k])
+        point, j = at[k], int(last[k])
         while ends[j] < point:
             j -= 1
         window[k] = j
-    # kernels come by start, so each window's kernels mostly come in runs: a list slice a run
-    cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
-    buckets: list[list[Kernel]] = [[] for _ in windows]
-    rest: list[Kernel] = []
-    for a, b in zip([0, *cuts], [*cuts, len(kernels)]):
-        w = int(window[a])
-        (rest if w < 0 else buckets[w]).extend(kernels[a:b])
-    return buckets, rest
+    return window
 
 
 TAIL_GAP_US = 50_000.0  # GPU idle after the last step window's kernels that starts a tail of its own

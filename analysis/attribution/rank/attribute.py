@@ -156,7 +156,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     tbo_units = 2 if options.tbo and template else 1  # --tbo on a signature's template: two units a layer
     expect_tbo = options.tbo and not template
     tbo_missing = 0
-    rows = ColumnsBuilder(options.run, trace.rank.label)
+    rows = ColumnsBuilder(options.run, trace.rank.label, sum(len(s.kernels) + len(s.side) for s in steps))
     step_rows: list[StepRow] = []
     previous_end: float | None = None
     for step in steps:
