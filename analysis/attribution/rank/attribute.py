@@ -110,6 +110,13 @@ def attribute_rank_columns(
                           pinned_names=pinned_names, phased=phased)
 
 
+def _any_root(kernels: list) -> bool:
+    """Whether any kernel is a CPU operator under an outer call (a set of the roots: a pass in C)."""
+    roots = {k.root for k in kernels}
+    roots.discard("")
+    return bool(roots)
+
+
 def _pinned_slots(kernels: list, slots: list, units: list[int], pinned_names: frozenset[str]) -> list:
     """The slots with each communication kernel in a layer pinned to its own row (pinned_names.py)."""
     row_slots = list(slots)
@@ -171,7 +178,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         unit_layers = cut.unit_layers  # a cut that read two micro-batches (two_batch.py) maps its units itself
         per = tbo_units if unit_layers is None else 1
         units_found = cut.units_found
-        if cut.chain is not None and not any(k.root for k in step.kernels):
+        if cut.chain is not None and not _any_root(step.kernels):
             # what the self-check would read from the rows again; as int32s (a list of ints held 6 MB of
             # a 400 MB trace's analysis)
             options.chains[step.index] = array("i", cut.chain)
