@@ -194,7 +194,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             # draft token (SGLang 0.5.17's `draft` range around a few sampling kernels), so no layer is right
             status, mismatch = "ok", "no draft-model pass (one speculative step: the draft token's selection only)"
         rank = trace.rank.label
-        run, index = options.run, step.index
+        index = step.index
         first, last = times.span_us()
         busy_us = times.busy_us()
         # each kernel's layer unit (-1 outside the layers), its slot as its row holds it
