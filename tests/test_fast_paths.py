@@ -58,6 +58,26 @@ def test_exposed_time_is_the_duration_less_what_other_streams_cover(streams, shu
             assert math.isclose(exposed, want, abs_tol=1e-9), (k, exposed, want)
 
 
+def test_a_long_kernel_beside_many_is_exposed_only_where_none_runs():
+    """A kernel on a side stream across a whole step of short kernels with gaps between them (a
+    persistent or waiting kernel): SYNTHETIC, exposed only in the gaps, read from the kernels."""
+    rng = random.Random(17)
+    main, clock = [], 0.0
+    for _ in range(300):
+        clock += rng.choice([0.0, 0.5, 2.0])  # gaps, and kernels that touch
+        dur = rng.choice([0.0, 1.0, 3.5])
+        main.append(Kernel("k", 0, clock, dur, -1, "cudaLaunchKernel"))
+        clock += dur
+    long = Kernel("wait", 1, 0.25, clock, -1, "cudaLaunchKernel")
+    kernels = sorted([*main, long], key=lambda k: k.start_us)
+    exposed = dict(zip(map(id, kernels), exposed_durations(kernels)))
+    want = max(0.0, long.dur_us - _covered_by_others(long, main))
+    assert 0.0 < want < long.dur_us
+    assert math.isclose(exposed[id(long)], want, abs_tol=1e-9)
+    for k in main:
+        assert math.isclose(exposed[id(k)], max(0.0, k.dur_us - _covered_by_others(k, [long])), abs_tol=1e-9)
+
+
 def test_the_chain_of_one_stream_is_every_kernel_in_start_order():
     rng = random.Random(7)
     kernels = _kernels(rng, 50, 1, shuffled=False)

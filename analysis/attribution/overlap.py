@@ -61,6 +61,9 @@ def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     return exposed_of_times(StepTimes.of(kernels)).tolist()
 
 
+_FEW_PIECES = 4  # pieces a kernel overlaps up to which the pieces are taken k-th by k-th for all kernels
+
+
 def exposed_of_times(times: StepTimes) -> np.ndarray:
     """exposed_durations of a step's kernels from their times (float64, in the kernels' order).
 
@@ -68,7 +71,9 @@ def exposed_of_times(times: StepTimes) -> np.ndarray:
     running maximum of the ends over them by (start, end)), then each kernel's overlap with the pieces
     from the last one begun by its start to the last one begun before its end, summed piece by piece
     in that order and taken from its duration: the float operations, and their order, of a walk over
-    the pieces, so no value moves against one (tests/test_fast_paths.py holds it to the definition)."""
+    the pieces, so no value moves against one (tests/test_fast_paths.py holds it to the definition).
+    A kernel beside more than _FEW_PIECES pieces (a long kernel on a side stream beside a step's many)
+    sums its own at once: taken k-th by k-th, it made as many passes as it has pieces."""
     from analysis.numeric import np
 
     dur, stream = times.dur_us, times.stream
@@ -89,13 +94,17 @@ def exposed_of_times(times: StepTimes) -> np.ndarray:
         first = np.maximum(np.searchsorted(piece_lo, k_start, side="right") - 1, 0)
         pieces = np.searchsorted(piece_lo, k_end, side="left") - first
         covered = np.zeros(len(mine))
-        live, step = np.flatnonzero(pieces > 0), 0
+        live, step = np.flatnonzero((pieces > 0) & (pieces <= _FEW_PIECES)), 0
         while len(live):  # the k-th piece of every kernel that has one: most have none or one
             at = first[live] + step
             part = np.minimum(k_end[live], piece_hi[at]) - np.maximum(k_start[live], piece_lo[at])
             covered[live] += np.where(part > 0.0, part, 0.0)
             step += 1
             live = live[pieces[live] > step]
+        for k in np.flatnonzero(pieces > _FEW_PIECES).tolist():  # a long kernel beside many: its pieces at once
+            lo, hi = first[k], first[k] + pieces[k]
+            part = np.minimum(k_end[k], piece_hi[lo:hi]) - np.maximum(k_start[k], piece_lo[lo:hi])
+            covered[k] = np.where(part > 0.0, part, 0.0).cumsum()[-1]  # a running sum: added in order from 0
         total[mine] = covered
     exposed = dur - total
     return np.where(exposed > 0.0, exposed, 0.0)

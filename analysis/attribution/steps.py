@@ -175,8 +175,9 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float 
     starts = np.array([w.start_us for w in windows], dtype=np.float64)
     ends = np.array([w.end_us for w in windows], dtype=np.float64)
     reach = np.maximum.accumulate(ends)  # the furthest end of the windows begun so far
+    ends_us = ends.tolist()
     for first in range(0, len(kernels), _CHUNK):
-        window = _windows_of(np.array(points[first:first + _CHUNK], dtype=np.float64), starts, ends, reach)
+        window = _windows_of(np.array(points[first:first + _CHUNK], dtype=np.float64), starts, ends, reach, ends_us)
         # kernels come by start, so each window's kernels mostly come in runs: a list slice a run
         cuts = (np.flatnonzero(window[1:] != window[:-1]) + 1).tolist()
         for a, b in zip([0, *cuts], [*cuts, len(window)]):
@@ -185,10 +186,11 @@ def _by_windows(kernels: list[Kernel], windows: list[Range], points: list[float 
     return buckets, rest
 
 
-def _windows_of(at: np.ndarray, starts: np.ndarray, ends: np.ndarray, reach: np.ndarray) -> np.ndarray:
+def _windows_of(at: np.ndarray, starts: np.ndarray, ends: np.ndarray, reach: np.ndarray,
+                ends_us: list[float]) -> np.ndarray:
     """Each point's window (-1: none; NaN: no point): the last window begun by the point holds it
     when it reaches it, and only an earlier one can otherwise (windows that nest or overlap), found
-    where the furthest reach so far says so."""
+    where the furthest reach so far says so, by a walk back over the windows' ends (`ends_us`)."""
     from analysis.numeric import np
 
     last = np.searchsorted(starts, at, side="right") - 1
@@ -198,8 +200,8 @@ def _windows_of(at: np.ndarray, starts: np.ndarray, ends: np.ndarray, reach: np.
     window[where[held]] = last[where[held]]
     earlier = where[~held]
     for k in earlier[reach[last[earlier]] >= at[earlier]].tolist():  # nested windows: few
-        point, j = at[k], int(last[k])
-        while ends[j] < point:
+        point, j = float(at[k]), int(last[k])
+        while ends_us[j] < point:
             j -= 1
         window[k] = j
     return window
