@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
-
-from typing import TYPE_CHECKING
 
 from analysis.ingest.trace_model import Kernel, Launch, Range
 
