@@ -23,4 +23,14 @@ if "numpy" not in sys.modules and _THREADS not in os.environ:
 else:
     import numpy as np
 
-__all__ = ["np"]
+
+
+def sequential_sum(values, total: float = 0.0) -> float:
+    """`total` and the values added one after the other, as a loop would (numpy's sum adds pairwise:
+    other roundings; the analysis's sums must not move when a loop becomes an array pass)."""
+    if not len(values):
+        return total
+    return float(np.add.accumulate(np.concatenate(([total], values)))[-1])
+
+
+__all__ = ["np", "sequential_sum"]

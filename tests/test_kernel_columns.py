@@ -250,15 +250,16 @@ def test_the_columns_take_no_more_rows_than_they_were_sized_for():
     """ColumnsBuilder sizes each column once (kernel_columns.py): a row beyond is an error, never a
     column silently cut short or grown."""
     from analysis.attribution.kernel_columns import ColumnsBuilder
+    from analysis.attribution.step_times import StepTimes
     from analysis.ingest.trace_model import Kernel
 
     kernels = [Kernel("k", 7, float(i), 1.0, i, "") for i in range(3)]
     labels = [("layer", "g", "m", "k", "structure", "role", "rule", "")] * 3
     builder = ColumnsBuilder("run", "rank0", 3)
-    builder.add(0, "decode", kernels[:2], labels[:2], [0, 0], [0, 0], [1.0, 1.0])
+    builder.add(0, "decode", kernels[:2], labels[:2], [0, 0], [0, 0], [1.0, 1.0], StepTimes.of(kernels[:2]))
     with pytest.raises(ValueError, match="more rows than the 3"):
-        builder.add(1, "decode", kernels, labels, [0] * 3, [0] * 3, [1.0] * 3)
-    builder.add(1, "decode", kernels[2:], labels[2:], [1], [0], [0.5])
+        builder.add(1, "decode", kernels, labels, [0] * 3, [0] * 3, [1.0] * 3, StepTimes.of(kernels))
+    builder.add(1, "decode", kernels[2:], labels[2:], [1], [0], [0.5], StepTimes.of(kernels[2:]))
     columns = builder.columns()
     assert columns.step.tolist() == [0, 0, 1] and columns.exposed_us.tolist() == [1.0, 1.0, 0.5]
     assert columns.start_us.tolist() == [0.0, 1.0, 2.0] and columns.layer.tolist() == [0, 0, 1]

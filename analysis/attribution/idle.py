@@ -81,9 +81,9 @@ class LaunchClock:
         return "host_launch"
 
 
-def step_idle(kernels: Sequence[Kernel], times: StepTimes, layer_of: Sequence[int], clock: LaunchClock) -> StepIdle:
-    """`kernels` by start (a step's) and their `times`; `layer_of[i]`: the layer unit of kernels[i],
-    -1 outside layers. The gaps are found by array passes (a running maximum of the ends); each gap,
+def step_idle(kernels: Sequence[Kernel], times: StepTimes, layer_of: np.ndarray, clock: LaunchClock) -> StepIdle:
+    """`kernels` by start (a step's) and their `times`; `layer_of[i]` (int64): the layer unit of
+    kernels[i], -1 outside layers. The gaps are found by array passes (a running maximum of the ends); each gap,
     and the busy pieces between them, is then summed in order, as a walk over the kernels would."""
     from analysis.numeric import np
 
@@ -92,7 +92,7 @@ def step_idle(kernels: Sequence[Kernel], times: StepTimes, layer_of: Sequence[in
     if not len(times):
         return StepIdle(0.0, idle, causes)
     start, end = times.start_us, times.end_us
-    places = _Places(*_layer_windows(times, np.array(layer_of, dtype=np.int64)))
+    places = _Places(*_layer_windows(times, layer_of))
     frontier = np.maximum.accumulate(end)  # the latest end up to each kernel, its own included
     gaps = (np.flatnonzero(start[1:] > frontier[:-1]) + 1).tolist()
     busy = 0.0

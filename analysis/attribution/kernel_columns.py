@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import operator
 from itertools import compress, repeat
+from typing import TYPE_CHECKING
 
 from analysis.attribution.rows import KernelRow
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from analysis.attribution.step_times import StepTimes
 
 # a slot's labels, in the order KernelRow holds them
 LABELS = ("section", "group", "module", "kernel", "source", "role", "rule", "module_path")
 _LABELS_OF = operator.attrgetter(*LABELS)
 _NAME = operator.attrgetter("name")
-_STREAM = operator.attrgetter("stream")
-_START = operator.attrgetter("start_us")
-_DUR = operator.attrgetter("dur_us")
 _INTS = {"step": "i", "layer": "i", "micro_batch": "b"}  # array typecodes: int32, int8
 _FLOATS = ("start_us", "busy_us", "exposed_us")
 _CODES = ("stage", "slot", "name", "stream")
@@ -142,11 +145,10 @@ class ColumnsBuilder:
         self._columns.update({name: np.empty(rows, dtype=np.float64) for name in _FLOATS})
 
     def add(self, step: int, stage: str, kernels: list, slots: list, layers: list[int],
-            micro_batches: list[int], exposed_us, times=None) -> None:
+            micro_batches: list[int], exposed_us, times: StepTimes) -> None:
         """One step's rows: its kernels, each one's slot (a frozen layers.Slot) or its label tuple
         already made (`slots` of tuples), layer, micro-batch and exposed time (a list, or
-        float64 array); `times`: the kernels' StepTimes (analysis/attribution/step_times.py) where
-        the caller has them, else read from the kernels."""
+        float64 array), and the kernels' times (analysis/attribution/step_times.py)."""
         n = len(kernels)
         if not n:
             return
@@ -163,14 +165,9 @@ class ColumnsBuilder:
         out["name"][part] = _coded(list(map(_NAME, kernels)), self._name_codes)
         out["layer"][part] = layers
         out["micro_batch"][part] = micro_batches
-        if times is None:
-            out["stream"][part] = _coded(list(map(_STREAM, kernels)), self._stream_codes)
-            out["start_us"][part] = list(map(_START, kernels))
-            out["busy_us"][part] = list(map(_DUR, kernels))
-        else:
-            out["stream"][part] = _coded(times.stream_list, self._stream_codes)
-            out["start_us"][part] = times.start_us
-            out["busy_us"][part] = times.dur_us
+        out["stream"][part] = _coded(times.stream_list, self._stream_codes)
+        out["start_us"][part] = times.start_us
+        out["busy_us"][part] = times.dur_us
         out["exposed_us"][part] = exposed_us
         self._filled = end
 

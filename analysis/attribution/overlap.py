@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from analysis.attribution.step_times import StepTimes
 from analysis.ingest.trace_model import Kernel
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from analysis.attribution.step_times import StepTimes
 
 
 class StreamSummary(msgspec.Struct):
@@ -56,8 +55,6 @@ def merge_intervals(intervals: Iterable[tuple[float, float]], in_order: bool = F
 
 def exposed_durations(kernels: Sequence[Kernel]) -> list[float]:
     """For each kernel, its duration minus the time other streams were busy during it."""
-    from analysis.attribution.step_times import StepTimes
-
     return exposed_of_times(StepTimes.of(kernels)).tolist()
 
 
@@ -74,7 +71,7 @@ def exposed_of_times(times: StepTimes) -> np.ndarray:
     the pieces, so no value moves against one (tests/test_fast_paths.py holds it to the definition).
     A kernel beside more than _FEW_PIECES pieces (a long kernel on a side stream beside a step's many)
     sums its own at once: taken k-th by k-th, it made as many passes as it has pieces."""
-    from analysis.numeric import np
+    from analysis.numeric import np, sequential_sum
 
     dur, stream = times.dur_us, times.stream
     if len(times.streams) < 2:
@@ -104,7 +101,7 @@ def exposed_of_times(times: StepTimes) -> np.ndarray:
         for k in np.flatnonzero(pieces > _FEW_PIECES).tolist():  # a long kernel beside many: its pieces at once
             lo, hi = first[k], first[k] + pieces[k]
             part = np.minimum(k_end[k], piece_hi[lo:hi]) - np.maximum(k_start[k], piece_lo[lo:hi])
-            covered[k] = np.where(part > 0.0, part, 0.0).cumsum()[-1]  # a running sum: added in order from 0
+            covered[k] = sequential_sum(np.where(part > 0.0, part, 0.0))
         total[mine] = covered
     exposed = dur - total
     return np.where(exposed > 0.0, exposed, 0.0)

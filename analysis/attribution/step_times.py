@@ -48,4 +48,6 @@ class StepTimes:
 
     def busy_us(self) -> float:
         """The durations summed one by one in order from 0, as a loop over the kernels would."""
-        return float(self.dur_us.cumsum()[-1]) if len(self.dur_us) else 0
+        from analysis.numeric import sequential_sum
+
+        return sequential_sum(self.dur_us, 0)

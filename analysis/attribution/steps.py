@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING
 
 
 from analysis.attribution.module_attribution import module_class
-from analysis.ingest.trace_model import Kernel, Range, RankTrace
 from analysis.attribution.step_times import StepTimes
-
-if TYPE_CHECKING:
-    import numpy as np
+from analysis.ingest.trace_model import Kernel, Range, RankTrace
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
 from analysis.attribution.stages import UNKNOWN, VERIFY
 from analysis.analysis_options import DEFAULT_STEP_GAP_US
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STEP_ANNOTATION = re.compile(
     r"^step\[(?P<mode>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^\]]*)\]"  # SGLang
@@ -45,7 +45,6 @@ STEP_ANNOTATION = re.compile(
 )
 _BATCH = re.compile(r"\bbs=(\d+)")
 _START_OF = operator.attrgetter("start_us")
-_INF = float("inf")
 GRAPH_LAUNCHERS = {"cudaGraphLaunch", "hipGraphLaunch", "cudaGraphLaunch_v10000"}
 DEFAULT_GAP_US = DEFAULT_STEP_GAP_US  # the option's default (analysis/analysis_options.py)
 

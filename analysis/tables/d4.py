@@ -221,13 +221,12 @@ def build_column(
             mtp_kernels[key_step] = step.mtp_us
         for source, values in step.source_us.items():
             source_us[source].append(values)
-    from analysis.numeric import np
+    from analysis.numeric import np, sequential_sum
 
     by_source: dict[str, float] = {}
     for source, runs in source_us.items():  # lists, or arrays from a rank's columns (column_cells.py)
-        values = np.concatenate([np.asarray(v, dtype=np.float64) for v in runs])
-        # added row after row from 0.0, as the rows come (a running sum's last value); + 0.0: -0.0 is 0.0
-        by_source[source] = float(values.cumsum()[-1]) + 0.0 if len(values) else 0.0
+        # added row after row from 0.0, as the rows come
+        by_source[source] = sequential_sum(np.concatenate([np.asarray(v, dtype=np.float64) for v in runs]))
     rows: list[D4Row] = []
     for key in order:
         samples: dict[str, list[float]] = defaultdict(list)

@@ -19,7 +19,7 @@ from analysis.attribution.kernel_columns import LABELS, KernelColumns
 from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, StepRow
 from analysis.attribution.stages import EXTEND
 from analysis.ingest.kernel_classes import class_of_name, class_test
-from analysis.numeric import np
+from analysis.numeric import np, sequential_sum
 from analysis.tables.column_cells import step_bounds
 from analysis.tables.self_check_parts import (
     _ATTENTION_CORE, _COMMUNICATION, _MOE_GROUPS, _MOE_MODULES, _NOT_ROUTED, _SHARED, RankChecks, _after_layers,
@@ -90,13 +90,6 @@ def rank_checks_of_columns(rank: str, steps: list[StepRow], columns: KernelColum
     rows = _Rows(columns, {int(columns.step[first]): (first, end) for first, end in bounds})
     return read_part(rank, steps, rows, stage, strict, chains, limits,
                      (_layer_sequence, _used_steps, _attention_cores, _durations))
-
-
-def _sum(values: np.ndarray, total: float = 0.0) -> float:
-    """`total` and the values added one after the other (numpy's sum adds pairwise: other roundings)."""
-    if not len(values):
-        return total
-    return float(np.add.accumulate(np.concatenate(([total], values)))[-1])
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -203,13 +196,13 @@ def _used_steps(part: RankChecks, used: list[StepRow], rows: _Rows, time_limits:
         if span is not None:
             first, end = span
             slot, busy = rows.slots(first, end), rows.busy[first:end]
-            busy_us = _sum(busy, busy_us)
-            in_layers_us = _sum(busy[rows.in_layer[slot]], in_layers_us)
-            other_us = _sum(busy[rows.other[slot]], other_us)
-            unattributed_us = _sum(busy[rows.unattributed[slot]], unattributed_us)
-            waiting_us = _sum(busy[rows.waiting[slot]], waiting_us)
-            routed = _sum(busy[rows.routed[slot]])
-            shared = _sum(busy[rows.in_layer[slot] & rows.shared[slot]])
+            busy_us = sequential_sum(busy, busy_us)
+            in_layers_us = sequential_sum(busy[rows.in_layer[slot]], in_layers_us)
+            other_us = sequential_sum(busy[rows.other[slot]], other_us)
+            unattributed_us = sequential_sum(busy[rows.unattributed[slot]], unattributed_us)
+            waiting_us = sequential_sum(busy[rows.waiting[slot]], waiting_us)
+            routed = sequential_sum(busy[rows.routed[slot]])
+            shared = sequential_sum(busy[rows.in_layer[slot] & rows.shared[slot]])
             if time_limits is not None:
                 layer_us, after_layers = _layer_sums(rows, first, end)
         part.routed_us += routed

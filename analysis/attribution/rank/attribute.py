@@ -5,6 +5,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from analysis.attribution.capture import Capture
 from analysis.attribution.idle import LaunchClock, step_idle
@@ -29,6 +30,9 @@ from analysis.attribution.structure import count_attention_cores
 from analysis.ingest.model_spec import ModelSpec
 from analysis.ingest.trace_model import RankTrace
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ATTRIBUTION_MODES = ("auto", "template", "modules")
 _BY_START = operator.attrgetter("start_us")
@@ -144,11 +148,9 @@ def _layers_of_units(units: list[int], per: int, unit_layers: dict[int, tuple[in
     return ([u // per if u >= 0 else -1 for u in units], [u % per if u >= 0 else 0 for u in units], units)
 
 
-def _layers_span_us(times: StepTimes, layer_of: list[int]) -> tuple[float, float]:
+def _layers_span_us(times: StepTimes, layer_of: np.ndarray) -> tuple[float, float]:
     """The first start and the last end of the step's kernels in layers (inf, -inf: none)."""
-    from analysis.numeric import np
-
-    inside = np.array(layer_of, dtype=np.int64) >= 0
+    inside = layer_of >= 0
     if not inside.any():
         return float("inf"), float("-inf")
     return float(times.start_us[inside].min()), float(times.end_us[inside].max())
@@ -160,6 +162,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     """Each step named, then its rows. `template`:
     a stack's signature names the kernels (with --tbo, two anchors a layer); the generic analysis finds
     two-batch overlap itself, and --tbo there is what the run expected: a step without it says so."""
+    from analysis.numeric import np, sequential_sum
+
     tbo_units = 2 if options.tbo and template else 1  # --tbo on a signature's template: two units a layer
     expect_tbo = options.tbo and not template
     tbo_missing = 0
@@ -201,7 +205,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         # (communication pinned), its layer and micro-batch
         units = [s.unit if s.section == SECTION_LAYER else -1 for s in slots]
         row_slots = _pinned_slots(step.kernels, slots, units, pinned_names)
-        layers, micro_batches, layer_of = _layers_of_units(units, per, unit_layers)
+        layers, micro_batches, layer_list = _layers_of_units(units, per, unit_layers)
+        layer_of = np.array(layer_list, dtype=np.int64)  # the layer each kernel's idle time is placed by
         if phased:
             label_phases(step.kernels, row_slots, layers, micro_batches)
         rows.add(index, stage, step.kernels, row_slots, layers, micro_batches, exposed, times)
@@ -212,7 +217,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             rows.add(index, stage, step.side,
                      [(SECTION_SIDE, SIDE_GROUP, SIDE_MODULE, kernel_label(k), SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
                       for k in step.side], [-1] * len(step.side), [0] * len(step.side),
-                     [side_exposed[id(k)] for k in step.side])
+                     [side_exposed[id(k)] for k in step.side], StepTimes.of(step.side))
             busy_us += sum(k.dur_us for k in step.side)
         idle = step_idle(step.kernels, times, layer_of, clock)
         note = f"attributed by {how}"
@@ -236,7 +241,7 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
                 step_us=last - first,
                 layers_us=layers_last - layers_first if layers_last > float("-inf") else 0.0,
                 busy_us=busy_us,
-                exposed_us=float(exposed.cumsum()[-1]) if len(exposed) else 0,
+                exposed_us=sequential_sum(exposed, 0),
                 kernels=len(step.kernels),
                 layers_found=units_found // per if per > 1 else units_found,
                 layers_expected=expected // per if expected is not None else None,
