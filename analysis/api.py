@@ -9,7 +9,7 @@ import the attribution pipeline, nor `analyze` the report and calibration code.
 
     analyse:    analyze (traces -> Analysis: .markdown(), .check_profiled_batch()), write_outputs,
                 AnalysisOptions, AnalysisError
-    nodes:      attribute (one node's ranks), combine_nodes (every node's rows, the same tail as analyze)
+    nodes:      attribute (one node's ranks, digested), combine_nodes (every node's, the same tail as analyze)
     saved:      open_saved (a saved analysis, with its kernels when asked), write_view
     compare:    compare_columns (tables, changes, files)
     report:     report_reads, report_source, kernel_report (.write), ReportOptions
@@ -78,7 +78,7 @@ def attribute(*args, **kwargs):
 
 
 def combine_nodes(*args, **kwargs):
-    """Every node's attributed rows into one Analysis (analysis/pipeline/combine.py combine_nodes)."""
+    """Every node's attributed ranks into one Analysis (analysis/pipeline/combine.py combine_nodes)."""
     from analysis.pipeline.combine import combine_nodes as run
 
     return run(*args, **kwargs)

@@ -3,7 +3,8 @@
 Why: a change that moves code or speeds it up must not move a number. This runs
 `moe-harness analyze TRACE --out DIR` from each checkout (a fresh process each, the checkout first
 on the import path) on every bundled trace (tests/data) and every public real trace found where
-the tests find them, plus the accuracy report (benchmarks/accuracy/report.py; its commit counts,
+the tests find them, `moe-harness analyze RUN_DIR --out DIR` on every bundled run directory (a run's
+nodes analysed and combined, as the run did), plus the accuracy report (benchmarks/accuracy/report.py; its commit counts,
 which are history, are masked), and compares the outputs file by file: byte for byte, except that
 CSV columns which only the second checkout writes (`--new-columns`) are dropped from its side
 before comparing, and a table whose format changed (NEW_FORMATS: the kernel table, kernels_long.csv
@@ -33,7 +34,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
-from tests.bundled_traces import bundled_traces  # noqa: E402
+from tests.bundled_traces import bundled_run_dirs, bundled_traces  # noqa: E402
 
 _TIMEOUT_S = 600
 # A table that changed format: its older name -> its newer name. The newer file is read and written
@@ -160,6 +161,15 @@ def main(argv: list[str] | None = None) -> int:
         if outcomes[0] != outcomes[1]:
             differences.append(f"{trace}: {outcomes[0]} before, {outcomes[1]} after")
         print(f"[{index + 1}/{len(traces)}] {trace.name}: {outcomes[1]}", file=sys.stderr, flush=True)
+    runs = bundled_run_dirs(REPO_ROOT)
+    for index, run in enumerate(runs):
+        outcomes = []
+        for side, checkout in (("before", args.before), ("after", args.after)):
+            out = args.work_dir / side / f"run-{index:02d}-{run.parent.name[:40]}-{run.name[:40]}"
+            outcomes.append(analyse(checkout.resolve(), run, out))
+        if outcomes[0] != outcomes[1]:
+            differences.append(f"{run}: {outcomes[0]} before, {outcomes[1]} after")
+        print(f"[run {index + 1}/{len(runs)}] {run.name}: {outcomes[1]}", file=sys.stderr, flush=True)
     differences += compare_dirs(args.work_dir / "before", args.work_dir / "after", new_columns, changed_columns)
     reports = []
     for side, checkout in (("before", args.before), ("after", args.after)):
@@ -170,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         differences.append(f"accuracy report differs: {args.work_dir}/accuracy-report-before.txt vs -after.txt")
     for line in differences:
         print(line)
-    print(f"{len(traces)} traces and the accuracy report: {len(differences)} differences", file=sys.stderr)
+    print(f"{len(traces)} traces, {len(runs)} run directories and the accuracy report: {len(differences)} differences",
+          file=sys.stderr)
     return 1 if differences else 0
 
 

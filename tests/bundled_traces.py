@@ -31,3 +31,10 @@ def bundled_inputs(root: Path) -> dict[str, list[Path]]:
             name = trace.parent.relative_to(data) / (run_prefix(str(trace)) or trace.name.split(".trace")[0])
         inputs.setdefault(name.as_posix(), []).append(trace)
     return dict(sorted(inputs.items()))
+
+
+def bundled_run_dirs(root: Path) -> list[Path]:
+    """The run directories the repository carries that `moe-harness analyze RUN_DIR` re-analyses as the
+    run did (its nodes' analysis, then their combination): each holds its traces/ beside manifest.json
+    (a prefill/decode run: each role's directory)."""
+    return sorted(m.parent for m in (root / "tests" / "data").rglob("manifest.json") if (m.parent / "traces").is_dir())

@@ -1,6 +1,7 @@
 """A rank's kernel rows as columns (analysis/attribution/kernel_columns.py) give every table the rows give.
 
-The truth here is the code that reads KernelRows (still what combine_nodes and a filtered analysis use):
+The truth here is the code that reads KernelRows (still what a filtered analysis, a saved analysis read
+again and a node result without digests use):
 d4.step_cells, overlap.stream_summary, share_overlap.share_cells, comm_split.rank_collectives,
 self_check_parts.rank_checks and the kernel table's list writer. The columns' versions share none of
 their loops. Inputs: REAL traces chosen so that each path is taken (DeepEP low-latency send / recv

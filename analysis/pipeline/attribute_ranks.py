@@ -107,11 +107,18 @@ class AttributedRows:
 
 
 def attribute(paths: list[str], signature: str = "generic", model: str | None = None,
-              options: AnalysisOptions | None = None, progress: bool = False) -> AttributedRows:
+              options: AnalysisOptions | None = None, progress: bool = False, digests: bool = False) -> AttributedRows:
     """Load and attribute one trace set (one file per rank) without building the tables: a run's node
-    does this for its own ranks, and `combine_rows` builds the table over every node's rows."""
+    does this for its own ranks, and `combine_rows` builds the table over every node's rows.
+    `digests`: each rank's digest made where it was attributed, and the rows held as the digests'
+    encoded kernel table (a run's node hands both on, and the table is combined from the digests, as
+    `analyze` combines its ranks'); else each rank's rows as columns and no digest."""
     with gc_paused():
-        return _attribute(paths, signature, model, _shown_options(options or AnalysisOptions()), progress)
+        rows = _attribute(paths, signature, model, _shown_options(options or AnalysisOptions()), progress,
+                          send_rows=not digests)
+    if digests:
+        rows.kernel_rows = LazyRows.of_groups(rows.digest.kernel_table, rows.digest.rows)
+    return rows
 
 
 def learn_signature_from(trace_path: str, base: str, name: str, description: str,

@@ -15,6 +15,7 @@ from analysis.ingest.expert_load import load_expert_load
 from analysis.ingest.load_records import load_request_chunks
 from analysis.tables.comm_table import with_comm
 from analysis.tables.d4 import D4Column, build_column, render_markdown
+from analysis.pipeline.lazy_rows import LazyRows
 from analysis.pipeline.rank_digest import Digest
 from analysis.tables.self_check_parts import RankChecks
 from analysis.tables.self_checks import CheckRow, failed, run_checks, verdict_line
@@ -95,11 +96,22 @@ def _tail_inputs(signature: str, model: str | None, options: AnalysisOptions, ch
 def combine_nodes(node_results: list[dict], options: AnalysisOptions, signature: str,
                   model: str | None = None) -> Analysis:
     """Rows attributed node by node (`attribute`'s, one dict per node: kernel_rows, step_rows, problems,
-    failed_files, and chains: [rank, step, its chain] as the attribution cut each step) into one
-    analysis through combine_rows, the tail `analyze` uses; the signature, the model,
-    options.load_records and options.expert_load are loaded here, as `analyze` loads them."""
+    failed_files, chains: [rank, step, its chain] as the attribution cut each step, and digest: its
+    ranks' digests, where `attribute` made them) into one analysis through combine_rows, the tail
+    `analyze` uses. Where every node sent its digest, the tables are combined from the digests (node
+    after node, as the rows come) and no kernel row is made here unless something reads one. The
+    signature, the model, options.load_records and options.expert_load are loaded here, as `analyze`
+    loads them."""
     sig, spec, requests, load = _tail_inputs(signature, model, options)
-    kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
+    digests = [part.get("digest") for part in node_results]
+    digest: Digest | None = None
+    if node_results and None not in digests:  # every node digested its ranks: no KernelRow read here
+        digest = Digest()
+        for part_digest in digests:
+            digest.merge(part_digest)
+        kernel_rows = LazyRows.of_groups(digest.kernel_table, digest.rows)
+    else:
+        kernel_rows = [r for part in node_results for r in part["kernel_rows"]]
     step_rows = [r for part in node_results for r in part["step_rows"]]
     problems = [p for part in node_results for p in part["problems"]]  # the self-checks add theirs over every node
     failed_files = [f for part in node_results for f in part.get("failed_files", [])]
@@ -107,7 +119,7 @@ def combine_nodes(node_results: list[dict], options: AnalysisOptions, signature:
     # step's micro-batch order), as `analyze` gives them
     chains = {(rank, step): chain for part in node_results for rank, step, chain in part.get("chains", [])}
     return combine_rows(kernel_rows, step_rows, problems, options, sig, spec, failed_files=failed_files,
-                        requests=requests, expert_load=load, chains=chains)
+                        requests=requests, expert_load=load, chains=chains, digest=digest)
 
 
 def combine_rows(kernel_rows: list[KernelRow], step_rows: list[StepRow], problems: list[RankProblem],

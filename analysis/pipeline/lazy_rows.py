@@ -4,8 +4,9 @@ Why: `analyze` builds every table from what each rank's columns give (analysis/p
 and writes the kernel table from its encoded row groups; the command on its own reads no KernelRow.
 Making them anyway cost a 400 MB decode trace about 0.12 CPU-s (226,000 objects; docs/performance.md).
 So the rows stay as the ranks' columns (this process's ranks) or as the encoded kernel table (rank
-workers' rows, which are not sent back: the same rows `report` reads from kernels_long.parquet, every
-column stored exactly), made into KernelRows on first read; their count is known without it.
+workers' rows, which are not sent back, and a run's node's rows, which cross to the head so: the same
+rows `report` reads from kernels_long.parquet, every column stored exactly), made into KernelRows on
+first read; their count is known without it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class LazyRows(Sequence):
     def __init__(self, make: Callable[[], list[KernelRow]], count: int):
         self._make, self.count = make, count
         self._rows: list[KernelRow] | None = None
+        self._groups: list[RowGroup] | None = None  # of_groups': what crosses to another process
 
     @classmethod
     def of_columns(cls, parts: list[KernelColumns]) -> LazyRows:
@@ -39,7 +41,9 @@ class LazyRows(Sequence):
             buffer = io.BytesIO()
             write_row_groups(buffer, groups, COLUMNS, METADATA)
             return rows_of_table(read_parquet(buffer.getvalue(), TABLE_LIMIT_BYTES), "a rank worker's kernel rows")
-        return cls(decoded, count)
+        out = cls(decoded, count)
+        out._groups = groups
+        return out
 
     @property
     def made(self) -> bool:
@@ -69,5 +73,10 @@ class LazyRows(Sequence):
 
     __hash__ = None  # a mutable-looking sequence, as a list is
 
-    def __reduce__(self):  # to another process (a run's node result), as the plain list it stands for
+    def __reduce__(self):
+        """To another process (a run's node result): rows not yet made from an encoded kernel table
+        cross as that table (about a tenth of the rows pickled: docs/performance.md), made there when
+        read; others as the plain list they stand for."""
+        if self._rows is None and self._groups is not None:
+            return LazyRows.of_groups, (self._groups, self.count)
         return list, (self.rows(),)

@@ -58,6 +58,16 @@ class Digest:
         self.collectives[label] = part.collectives
         self.share.update(part.share)
 
+    def merge(self, other: Digest) -> None:
+        """Another digest's ranks after these (a run's nodes, in node order)."""
+        self.rows += other.rows
+        self.kernel_table += other.kernel_table
+        self.checks.update(other.checks)
+        self.cells.update(other.cells)
+        self.streams = sorted([*self.streams, *other.streams], key=lambda s: (s.rank, s.stream))
+        self.collectives.update(other.collectives)
+        self.share.update(other.share)
+
     def holds(self, kernel_rows: list[KernelRow]) -> bool:
         """Made from as many rows as these (a caller that filtered the rows gets them built again)."""
         return self.rows == len(kernel_rows)

@@ -1,11 +1,14 @@
 """What each node's ranks go through (analyze_node, calibrate_node: plain functions that the node
 actors and `moe-harness analyze RUN_DIR` both call, in analyse_nodes' order), and one D4 column from
-the row tables the nodes computed.
+what the nodes computed.
 
 Why the column is exact: analysis.api attributes every rank on its own, and the D4 column is built from the
-rows of all ranks together; so concatenating the nodes' rows and building the column here gives
-what analysing every trace file on one machine gives, without moving the traces. SOL columns are
-added here too (analysis.tables.d4_sol), from the settings the driver reads off the scenario.
+rows of all ranks together; each node digests its own ranks' rows for the tables (what `analyze`
+does per rank: analysis/pipeline/rank_digest.py), so merging the nodes' digests in node order and
+building the column here gives what analysing every trace file on one machine gives, without moving
+the traces, and without the head walking every rank's rows again (a node's rows cross to it as
+their encoded kernel table, made into rows only where read). SOL columns are added here too
+(analysis.tables.d4_sol), from the settings the driver reads off the scenario.
 """
 from __future__ import annotations
 
@@ -54,24 +57,25 @@ def analyse_nodes(node_traces: dict[int, list[str]], options: dict, node_capture
 
 
 def analyze_node(paths: list[str], options: dict) -> dict:
-    """One node's ranks attributed (analysis.api.attribute): the row tables `combine` joins.
+    """One node's ranks attributed and digested (analysis.api.attribute): what `combine` joins.
 
     Called by each node's actor on its own traces and by `moe-harness analyze RUN_DIR` on the run
     directory's copies, so both get the same rows; the problems name each trace as the run directory
     keeps it (traces/NAME), not by the node-local path. options["capture_traces"]: CUDA-graph capture
     traces (files, or folders) naming replayed kernels; a folder without files is left out (a release
-    may write none). No table is built here: `combine` builds one over every node's rows, with the
-    run's rank policy. Raises AnalysisError when no rank of the node could be analysed."""
+    may write none). No table is built here: `combine` builds one over every node's ranks (from
+    their digests, key "digest"), with the run's rank policy. Raises AnalysisError when no rank of the
+    node could be analysed."""
     captures = captures_with_files(options.get("capture_traces") or [])
     rows = attribute(paths, signature=options.get("signature", "generic"), model=options.get("model"),
                      options=AnalysisOptions(run=options.get("run", "run"), tbo=bool(options.get("tbo", False)),
                                              stage=options.get("stage"),
-                                             jobs=options.get("jobs"), capture_traces=captures))
+                                             jobs=options.get("jobs"), capture_traces=captures), digests=True)
     kept = _as_kept(paths, captures, options.get("node"))
     problems = [msgspec.structs.replace(p, path=kept(p.path), message=kept(p.message)) for p in rows.problems]
     return {"kernel_rows": rows.kernel_rows, "step_rows": rows.step_rows, "problems": problems,
             "failed_files": [kept(f) for f in rows.failed_files],
-            "chains": [[rank, step, chain] for (rank, step), chain in rows.chains.items()]}
+            "chains": [[rank, step, chain] for (rank, step), chain in rows.chains.items()], "digest": rows.digest}
 
 
 def calibrate_node(node_rank: int, paths: list[str], options: dict) -> dict:
