@@ -116,7 +116,7 @@ def attribute(paths: list[str], signature: str = "generic", model: str | None = 
     with gc_paused():
         rows = _attribute(paths, signature, model, _shown_options(options or AnalysisOptions()), progress,
                           send_rows=not digests)
-    if digests:
+    if digests and rows.digest is not None:  # every rank digested (send_rows False makes one for each)
         rows.kernel_rows = LazyRows.of_groups(rows.digest.kernel_table, rows.digest.rows)
     return rows
 
