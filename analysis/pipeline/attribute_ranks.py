@@ -109,7 +109,7 @@ class AttributedRows:
 def attribute(paths: list[str], signature: str = "generic", model: str | None = None,
               options: AnalysisOptions | None = None, progress: bool = False, digests: bool = False) -> AttributedRows:
     """Load and attribute one trace set (one file per rank) without building the tables: a run's node
-    does this for its own ranks, and `combine_rows` builds the table over every node's rows.
+    does this for its own ranks, and `combine_rows` builds the table over every node's ranks.
     `digests`: each rank's digest made where it was attributed, and the rows held as the digests'
     encoded kernel table (a run's node hands both on, and the table is combined from the digests, as
     `analyze` combines its ranks'); else each rank's rows as columns and no digest."""

@@ -50,13 +50,9 @@ class Digest:
     share: ShareCells = field(default_factory=dict)
 
     def add(self, label: str, part: RankDigest) -> None:
-        self.rows += part.rows
-        self.kernel_table += part.kernel_table
-        self.checks[label] = part.checks
-        self.cells.update(part.cells)
-        self.streams = sorted([*self.streams, *part.streams], key=lambda s: (s.rank, s.stream))
-        self.collectives[label] = part.collectives
-        self.share.update(part.share)
+        """One rank's digest after these ranks."""
+        self.merge(Digest(part.rows, part.kernel_table, {label: part.checks}, part.cells, part.streams,
+                          {label: part.collectives}, part.share))
 
     def merge(self, other: Digest) -> None:
         """Another digest's ranks after these (a run's nodes, in node order)."""
