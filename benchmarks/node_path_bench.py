@@ -46,11 +46,12 @@ def _child(paths: list[str]) -> None:
     del part
     back = pickle.loads(blob)
     t3, c3 = time.perf_counter(), cpu_s()
-    combine([back], options)
+    table = combine([back], options).d4
     t4, c4 = time.perf_counter(), cpu_s()
     peak_kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     print(json.dumps({"node_s": t1 - t0, "node_cpu_s": c1 - c0, "pickle_s": t2 - t1, "pickle_mb": len(blob) / 1e6,
-                      "unpickle_s": t3 - t2, "combine_s": t4 - t3, "combine_cpu_s": c4 - c3, "peak_mb": peak_kb / 1024}))
+                      "unpickle_s": t3 - t2, "combine_s": t4 - t3, "combine_cpu_s": c4 - c3, "peak_mb": peak_kb / 1024,
+                      "d4_rows": len(table.rows), "steps_used": table.steps_used}))
 
 
 def measure(checkout: Path, traces: list[Path]) -> dict:

@@ -195,3 +195,23 @@ def test_command_phases_splits_the_command_into_phases_that_add_up_and_bounds_th
     taken = [phases[phase] for phase, _ratio in result["ratio_without"]]  # the costliest first
     assert taken == sorted(taken, reverse=True) and len(taken) == len(phases) - 3  # all but load, start, rest
     assert "without naming" in done.stdout
+
+
+def test_node_path_bench_times_a_node_its_pickled_result_and_the_heads_combine(tmp_path):
+    """benchmarks/node_path_bench.py on the bundled two-node DeepEP run's four rank traces, one round:
+    every measure is there and plausible, the pickled result is the size of what was pickled."""
+    traces = sorted((ROOT / "tests/data/sglang-real/ray-run/sglang_dsv3_4l_2x2_deepep-20261126-124934/traces")
+                    .glob("*.trace.json.gz"))
+    assert len(traces) == 4
+    done = subprocess.run([sys.executable, "benchmarks/node_path_bench.py", *map(str, traces), "--rounds", "1",
+                           "--out", str(tmp_path / "node.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "node.json").read_text())
+    (medians,) = report["medians"].values()
+    assert set(medians) == {"node_s", "node_cpu_s", "pickle_s", "pickle_mb", "unpickle_s", "combine_s",
+                            "combine_cpu_s", "peak_mb"}
+    assert 0 < medians["combine_s"] < medians["node_s"] < 300 and medians["node_cpu_s"] > 0
+    assert 0.01 < medians["pickle_mb"] < 50 and medians["peak_mb"] > 10
+    assert "| checkout |" in done.stdout
+    (rounds,) = report["rounds"].values()
+    assert rounds[0]["d4_rows"] > 20 and rounds[0]["steps_used"] > 0  # the head built the table
