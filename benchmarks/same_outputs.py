@@ -152,24 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     real = real_traces_dir()
     if real is not None:
         traces += real_trace_files(real)
-    differences: list[str] = []
-    for index, trace in enumerate(traces):
-        outcomes = []
-        for side, checkout in (("before", args.before), ("after", args.after)):
-            out = args.work_dir / side / f"{index:03d}-{trace.name.split('.')[0][:60]}"
-            outcomes.append(analyse(checkout.resolve(), trace, out))
-        if outcomes[0] != outcomes[1]:
-            differences.append(f"{trace}: {outcomes[0]} before, {outcomes[1]} after")
-        print(f"[{index + 1}/{len(traces)}] {trace.name}: {outcomes[1]}", file=sys.stderr, flush=True)
     runs = bundled_run_dirs(REPO_ROOT)
-    for index, run in enumerate(runs):
-        outcomes = []
-        for side, checkout in (("before", args.before), ("after", args.after)):
-            out = args.work_dir / side / f"run-{index:02d}-{run.parent.name[:40]}-{run.name[:40]}"
-            outcomes.append(analyse(checkout.resolve(), run, out))
+    # each input with the folder its outputs go to (under before/ and after/)
+    inputs = [(trace, f"{index:03d}-{trace.name.split('.')[0][:60]}") for index, trace in enumerate(traces)]
+    inputs += [(run, f"run-{index:02d}-{run.parent.name[:40]}-{run.name[:40]}") for index, run in enumerate(runs)]
+    differences: list[str] = []
+    for index, (given, folder) in enumerate(inputs):
+        outcomes = [analyse(checkout.resolve(), given, args.work_dir / side / folder)
+                    for side, checkout in (("before", args.before), ("after", args.after))]
         if outcomes[0] != outcomes[1]:
-            differences.append(f"{run}: {outcomes[0]} before, {outcomes[1]} after")
-        print(f"[run {index + 1}/{len(runs)}] {run.name}: {outcomes[1]}", file=sys.stderr, flush=True)
+            differences.append(f"{given}: {outcomes[0]} before, {outcomes[1]} after")
+        print(f"[{index + 1}/{len(inputs)}] {given.name}: {outcomes[1]}", file=sys.stderr, flush=True)
     differences += compare_dirs(args.work_dir / "before", args.work_dir / "after", new_columns, changed_columns)
     reports = []
     for side, checkout in (("before", args.before), ("after", args.after)):
