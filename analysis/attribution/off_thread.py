@@ -32,8 +32,7 @@ def split_off_thread_copies(kernels: list[Kernel], thread_of: Callable[[int], in
     Nothing is split off unless the step's kernels name their launching threads (a replayed graph
     names the thread of its graph launch) and the copy's launch names another. `thread_of`: the
     thread that launched a correlation id, or None."""
-    get = thread_of
-    copy_threads = {get(k.correlation) for k in kernels if k.kind == "memcpy"}
+    copy_threads = {thread_of(k.correlation) for k in kernels if k.kind == "memcpy"}
     copy_threads.discard(None)
     if not copy_threads:
         return kernels, []
@@ -42,7 +41,7 @@ def split_off_thread_copies(kernels: list[Kernel], thread_of: Callable[[int], in
     unseen, any_own = set(copy_threads), False
     for k in kernels:
         if k.kind != "memcpy":
-            tid = get(k.correlation)
+            tid = thread_of(k.correlation)
             if tid is not None:
                 any_own = True
                 unseen.discard(tid)
@@ -53,6 +52,6 @@ def split_off_thread_copies(kernels: list[Kernel], thread_of: Callable[[int], in
     own: list[Kernel] = []
     side: list[Kernel] = []
     for k in kernels:
-        tid = get(k.correlation) if k.kind == "memcpy" else None
+        tid = thread_of(k.correlation) if k.kind == "memcpy" else None
         (side if tid is not None and tid in unseen else own).append(k)
     return own, side

@@ -214,11 +214,12 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
         if step.side:  # named apart; in the step's kernel busy time, never in its span or idle time
             merged = sorted(step.kernels + step.side, key=_BY_START)
             side_exposed = dict(zip(map(id, merged), exposed_durations(merged)))
+            side_times = StepTimes.of(step.side)
             rows.add(index, stage, step.side,
                      [(SECTION_SIDE, SIDE_GROUP, SIDE_MODULE, kernel_label(k), SIDE_SOURCE, SIDE_ROLE, SIDE_RULE, "")
                       for k in step.side], [-1] * len(step.side), [0] * len(step.side),
-                     [side_exposed[id(k)] for k in step.side], StepTimes.of(step.side))
-            busy_us += sum(k.dur_us for k in step.side)
+                     [side_exposed[id(k)] for k in step.side], side_times)
+            busy_us += side_times.busy_us()
         idle = step_idle(step.kernels, times, layer_of, clock)
         note = f"attributed by {how}"
         if cut.detail:
