@@ -16,38 +16,25 @@ from __future__ import annotations
 
 import re
 
-# One pass: a run of underscores, a backslash that escapes (before ASCII punctuation, or ending the
-# text: a line break), a character that opens Markdown, a "<" that opens a tag or an
-# autolink, an "&" that starts an entity, or a run of line breaks (every character str.splitlines breaks at).
-_SPECIAL = re.compile(r"_+|\\(?=[!-/:-@\[-`{-~]|$)|[`*\[\]~|]|<(?=[A-Za-z/!?])|&(?=#?\w+;)"
+# A backslash that escapes (before ASCII punctuation, or ending the text: a line break), a character
+# that opens Markdown, a "<" that opens a tag or an autolink, an "&" that starts an entity, or a run of
+# line breaks (every character str.splitlines breaks at). Underscores are the second pass's.
+_SPECIAL = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)|[`*\[\]~|]|<(?=[A-Za-z/!?])|&(?=#?\w+;)"
                       r"|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]+")
 _ENTITIES = {"<": "&lt;", "&": "&amp;"}
 # What a code span cannot hold as written: a backtick ends it, `|` and line breaks break a table, and a
 # tag's `<` would be raw in the file (a code span shows an entity as written, not as the character).
 _NOT_IN_CODE_SPAN = re.compile(r"[`|\n\r\v\f\x1c-\x1e\x85\u2028\u2029]|<[A-Za-z/!?]")
-_UNDERSCORES = re.compile(r"_+")
+# Underscore runs: every run, a run inside a word (a letter or digit on both sides: [^\W_] is what
+# str.isalnum takes, code point for code point), a run at a word's edge (the whole run: a run's first
+# underscore follows no word character, or its last precedes none).
+_RUNS = re.compile(r"_+")
+_RUNS_INSIDE_WORDS = re.compile(r"(?<=[^\W_])_+(?=[^\W_])")
+_RUNS_AT_EDGES = re.compile(r"(?<!\w)_+|_+(?!\w)")
 
 
-def _word_char(text: str, at: int) -> bool:
-    return 0 <= at < len(text) and text[at].isalnum()
-
-
-def _at_word_edge(text: str, start: int, end: int) -> bool:
-    """An underscore run GFM may take for emphasis: inside a word (fused_moe_kernel) it never does."""
-    return not (_word_char(text, start - 1) and _word_char(text, end))
-
-
-def _edge_runs(text: str) -> int:
-    return sum(1 for m in _UNDERSCORES.finditer(text) if _at_word_edge(text, m.start(), m.end()))
-
-
-def _escaped(match: re.Match, pairs: bool = True) -> str:
-    found = match.group()
-    first = found[0]
-    if first == "_":  # emphasis takes two runs at word edges (one opens, one closes): one alone stays
-        if pairs and _at_word_edge(match.string, match.start(), match.end()):
-            return "\\_" * len(found)
-        return found
+def _escaped(match: re.Match) -> str:
+    first = match.group()[0]
     if first in _ENTITIES:
         return _ENTITIES[first]
     if first in "\\`*[]~|":
@@ -55,13 +42,20 @@ def _escaped(match: re.Match, pairs: bool = True) -> str:
     return " "  # line breaks
 
 
+def _escaped_run(match: re.Match) -> str:
+    return "\\_" * len(match.group())
+
+
 def markdown_text(text: object) -> str:
     """The text as Markdown that shows it as written: no tag, link, image, code span, emphasis, table
     cell boundary or line break of its own."""
     text = str(text)
-    if "_" in text and _edge_runs(text) < 2:
-        return _SPECIAL.sub(lambda m: _escaped(m, pairs=False), text)
-    return _SPECIAL.sub(_escaped, text)
+    shown = _SPECIAL.sub(_escaped, text)
+    # emphasis takes two runs at word edges (one opens, one closes): one alone stays as written. What
+    # the first pass put beside a run is no letter or digit, as what it replaced was not.
+    if "_" in text and len(_RUNS.findall(text)) - len(_RUNS_INSIDE_WORDS.findall(text)) > 1:
+        shown = _RUNS_AT_EDGES.sub(_escaped_run, shown)
+    return shown
 
 
 def markdown_code(text: object) -> str:

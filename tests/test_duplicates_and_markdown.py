@@ -168,3 +168,29 @@ def test_a_backslash_is_escaped_only_where_markdown_would_read_it(text, shown):
     from analysis.markdown_text import markdown_text
 
     assert markdown_text(text) == shown
+
+
+def test_generated_hostile_cells_render_as_written():
+    """Seeded generated strings (underscore runs inside and at the edges of words, every character
+    that opens Markdown, entities, tags, line breaks, non-ASCII letters and digits) each put in a
+    table row by markdown_row: a CommonMark renderer with tables shows each cell's text as written
+    (line breaks as spaces), without a tag or emphasis of its own. The renderer is the truth; it
+    shares no code with the escaping."""
+    import random
+    from html import unescape
+
+    from analysis.markdown_text import markdown_row
+
+    renderer = MarkdownIt("commonmark").enable("table")
+    pieces = [*"ab_1é<>&#;\\`*[]~|\n\r .:/!?xZ9٣", "__", "_x_", "&amp;", "&#35;", "<a", "<script>", "\\_", "**"]
+    rnd = random.Random(48)
+    checked = 0
+    for _ in range(3000):
+        text = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12)))
+        rendered = renderer.render("| h |\n|---|\n" + markdown_row([text]) + "\n")
+        cells = re.findall(r"<td>(.*?)</td>", rendered, re.S)
+        assert len(cells) == 1, (text, rendered)
+        assert "<" not in cells[0].replace("&lt;", ""), (text, cells[0])  # no tag: no <em>, <code>, <a>
+        assert unescape(cells[0]).strip() == re.sub(r"[\n\r]+", " ", text).strip(), (text, cells[0])
+        checked += 1
+    assert checked == 3000

@@ -227,15 +227,18 @@ def build_column(
     for source, runs in source_us.items():  # lists, or arrays from a rank's columns (column_cells.py)
         # added row after row from 0.0, as the rows come
         by_source[source] = sequential_sum(np.concatenate([np.asarray(v, dtype=np.float64) for v in runs]))
+    # key -> its cells, in the order of the steps: one pass over the steps' cells (a pass per key over
+    # every step was keys x steps lookups: a run whose GEMM names vary with the batch has a key each)
+    by_key: dict[tuple[str, str, str], list[tuple[str, list]]] = defaultdict(list)
+    for (rank, _step), cells in per_step.items():
+        for key, cell in cells.items():
+            by_key[key].append((rank, cell))
     rows: list[D4Row] = []
     for key in order:
         samples: dict[str, list[float]] = defaultdict(list)
         exposed: dict[str, list[float]] = defaultdict(list)
         layer_counts: list[int] = []
-        for (rank, _step), cells in per_step.items():
-            cell = cells.get(key)
-            if cell is None:
-                continue
+        for rank, cell in by_key.get(key, ()):
             n = len(cell[2])
             samples[rank].append(cell[0] / n)
             exposed[rank].append(cell[1] / n)
