@@ -264,3 +264,35 @@ def test_the_columns_take_no_more_rows_than_they_were_sized_for():
     columns = builder.columns()
     assert columns.step.tolist() == [0, 0, 1] and columns.exposed_us.tolist() == [1.0, 1.0, 0.5]
     assert columns.start_us.tolist() == [0.0, 1.0, 2.0] and columns.layer.tolist() == [0, 0, 1]
+
+
+def test_steps_that_repeat_the_last_ones_values_keep_their_own_values():
+    """ColumnsBuilder codes a step again only where its slots, names or streams differ from the last
+    rows of as many values (a decode replaying one graph repeats them). SYNTHETIC steps, the answers
+    being what was given: a step like the last, its side rows between, one name and one stream
+    changed, one label changed, steps of more lengths than the builder keeps, and back again;
+    every row reads back as given."""
+    from analysis.attribution.kernel_columns import _LAST_KEPT, ColumnsBuilder
+    from analysis.attribution.step_times import StepTimes
+    from analysis.ingest.trace_model import Kernel
+
+    def label(i: int, tag: str = "") -> tuple:
+        return ("layer", "g", f"m{i % 3}{tag}", f"k{i}", "structure", "role", "rule", "")
+
+    def step(n: int, rename: int | None = None, restream: int | None = None, relabel: int | None = None):
+        kernels = [Kernel("renamed" if i == rename else f"k{i}", 9 if i == restream else 7 + i % 2, float(i), 1.0, i, "")
+                   for i in range(n)]
+        return kernels, [label(i, "x" if i == relabel else "") for i in range(n)]
+
+    side = ([Kernel("copy", 3, 0.5, 0.1, 99, "")], [("side", "other", "copy", "copy", "side", "side", "side", "")])
+    plan = [step(6), side, step(6), side, step(6, rename=2), step(6, restream=4), step(6, relabel=1), step(6),
+            *[step(n) for n in range(1, _LAST_KEPT + 3)], step(6), step(6, rename=5)]
+    builder = ColumnsBuilder("run", "rank0", sum(len(k) for k, _ in plan))
+    for index, (kernels, labels) in enumerate(plan):
+        n = len(kernels)
+        builder.add(index, "decode", kernels, labels, [0] * n, [0] * n, [0.0] * n, StepTimes.of(kernels))
+    rows = builder.columns().rows()
+    given = [(index, k.name, k.stream, labels[i]) for index, (kernels, labels) in enumerate(plan)
+             for i, k in enumerate(kernels)]
+    assert [(r.step, r.kernel_name, r.stream, (r.section, r.group, r.module, r.kernel, r.source, r.role, r.rule,
+                                                r.module_path)) for r in rows] == given

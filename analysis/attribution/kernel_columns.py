@@ -32,6 +32,7 @@ _NAME = operator.attrgetter("name")
 _INTS = {"step": "i", "layer": "i", "micro_batch": "b"}  # array typecodes: int32, int8
 _FLOATS = ("start_us", "busy_us", "exposed_us")
 _CODES = ("stage", "slot", "name", "stream")
+_LAST_KEPT = 16  # (column, length) pairs whose last values and codes ColumnsBuilder keeps
 
 
 def _numpy():
@@ -140,6 +141,9 @@ class ColumnsBuilder:
         self._stage_codes: dict[str, int] = {}
         self._stream_codes: dict[int, int] = {}
         self._filled = 0
+        # per coded column, the values of the last step added and their codes (int32): a step that
+        # repeats them (a decode replaying one CUDA graph) is not coded again
+        self._last: dict[tuple[str, int], tuple[list, np.ndarray]] = {}
         self._columns = {name: np.empty(rows, dtype=np.int32) for name in _CODES}
         self._columns.update({name: np.empty(rows, dtype=code) for name, code in _INTS.items()})
         self._columns.update({name: np.empty(rows, dtype=np.float64) for name in _FLOATS})
@@ -161,15 +165,30 @@ class ColumnsBuilder:
         out["stage"][part] = self._stage_codes.setdefault(stage, len(self._stage_codes))
         # a slot struct is its own key (frozen, hashed in C): no label tuple made a row; columns() folds
         # slots of one label tuple (a struct also holds its unit) into one code
-        out["slot"][part] = _coded(slots, self._slot_codes)
-        out["name"][part] = _coded(list(map(_NAME, kernels)), self._name_codes)
+        out["slot"][part] = self._coded_as_before("slot", slots, self._slot_codes)
+        out["name"][part] = self._coded_as_before("name", list(map(_NAME, kernels)), self._name_codes)
         out["layer"][part] = layers
         out["micro_batch"][part] = micro_batches
-        out["stream"][part] = _coded(times.stream_list, self._stream_codes)
+        out["stream"][part] = self._coded_as_before("stream", times.stream_list, self._stream_codes)
         out["start_us"][part] = times.start_us
         out["busy_us"][part] = times.dur_us
         out["exposed_us"][part] = exposed_us
         self._filled = end
+
+    def _coded_as_before(self, column: str, values: list, codes: dict):
+        """_coded, or the codes of the last rows of this many values where they were these (equal
+        values have one code, and a code once given stays); kept per length, so a step's few side
+        rows between its kernels and the next step's do not hide the step before."""
+        key = (column, len(values))
+        last = self._last.get(key)
+        if last is not None and last[0] == values:
+            return last[1]
+        np = _numpy()
+        found = np.asarray(_coded(values, codes), dtype=np.int32)
+        if len(self._last) >= _LAST_KEPT:  # steps of many lengths: the oldest let go
+            del self._last[next(iter(self._last))]
+        self._last[key] = (list(values), found)
+        return found
 
     def columns(self) -> KernelColumns:
         np = _numpy()
