@@ -268,31 +268,48 @@ def test_the_columns_take_no_more_rows_than_they_were_sized_for():
 
 def test_steps_that_repeat_the_last_ones_values_keep_their_own_values():
     """ColumnsBuilder codes a step again only where its slots, names or streams differ from the last
-    rows of as many values (a decode replaying one graph repeats them). SYNTHETIC steps, the answers
-    being what was given: a step like the last, its side rows between, one name and one stream
-    changed, one label changed, steps of more lengths than the builder keeps, and back again;
-    every row reads back as given."""
+    rows of as many values (a decode replaying one graph repeats them; a plan's slots and interned
+    names are the very same objects). SYNTHETIC steps, the answers being what was given: a step like
+    the last (the same objects, and equal new ones), its side rows between, a few names, streams or
+    labels changed (new values, and new objects of old values, before and after values first seen),
+    most of them changed, steps of more lengths than the builder keeps, and back again; every row
+    reads back as given."""
     from analysis.attribution.kernel_columns import _LAST_KEPT, ColumnsBuilder
     from analysis.attribution.step_times import StepTimes
     from analysis.ingest.trace_model import Kernel
 
-    def label(i: int, tag: str = "") -> tuple:
-        return ("layer", "g", f"m{i % 3}{tag}", f"k{i}", "structure", "role", "rule", "")
+    names = [f"k{i}" for i in range(32)]  # one object per name, as the loader interns them
+    labels = [("layer", "g", f"m{i % 3}", f"k{i}", "structure", "role", "rule", "") for i in range(32)]
 
-    def step(n: int, rename: int | None = None, restream: int | None = None, relabel: int | None = None):
-        kernels = [Kernel("renamed" if i == rename else f"k{i}", 9 if i == restream else 7 + i % 2, float(i), 1.0, i, "")
+    def step(n: int, names_at: dict | None = None, streams_at: dict | None = None, labels_at: dict | None = None):
+        names_at, streams_at, labels_at = names_at or {}, streams_at or {}, labels_at or {}
+        kernels = [Kernel(names_at.get(i, names[i]), streams_at.get(i, 7 + i % 2), float(i), 1.0, i, "")
                    for i in range(n)]
-        return kernels, [label(i, "x" if i == relabel else "") for i in range(n)]
+        return kernels, [labels_at.get(i, labels[i]) for i in range(n)]
+
+    def copy(label: tuple, **changed) -> tuple:
+        fields = dict(zip(("section", "group", "module", "kernel", "source", "role", "rule", "path"), label))
+        return tuple({**fields, **changed}.values())
 
     side = ([Kernel("copy", 3, 0.5, 0.1, 99, "")], [("side", "other", "copy", "copy", "side", "side", "side", "")])
-    plan = [step(6), side, step(6), side, step(6, rename=2), step(6, restream=4), step(6, relabel=1), step(6),
-            *[step(n) for n in range(1, _LAST_KEPT + 3)], step(6), step(6, rename=5)]
+    plan = [
+        step(6), side, step(6), side,
+        step(6, labels_at={i: copy(labels[i]) for i in range(6)}),  # equal labels, new objects
+        step(6, names_at={2: "renamed", 4: "".join(["k", "4"])}),  # a new name, and an old one anew
+        step(6, names_at={1: "other", 3: "renamed"}),  # a name first seen, before one seen a step ago
+        step(6, streams_at={4: 9, 0: 11}),
+        step(6, labels_at={1: copy(labels[1], module="mX"), 5: copy(labels[0])}),
+        step(6, labels_at={i: copy(labels[i], rule=f"r{i}") for i in range(5)}),  # most changed
+        step(6),
+        *[step(n) for n in range(1, _LAST_KEPT + 3)],
+        step(6), step(6, names_at={5: "last"}),
+    ]
     builder = ColumnsBuilder("run", "rank0", sum(len(k) for k, _ in plan))
-    for index, (kernels, labels) in enumerate(plan):
+    for index, (kernels, step_labels) in enumerate(plan):
         n = len(kernels)
-        builder.add(index, "decode", kernels, labels, [0] * n, [0] * n, [0.0] * n, StepTimes.of(kernels))
+        builder.add(index, "decode", kernels, step_labels, [0] * n, [0] * n, [0.0] * n, StepTimes.of(kernels))
     rows = builder.columns().rows()
-    given = [(index, k.name, k.stream, labels[i]) for index, (kernels, labels) in enumerate(plan)
+    given = [(index, k.name, k.stream, step_labels[i]) for index, (kernels, step_labels) in enumerate(plan)
              for i, k in enumerate(kernels)]
     assert [(r.step, r.kernel_name, r.stream, (r.section, r.group, r.module, r.kernel, r.source, r.role, r.rule,
                                                 r.module_path)) for r in rows] == given

@@ -176,16 +176,27 @@ class ColumnsBuilder:
         self._filled = end
 
     def _coded_as_before(self, column: str, values: list, codes: dict):
-        """_coded, or the codes of the last rows of this many values where they were these (equal
-        values have one code, and a code once given stays); kept per length, so a step's few side
-        rows between its kernels and the next step's do not hide the step before."""
+        """_coded, with the codes of the last rows of this many values where they were these (equal
+        values have one code, and a code once given stays): all of them, or, where most positions
+        hold the very objects they held (a plan's slots, interned names), those positions' codes and
+        the rest coded. Kept per length, so a step's few side rows between its kernels and the next
+        step's do not hide the step before."""
+        np = _numpy()
         key = (column, len(values))
         last = self._last.get(key)
-        if last is not None and last[0] == values:
-            return last[1]
-        np = _numpy()
-        found = np.asarray(_coded(values, codes), dtype=np.int32)
-        if len(self._last) >= _LAST_KEPT:  # steps of many lengths: the oldest let go
+        found = None
+        if last is not None:
+            last_values, last_codes = last
+            if last_values == values:
+                return last_codes
+            fresh = list(compress(range(len(values)), map(operator.is_not, values, last_values)))
+            if len(fresh) <= len(values) // 2:  # new values are numbered in the order they come, as _coded does
+                found = last_codes  # written into the columns already: changed here, kept as the last
+                found[fresh] = _coded(list(map(values.__getitem__, fresh)), codes)
+        if found is None:
+            found = np.asarray(_coded(values, codes), dtype=np.int32)
+        self._last.pop(key, None)
+        if len(self._last) >= _LAST_KEPT:  # steps of many lengths: the one longest unused let go
             del self._last[next(iter(self._last))]
         self._last[key] = (list(values), found)
         return found
