@@ -184,3 +184,53 @@ def test_the_array_sweep_flags_what_the_loop_flags(streams):
             want = _overlapped_loop(swept, starts, ends, ids)
             assert _overlapped_arrays(swept, starts, ends, ids) == want
             assert any(want) and not all(want)
+
+
+@pytest.mark.parametrize("streams", [2, 3, 4])
+def test_the_chain_from_a_steps_time_arrays_is_the_chain_from_its_lists(streams):
+    """chain_positions hands main_chain the step's time arrays beside the lists (the sweep reads them
+    as they are instead of making arrays of the lists again). SYNTHETIC steps of several hundred
+    kernels (the array sweep's size): in strict start order (the arrays are read), with equal starts
+    and shuffled (the kernels are sorted, so arrays in the input's order must not be read); anchors
+    on some streams, so forks are read again on part of their streams. The chain is the one the lists
+    alone give."""
+    import numpy as np
+
+    rng = random.Random(streams)
+    for case in range(12):
+        n = rng.randrange(200, 400)
+        kernels = _kernels(rng, n, streams, shuffled=case % 3 == 2)
+        if case % 3 == 0:  # strictly increasing starts: the arrays path
+            clock = 0.0
+            for k in kernels:
+                clock += rng.choice([0.5, 1.0, 2.5, 7.0])
+                k.start_us = clock
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
+        stream_list = [k.stream for k in kernels]
+        anchors = [rng.random() < 0.3 and k.stream != 0 for k in kernels]
+        arrays = (np.array(starts), np.array(ends), np.array(stream_list, dtype=np.int64))
+        assert main_chain(starts, ends, stream_list, anchors, arrays) == main_chain(starts, ends, stream_list, anchors)
+        assert main_chain(starts, ends, stream_list, None, arrays) == main_chain(starts, ends, stream_list)
+
+
+def test_a_fork_read_again_on_its_anchored_streams_reads_its_own_times():
+    """A SYNTHETIC step whose one long side-stream kernel overlaps all of it: the whole step is one
+    fork, read again on its two anchored streams (a group of hundreds, the array sweep's size) from
+    their own kernels' times, not the step's arrays. The chain is the one the lists alone give, and
+    it holds no side-stream kernel."""
+    import numpy as np
+
+    rng = random.Random(7)
+    kernels, clock = [Kernel("long", 0, 0.0, 5000.0, -1, "cudaLaunchKernel")], 0.0
+    for i in range(300):
+        clock += rng.choice([0.5, 1.0, 2.5])
+        kernels.append(Kernel("k", 1 + i % 2, clock, rng.choice([0.2, 1.0, 4.0]), -1, "cudaLaunchKernel"))
+    starts = [k.start_us for k in kernels]
+    ends = [k.start_us + k.dur_us for k in kernels]
+    streams = [k.stream for k in kernels]
+    anchors = [k.stream != 0 and rng.random() < 0.5 for k in kernels]
+    arrays = (np.array(starts), np.array(ends), np.array(streams, dtype=np.int64))
+    chain = main_chain(starts, ends, streams, anchors)
+    assert 0 not in chain and len(chain) > 100
+    assert main_chain(starts, ends, streams, anchors, arrays) == chain

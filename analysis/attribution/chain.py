@@ -28,15 +28,17 @@ OVERLAP_SLACK_US = 0.5  # two kernels touching within this much do not overlap (
 
 
 def main_chain(starts: Sequence[float], ends: Sequence[float], streams: Sequence[int],
-               anchors: Sequence[bool] | None = None) -> list[int]:
+               anchors: Sequence[bool] | None = None, arrays: tuple | None = None) -> list[int]:
     """Indices (into the inputs, sorted by start) of the chain's kernels, in start order.
-    `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone)."""
+    `anchors` marks the kernels that belong to the layers' own line (none marked: timing alone);
+    `arrays`: the same starts, ends and streams as numpy arrays, where the caller holds them."""
     if all(map(operator.lt, starts, itertools.islice(starts, 1, None))):  # a step's kernels: already in order
         order = list(range(len(starts)))
     else:  # by (start, end), ties in input order: two stable sorts on one key each (cheaper than on pairs)
         order = sorted(range(len(starts)), key=ends.__getitem__)
         order.sort(key=starts.__getitem__)
-    return _without_side_trips(_chain(order, starts, ends, streams, anchors, None), streams, anchors)
+        arrays = None  # in another order than the sweep's
+    return _without_side_trips(_chain(order, starts, ends, streams, anchors, None, arrays), streams, anchors)
 
 
 def _without_side_trips(chain: list[int], streams: Sequence[int], anchors: Sequence[bool] | None) -> list[int]:
@@ -66,9 +68,11 @@ def _without_side_trips(chain: list[int], streams: Sequence[int], anchors: Seque
     return kept
 
 
-def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None) -> list[int]:
-    """The chain of the kernels `order` (in start order); `after_all` is the kernel after them, if any."""
-    overlapped = _overlapped(order, starts, ends, streams)
+def _chain(order: list[int], starts, ends, streams, anchors, after_all: int | None, arrays: tuple | None = None
+           ) -> list[int]:
+    """The chain of the kernels `order` (in start order); `after_all` is the kernel after them, if any;
+    `arrays`: the starts, ends and streams of the kernels `order` as arrays, in that order."""
+    overlapped = _overlapped(order, starts, ends, streams, arrays)
     chain: list[int] = []
     pos, n = 0, len(order)
     while pos < n:
@@ -129,26 +133,35 @@ def _most_anchored(counts: dict[int, int]) -> int | None:
 ARRAY_SWEEP_FROM = 128  # kernels in a sweep from which array passes beat the loop (a step's whole chain)
 
 
-def _overlapped(order: list[int], starts, ends, streams) -> list[bool]:
-    """Per kernel of the sweep `order` (in its order): does a kernel of another stream run during it?"""
-    if len(order) >= ARRAY_SWEEP_FROM:
-        return _overlapped_arrays(order, starts, ends, streams)
-    return _overlapped_loop(order, starts, ends, streams)
+def _overlapped(order: list[int], starts, ends, streams, arrays: tuple | None = None) -> list[bool]:
+    """Per kernel of the sweep `order` (in its order): does a kernel of another stream run during it?
+    `arrays`: its starts, ends and streams as arrays in the sweep's order (the step's times)."""
+    if len(order) < ARRAY_SWEEP_FROM:
+        return _overlapped_loop(order, starts, ends, streams)
+    if arrays is not None:
+        return _overlapped_of_arrays(*arrays)
+    return _overlapped_arrays(order, starts, ends, streams)
 
 
 def _overlapped_arrays(order: list[int], starts, ends, streams) -> list[bool]:
-    """_overlapped_loop's flags from array passes, stream by stream: the latest end of the stream's
-    kernels before each kernel in the sweep (a running maximum), and the kernel that first reached it;
-    a kernel of another stream that it runs past by more than the slack flags both. Only comparisons
-    and one subtraction a pair, as in the loop, so the flags are the loop's."""
+    """_overlapped_of_arrays of the kernels `order`, their times made into arrays."""
     from analysis.numeric import np
 
     at = np.array(order, dtype=np.int64)
-    start = np.array(starts, dtype=np.float64)[at]
-    end = np.array(ends, dtype=np.float64)[at]
-    stream = np.array(streams, dtype=np.int64)[at]
-    flags = np.zeros(len(at), dtype=bool)
-    positions = np.arange(len(at))
+    return _overlapped_of_arrays(np.array(starts, dtype=np.float64)[at], np.array(ends, dtype=np.float64)[at],
+                                 np.array(streams, dtype=np.int64)[at])
+
+
+def _overlapped_of_arrays(start, end, stream) -> list[bool]:
+    """_overlapped_loop's flags from array passes, stream by stream: the latest end of the stream's
+    kernels before each kernel in the sweep (a running maximum), and the kernel that first reached it;
+    a kernel of another stream that it runs past by more than the slack flags both. Only comparisons
+    and one subtraction a pair, as in the loop, so the flags are the loop's. The arrays are in the
+    sweep's order (float64 starts and ends, int64 streams)."""
+    from analysis.numeric import np
+
+    flags = np.zeros(len(start), dtype=bool)
+    positions = np.arange(len(start))
     for own in set(stream.tolist()):  # not np.unique: it imports numpy.ma
         mine = stream == own
         reach = np.maximum.accumulate(np.where(mine, end, -np.inf))

@@ -109,9 +109,9 @@ def chain_positions(kernels: list[Kernel], times: StepTimes | None = None) -> li
         anchors = [is_anchor[k.root or k.name] for k in kernels]
         if times is not None:
             starts, ends = times.start_us.tolist(), times.end_us.tolist()
-        else:
-            starts = [k.start_us for k in kernels]
-            ends = [k.start_us + k.dur_us for k in kernels]
+            return main_chain(starts, ends, streams, anchors, (times.start_us, times.end_us, times.stream))
+        starts = [k.start_us for k in kernels]
+        ends = [k.start_us + k.dur_us for k in kernels]
         return main_chain(starts, ends, streams, anchors)
     return list(range(len(kernels)))
 
