@@ -181,25 +181,24 @@ class ColumnsBuilder:
         hold the very objects they held (a plan's slots, interned names), those positions' codes and
         the rest coded. Kept per length, so a step's few side rows between its kernels and the next
         step's do not hide the step before."""
-        np = _numpy()
         key = (column, len(values))
-        last = self._last.get(key)
-        found = None
-        if last is not None:
-            last_values, last_codes = last
-            if last_values == values:
-                return last_codes
-            fresh = list(compress(range(len(values)), map(operator.is_not, values, last_values)))
-            if len(fresh) <= len(values) // 2:  # new values are numbered in the order they come, as _coded does
-                found = last_codes  # written into the columns already: changed here, kept as the last
-                found[fresh] = _coded(list(map(values.__getitem__, fresh)), codes)
-        if found is None:
-            found = np.asarray(_coded(values, codes), dtype=np.int32)
-        self._last.pop(key, None)
-        if len(self._last) >= _LAST_KEPT:  # steps of many lengths: the one longest unused let go
+        last = self._last.pop(key, None)  # put back below: the one longest unused is let go first
+        if last is not None and last[0] == values:
+            kept = last
+        else:
+            found = None
+            if last is not None:
+                fresh = list(compress(range(len(values)), map(operator.is_not, values, last[0])))
+                if len(fresh) <= len(values) // 2:  # new values are numbered in the order they come, as _coded does
+                    found = last[1]  # written into the columns already: changed here, kept as the last
+                    found[fresh] = _coded(list(map(values.__getitem__, fresh)), codes)
+            if found is None:
+                found = _numpy().asarray(_coded(values, codes), dtype="int32")
+            kept = (list(values), found)
+        if len(self._last) >= _LAST_KEPT:  # steps of many lengths
             del self._last[next(iter(self._last))]
-        self._last[key] = (list(values), found)
-        return found
+        self._last[key] = kept
+        return kept[1]
 
     def columns(self) -> KernelColumns:
         np = _numpy()
