@@ -206,6 +206,7 @@ def test_node_path_bench_times_a_node_its_pickled_result_and_the_heads_combine(t
     done = subprocess.run([sys.executable, "benchmarks/node_path_bench.py", *map(str, traces), "--rounds", "1",
                            "--out", str(tmp_path / "node.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.index("warm-up:") < done.stderr.index("round 1 of 1")  # compiled before any timed round
     report = json.loads((tmp_path / "node.json").read_text())
     (medians,) = report["medians"].values()
     assert set(medians) == {"node_s", "node_cpu_s", "pickle_s", "pickle_mb", "unpickle_s", "combine_s",
