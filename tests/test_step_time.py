@@ -10,12 +10,13 @@ waits there.
 from __future__ import annotations
 
 import glob
+import re
 from pathlib import Path
 
 import pytest
 
 from analysis.pipeline import AnalysisOptions, analyze, render_markdown
-from inject_gaps import kernels, launches, read_events, step_windows, stretch, write_events
+from inject_gaps import GPU_CATS, kernels, launches, read_events, step_windows, stretch, write_events
 from synthetic_idle import write_idle_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,3 +187,50 @@ def test_rank_1_of_the_real_two_node_job_waits_in_the_collective_before_the_laye
     assert per_rank["wait before layers"] > 2 * max(others)
     text = render_markdown([two_nodes.d4])
     assert "Where each rank's step goes (two-nodes)" in text and "| TP1-EP1 | " in text
+
+
+def test_a_trace_whose_gpu_clock_runs_behind_its_cpu_clock_says_its_idle_causes_are_not_reliable(tmp_path):
+    """A real eager trace's GPU events (kernels, copies, GPU annotations) moved 500 us earlier, as a trace
+    whose CPU and GPU clocks disagree would hold them: kernels then start before their launch calls
+    began, which no real trace here does (tests/reference's problems.csv: no such note). The rank's
+    notes say how many gaps were read from such a kernel and by how much at most (at most 500 us less
+    the trace's shortest launch-to-start time, read off the raw events); the kernels' own table and
+    where the idle time lies stay as they were."""
+    doc = read_events(EAGER_EP)
+    calls = launches(doc)
+    shortest_us = min(ev["ts"] - calls[ev["args"]["correlation"]]["ts"] for ev in doc["traceEvents"]
+                      if ev.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                      and (ev.get("args") or {}).get("correlation") in calls)  # copies and sets too
+    shift_us = 500.0
+    for ev in doc["traceEvents"]:
+        if ev.get("cat") in GPU_CATS and isinstance(ev.get("ts"), (int, float)):
+            ev["ts"] -= shift_us
+    options = AnalysisOptions(run="eager", jobs=1)
+    before = analyze([str(EAGER_EP)], model=MODEL, options=options)
+    after = analyze([str(write_events(doc, tmp_path / EAGER_EP.name))], model=MODEL, options=options)
+    assert not [p for p in before.problems if "clocks disagree" in p.message]
+    (said,) = [p.message for p in after.problems if "clocks disagree" in p.message]
+    gaps, most_us = re.match(r"(\d+) GPU-idle gap\(s\) end at a kernel that started before its launch call began "
+                             r"\(by up to ([\d.]+) us\)", said).groups()
+    assert 0 < int(gaps) <= sum(1 for _ in after.step_rows) * 1000
+    assert 0.0 < float(most_us) <= shift_us - shortest_us + 0.05, (most_us, shortest_us)
+    assert after.d4.rows == before.d4.rows
+    for b, a in zip(before.step_rows, after.step_rows, strict=True):
+        for name in ("busy_any_us", "idle_pre_us", "idle_between_us", "idle_inside_us", "idle_post_us"):
+            assert abs(getattr(a, name) - getattr(b, name)) < 1e-6, (b.step, name)
+
+
+def test_the_clock_note_counts_the_gaps_read_from_kernels_before_their_launch_and_the_most_by_which():
+    """SYNTHETIC launches and kernels with known leads: gaps ended by kernels that start 10, 300 and 50 us
+    before their launch calls began, one 0.5 us before (within the slack: rounding) and one 5 us after."""
+    from analysis.attribution.idle import LaunchClock
+    from analysis.ingest.trace_model import Kernel, Launch
+
+    leads_us = [10.0, 300.0, 50.0, 0.5, -5.0]
+    launch_us = 1_000_000.0
+    clock = LaunchClock([Launch("cudaLaunchKernel", launch_us, 7, i) for i in range(len(leads_us))], [])
+    assert clock.clock_note() == ""
+    for i, lead in enumerate(leads_us):
+        clock.cause(Kernel(f"k{i}", 7, launch_us - lead, 2.0, i, "cudaLaunchKernel"), launch_us - lead - 1.0)
+    assert clock.clock_note().startswith("3 GPU-idle gap(s) end at a kernel that started before its launch call "
+                                         "began (by up to 300.0 us)")
