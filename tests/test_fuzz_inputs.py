@@ -1,7 +1,8 @@
 """A bounded fuzz of `analyze` on real traces from tests/data: truncated, garbled, fields mutated; and
 of the input classes that once ended in tracebacks, hangs or silent sums: pipes, file names and bytes
 that are not UTF-8, deep nesting, numbers of thousands of digits, one trace twice, doubled kernels,
-mixed runs, and hostile values in scenarios.
+mixed runs, and hostile values in scenarios; and whole traces whose event sets are strange (events
+dropped, reordered, moved between streams, cut to one kernel or to copies, GPU and CPU clocks apart).
 
 Fixed seed, fixed count, a time budget well under a minute. Every case must end in a clean exit
 (0, or 2 with one error line): never a traceback, and never an exit-0 table from an input that is
@@ -297,3 +298,68 @@ def test_hostile_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
         assert status in (0, 1) and "Traceback" not in captured.err, (n, kind, where, captured.err)
         if status == 1:
             assert str(path) in captured.err
+
+
+STRUCTURAL_BUDGET_S = 60.0
+GPU_EVENT_CATS = KERNEL_CATS | {"gpu_user_annotation"}
+
+
+def _structural_case(kind: str, rng: random.Random, doc: dict) -> dict:
+    """A whole trace (valid JSON, every kernel field well typed) whose events are strange as a set: dropped,
+    reordered, moved between streams, cut to one kernel or to copies, thread ids as strings, a kernel far
+    off in time, every GPU event an hour before its launch call (two clocks that disagree)."""
+    events = doc["traceEvents"]
+    kernels = [i for i, e in enumerate(events) if e.get("cat") in KERNEL_CATS and e.get("ph") == "X"]
+    keep = set(range(len(events)))
+    if kind == "drop":
+        keep -= set(rng.sample(kernels, len(kernels) // 2))
+    elif kind == "reorder":
+        rng.shuffle(events)
+    elif kind == "restream":
+        for i in rng.sample(kernels, len(kernels) // 4):
+            events[i].setdefault("args", {})["stream"] = rng.choice([7, 13, 999])
+    elif kind == "no-args":
+        for i in rng.sample(kernels, len(kernels) // 3):
+            events[i].pop("args", None)
+    elif kind == "one-kernel":
+        keep -= set(kernels) - {rng.choice(kernels)}
+    elif kind == "copies-only":
+        keep -= {i for i in kernels if events[i]["cat"] == "kernel"}
+    elif kind == "string-tids":
+        for e in events:
+            if "tid" in e:
+                e["tid"] = f"stream {e['tid']}"
+    elif kind == "far-kernel":
+        events[rng.choice(kernels)]["ts"] = 1e15
+    elif kind == "clocks-apart":
+        for e in events:
+            if e.get("cat") in GPU_EVENT_CATS and isinstance(e.get("ts"), (int, float)):
+                e["ts"] -= 3.6e9
+    doc["traceEvents"] = [e for i, e in enumerate(events) if i in keep]
+    return doc
+
+
+def test_whole_traces_with_strange_event_sets_get_a_table_or_one_error_line(tmp_path, capsys):
+    """Each structural mutation of each source ends in a table (exit 0) or one error line (exit 2), never
+    a traceback; clocks that disagree are said in the rank's notes (problems.csv)."""
+    rng = random.Random(SEED + 64)
+    sources = [gzip.decompress(p.read_bytes()).decode() for p in SOURCES]
+    kinds = ["drop", "reorder", "restream", "no-args", "one-kernel", "copies-only", "string-tids", "far-kernel",
+             "clocks-apart"]
+    started = time.monotonic()
+    for n, (text, kind) in enumerate((t, k) for t in sources for k in kinds):
+        if time.monotonic() - started > STRUCTURAL_BUDGET_S:
+            pytest.fail(f"budget of {STRUCTURAL_BUDGET_S:.0f} s spent after {n} cases (a case got slow or hung)")
+        path = tmp_path / f"structural{n}-TP-0-DECODE.trace.json"
+        path.write_text(json.dumps(_structural_case(kind, rng, json.loads(text))))
+        try:
+            status = main(["analyze", str(path), "--jobs", "1", "--out", str(tmp_path / f"out{n}")])
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may escape as a traceback
+            pytest.fail(f"case {n} ({kind}): {type(exc).__name__}: {exc}")
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and status in (0, 2), (n, kind, status, err)
+        if status == 2:
+            errors = [line for line in err.splitlines() if line.startswith("moe-harness analyze:")]
+            assert len(errors) == 1, (n, kind, err)
+        if kind == "clocks-apart" and status == 0:
+            assert "clocks disagree" in (tmp_path / f"out{n}" / "problems.csv").read_text(), (n, err)
