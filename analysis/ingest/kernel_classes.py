@@ -26,31 +26,63 @@ ROUTING = frozenset({"topk", "router_gemm"})
 MINOR = frozenset({"elementwise", "memory", "quant", "view"})
 
 
+# A rule's escapes that a lowered name cannot change the meaning of: a class of characters (digits,
+# word characters, whitespace, a word edge, the text's ends) or a punctuation mark.
+_CASELESS_ESCAPE = re.compile(r"\\[dDwWsSbBAZ]|\\[^0-9A-Za-z]")
+
+
+class _Rule:
+    """An entry's class and regex. A case-insensitive one ('(?i)...') is also kept lowered (`folded`) for
+    names of ASCII characters, lowered too: on ASCII text a rule's letter matches a name's letter whatever
+    their cases exactly when the lowered letters are equal, so the lowered rule finds the lowered name
+    where the rule finds the name, 3 to 7 times faster (a case-insensitive search tries both cases at every
+    position of a long templated name). Only where nothing else could differ: an ASCII rule without a
+    character set, a group flag or an escape other than _CASELESS_ESCAPE (an escaped code of a letter)."""
+
+    __slots__ = ("cls", "pattern", "folded")
+
+    def __init__(self, cls: str, source: str):
+        self.cls, self.pattern, self.folded = cls, re.compile(source), None
+        body = source[4:] if source.startswith("(?i)") else ""
+        if body and body.isascii() and "[" not in body and not re.search(r"\(\?(?!:)", body):
+            pieces = re.split(r"(\\.)", body, flags=re.S)  # the escapes at odd places
+            if all(_CASELESS_ESCAPE.fullmatch(escape) for escape in pieces[1::2]):
+                self.folded = re.compile("".join(p if i % 2 else p.lower() for i, p in enumerate(pieces)))
+
+    def finds(self, text: str, lowered: str | None) -> bool:
+        """Does the regex find `text`; `lowered`: text.lower() where text is all ASCII, else None."""
+        if self.folded is not None and lowered is not None:
+            return self.folded.search(lowered) is not None
+        return self.pattern.search(text) is not None
+
+
 @functools.lru_cache(maxsize=1)
-def _rules() -> list[tuple[str, re.Pattern[str]]]:
-    return [(entry.cls, re.compile(entry.match)) for entry in load_rules(CLASSES_FILE.name, KernelClasses).classes]
+def _rules() -> list[_Rule]:
+    return [_Rule(entry.cls, entry.match) for entry in load_rules(CLASSES_FILE.name, KernelClasses).classes]
+
+
+def _forms(name: str) -> list[tuple[str, str | None]]:
+    """The texts a name is classed by (the name, and a mangled one's plain prefix), each with its lowered
+    form where it is all ASCII."""
+    text = name.strip()
+    texts = [text, unmangle_prefix(text)] if text.startswith("_Z") else [text]
+    return [(t, t.lower() if t.isascii() else None) for t in texts]
 
 
 @functools.lru_cache(maxsize=100_000)
 def _matching_class(name: str) -> str | None:
     """The class of the first entry whose regex the name matches, or None (cached: both the class
     and the rule of a name read it)."""
-    text = name.strip()
-    plain = unmangle_prefix(text) if text.startswith("_Z") else None
-    for cls, pattern in _rules():
-        if pattern.search(text) or (plain is not None and pattern.search(plain)):
-            return cls
-    return None
+    forms = _forms(name)
+    return next((rule.cls for rule in _rules() if any(rule.finds(*form) for form in forms)), None)
 
 
 @functools.lru_cache(maxsize=100_000)
 def matches_class(name: str, cls: str) -> bool:
     """Is an entry of class `cls` found in the name (whichever class the name's first matching entry
     gives it): a kernel family that takes a class's regex from here tests this (cached)."""
-    text = name.strip()
-    plain = unmangle_prefix(text) if text.startswith("_Z") else None
-    return any(entry_cls == cls and (pattern.search(text) or (plain is not None and pattern.search(plain)))
-               for entry_cls, pattern in _rules())
+    forms = _forms(name)
+    return any(rule.cls == cls and any(rule.finds(*form) for form in forms) for rule in _rules())
 
 
 @functools.lru_cache(maxsize=100_000)
