@@ -254,6 +254,15 @@ def test_an_older_release_is_planned_in_its_own_spelling_and_runs(cluster, env, 
     assert manifest["node_check"]["0"] == {"sglang_version": "0.5.17", "problems": []}
 
 
+# The fake's pass for runs whose every profiled step must run the whole batch: the harness opens its window
+# while the batch's shortest request has the window's tokens and two passes more to come (5 passes here),
+# and its reaction from that check to the profile's start took more than 0.2 s on this 2-core machine while
+# other jobs ran (_run_prefill_heavy). At the scenario's 10 ms passes a full CI run beside a process spinning
+# on the other core saw every profiled step at half the batch (bs=1 of 2: status "off"); alone, beside the
+# same process, three runs passed.
+WHOLE_BATCH_STEP_MS = "60"
+
+
 def _step_labels(trace: Path) -> set[str]:
     import gzip
     data = json.loads(gzip.decompress(trace.read_bytes()))
@@ -269,7 +278,7 @@ def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(clu
     """No --sglang-version: the nodes say which release they have; the plan is spelled for it, and every
     profiled step's bs (the fake labels each step with its DP group's running requests) is the
     scenario's batch per scheduler: 8 requests over 4 DP groups."""
-    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION=release)
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION=release, FAKE_SGLANG_STEP_MS=WHOLE_BATCH_STEP_MS)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
@@ -292,7 +301,8 @@ def test_each_dialect_is_detected_planned_for_and_its_profiled_batch_checked(clu
 
 def test_a_release_newer_than_the_table_on_the_nodes_runs_with_a_warning(cluster, env, tmp_path):
     """Nodes with 9.9.9 (its flags lent by 0.5.23's wheel: PyPI has no 9.9.9): planned as 0.5.23, said so."""
-    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="9.9.9", FAKE_SGLANG_FLAGS_FROM="0.5.23")
+    scenario, path = _scenario(tmp_path, FAKE_SGLANG_VERSION="9.9.9", FAKE_SGLANG_FLAGS_FROM="0.5.23",
+                               FAKE_SGLANG_STEP_MS=WHOLE_BATCH_STEP_MS)
     status, run_dir = run(scenario, path, tmp_path / "runs", quiet=True)
     manifest = _manifest(run_dir)
     assert (status, manifest["status"]) == (0, "ok"), manifest.get("error")
