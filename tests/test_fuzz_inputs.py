@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from inject_gaps import GPU_CATS
 
 DATA = Path(__file__).parent / "data"
 SOURCES = (DATA / "sglang-real" / "sglang-0.5.17-dsv3-4l-fp8-h200-fused-moe-TP-0-DECODE.trace.json.gz",
@@ -301,7 +302,6 @@ def test_hostile_scenarios_get_a_verdict_never_a_traceback(tmp_path, capsys):
 
 
 STRUCTURAL_BUDGET_S = 60.0
-GPU_EVENT_CATS = KERNEL_CATS | {"gpu_user_annotation"}
 
 
 def _structural_case(kind: str, rng: random.Random, doc: dict) -> dict:
@@ -333,7 +333,7 @@ def _structural_case(kind: str, rng: random.Random, doc: dict) -> dict:
         events[rng.choice(kernels)]["ts"] = 1e15
     elif kind == "clocks-apart":
         for e in events:
-            if e.get("cat") in GPU_EVENT_CATS and isinstance(e.get("ts"), (int, float)):
+            if e.get("cat") in GPU_CATS and isinstance(e.get("ts"), (int, float)):
                 e["ts"] -= 3.6e9
     doc["traceEvents"] = [e for i, e in enumerate(events) if i in keep]
     return doc

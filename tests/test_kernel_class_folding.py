@@ -9,6 +9,7 @@ every name.
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 from pathlib import Path
@@ -28,6 +29,7 @@ UNFOLDABLE = (r"(?i)[A-z]", r"(?i)x[A-Z_]y", r"(?i)\x41b", r"(?i)(?-i:A)b", r"(?
               r"(?i)ſ", r"(?i)k\101")
 
 
+@functools.lru_cache(maxsize=1)
 def _names() -> list[str]:
     rng = random.Random(20261129)
     words = sorted({w for rule in kernel_classes._rules() for w in re.findall(r"[A-Za-z_:]{2,}", rule.pattern.pattern)})
@@ -43,11 +45,9 @@ def _names() -> list[str]:
     return sorted(real) + made
 
 
-NAMES = _names()
-
 
 def _fast_and_plain_agree(rule: _Rule) -> list[str]:
-    return [n for n in NAMES if rule.finds(n, n.lower() if n.isascii() else None) != (rule.pattern.search(n) is not None)]
+    return [n for n in _names() if rule.finds(n, n.lower() if n.isascii() else None) != (rule.pattern.search(n) is not None)]
 
 
 def test_every_shipped_case_insensitive_class_rule_is_searched_lowered_and_finds_the_same_names():

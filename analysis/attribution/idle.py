@@ -91,7 +91,6 @@ class LaunchClock:
                 return "host_sync"
         return "host_launch"
 
-
     def clock_note(self) -> str:
         """What the rank's notes say where a gap's kernel started before its launch call, else ""."""
         if not self.before_launch:

@@ -269,8 +269,8 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
             step.kernels, step.times = [], None
     for namer in namers:
         options.notes.extend(namer.rank_notes())
-    if clock.clock_note():
-        options.notes.append(clock.clock_note())
+    if note := clock.clock_note():
+        options.notes.append(note)
     if tbo_missing:
         options.notes.append(TBO_NOT_SEEN.format(where=f"{tbo_missing} of {len(steps)} steps"))
     return rows.columns(), step_rows
