@@ -222,10 +222,11 @@ def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]], launched_at=N
     self-checks' to flag)."""
     if not rest:
         return []
-    starts = [min(map(_START_OF, step)) for step in steps]
+    starts = [step[0].start_us for step in steps]  # each step's kernels come by start (segment_steps)
     last = len(steps) - 1
     frontier = max(k.end_us for k in steps[last]) if steps[last] else float("-inf")
     tail: list[Kernel] = []
+    joined: set[int] = set()
     for kernel in sorted(rest, key=_START_OF):
         i = max(0, bisect.bisect_right(starts, kernel.start_us) - 1)
         if i == last and launched_at is not None and (tail or kernel.start_us - frontier > TAIL_GAP_US):
@@ -234,8 +235,11 @@ def _place_the_rest(rest: list[Kernel], steps: list[list[Kernel]], launched_at=N
                 tail.append(kernel)
                 continue
         steps[i].append(kernel)
+        joined.add(i)
         if i == last:
             frontier = max(frontier, kernel.end_us)
+    for i in joined:  # back in start order, ties as they came (the sort segment_steps no longer repeats)
+        steps[i].sort(key=_START_OF)
     return tail
 
 
@@ -322,6 +326,9 @@ def _model_calls(trace: RankTrace) -> list[Range]:
 
 
 def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules: bool = True) -> list[Step]:
+    """The rank's steps, each holding its kernels in start order. The trace's kernels come by start
+    (RankTrace), and every rule below keeps that order: it hands out kernels in the trace's order
+    (or, _place_the_rest, sorts the steps it adds to), so no step is sorted again."""
     kernels = trace.kernels
     default_stage = stage_of(trace.rank.stage) if trace.rank.stage else UNKNOWN
 
@@ -333,7 +340,7 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
                 Step(
                     index=len(steps),
                     stage=stage_of(label, default_stage),
-                    kernels=sorted(group, key=_START_OF),
+                    kernels=group,
                     segmented_by=how,
                     batch_size=_batch_of(label) if label else None,
                     label=label,
@@ -350,9 +357,12 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         return launch_ts.get(kernel.correlation)
 
     def cpu_points() -> list[float | None]:
-        """cpu_point of every kernel, in one pass."""
+        """cpu_point of every kernel, in one pass: a trace holds GPU kernels, launched by calls, or CPU
+        operators only (trace_loader.py), never both."""
         at = launch_ts.get
-        return [k.start_us if k.launcher == "cpu" else at(k.correlation) for k in kernels]
+        if kernels and kernels[0].kind == "cpu_op":
+            return [k.start_us if k.launcher == "cpu" else at(k.correlation) for k in kernels]
+        return [at(k.correlation) for k in kernels]
 
     calls = _model_calls(trace) if use_modules else []
     if calls:

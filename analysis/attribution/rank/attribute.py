@@ -115,7 +115,11 @@ def attribute_rank_columns(
 
 
 def _any_root(kernels: list) -> bool:
-    """Whether any kernel is a CPU operator under an outer call (a set of the roots: a pass in C)."""
+    """Whether any kernel is a CPU operator under an outer call (a set of the roots: a pass in C). Only
+    a CPU operator has a root, and a trace's kernels are GPU work or CPU operators, never both
+    (trace_loader.py): a step of GPU kernels is not read."""
+    if not kernels or kernels[0].kind != "cpu_op":
+        return False
     roots = {k.root for k in kernels}
     roots.discard("")
     return bool(roots)
