@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from analysis.attribution.module_attribution import module_class
 from analysis.attribution.step_times import StepTimes
-from analysis.ingest.trace_model import Kernel, Range, RankTrace
+from analysis.ingest.trace_model import Kernel, Range, RankTrace, are_cpu_operators
 from analysis.rules import load_rules, rules_path
 from analysis.rules_schema import StepLabels
 from analysis.attribution.stages import UNKNOWN, VERIFY
@@ -357,10 +357,9 @@ def segment_steps(trace: RankTrace, gap_us: float = DEFAULT_GAP_US, use_modules:
         return launch_ts.get(kernel.correlation)
 
     def cpu_points() -> list[float | None]:
-        """cpu_point of every kernel, in one pass: a trace holds GPU kernels, launched by calls, or CPU
-        operators only (trace_loader.py), never both."""
+        """cpu_point of every kernel, in one pass (only CPU operators are placed by their own start)."""
         at = launch_ts.get
-        if kernels and kernels[0].kind == "cpu_op":
+        if are_cpu_operators(kernels):
             return [k.start_us if k.launcher == "cpu" else at(k.correlation) for k in kernels]
         return [at(k.correlation) for k in kernels]
 

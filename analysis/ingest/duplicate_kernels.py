@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from analysis.errors import TraceLoadError
-from analysis.ingest.trace_model import Kernel, Launch
+from analysis.ingest.trace_model import Kernel, Launch, are_cpu_operators
 
 # Two kernels on one stream may overlap: a programmatic dependent launch starts the next kernel while
 # the previous one drains (up to 69% of the shorter one on the real B300 traces), and a dependent kernel
@@ -51,7 +51,7 @@ def check_no_duplicate_kernels(path: str, kernels: list[Kernel]) -> None:
     kernel wholly inside its previous launch of the same name, or over more than MOST_STREAM_OVERLAP
     of the shorter (docs/analysis.md, durations). One pass; kernels come by (start, stream). CPU
     operators are not a device's launches: not checked."""
-    if not kernels or kernels[0].kind == "cpu_op":
+    if not kernels or are_cpu_operators(kernels):
         return
     last_end: dict[int, float] = {}  # per stream: the latest end so far, and the kernel that ends there
     last: dict[int, Kernel] = {}

@@ -37,6 +37,13 @@ class Kernel(msgspec.Struct, gc=False):
         return self.start_us + self.dur_us
 
 
+def are_cpu_operators(kernels: list[Kernel]) -> bool:
+    """Whether these kernels (a trace's, or a step's) are CPU operators rather than GPU work: a trace
+    holds GPU kernels or, where it has none, its CPU operators, never both (trace_loader.py), so the
+    first kernel says it."""
+    return bool(kernels) and kernels[0].kind == "cpu_op"
+
+
 class Range(msgspec.Struct, gc=False):
     """A named time range: a GPU or CPU annotation, or an nn.Module python range."""
 

@@ -28,7 +28,7 @@ from analysis.attribution.signature import Signature
 from analysis.attribution.steps import DEFAULT_GAP_US, Step, segment_steps
 from analysis.attribution.structure import count_attention_cores
 from analysis.ingest.model_spec import ModelSpec
-from analysis.ingest.trace_model import RankTrace
+from analysis.ingest.trace_model import RankTrace, are_cpu_operators
 from analysis.attribution.stages import DECODE, DRAFT, DRAFT_STAGES
 
 if TYPE_CHECKING:
@@ -115,10 +115,9 @@ def attribute_rank_columns(
 
 
 def _any_root(kernels: list) -> bool:
-    """Whether any kernel is a CPU operator under an outer call (a set of the roots: a pass in C). Only
-    a CPU operator has a root, and a trace's kernels are GPU work or CPU operators, never both
-    (trace_loader.py): a step of GPU kernels is not read."""
-    if not kernels or kernels[0].kind != "cpu_op":
+    """Whether any kernel is a CPU operator under an outer call. Only a CPU operator has a root: a step
+    of GPU kernels is not read (are_cpu_operators)."""
+    if not are_cpu_operators(kernels):
         return False
     roots = {k.root for k in kernels}
     roots.discard("")
