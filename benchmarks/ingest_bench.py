@@ -39,7 +39,9 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.real_traces import REPO_ROOT, real_trace_files, real_traces_dir  # noqa: E402
+# the repository root, worked out here: the child (one load, timed as the loader's baseline) imports
+# nothing the loader does not need (benchmarks.real_traces brings urllib, tarfile and the test helpers)
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 CHILD_TIMEOUT_S = 900
 _CHECKOUT_ENV = "MOE_BENCH_CHECKOUT"  # set for a child that runs another checkout's analysis code
@@ -234,6 +236,8 @@ def _uncompressed(gz_path: Path, work_dir: Path) -> Path:
 
 def _largest_real_trace(work_dir: Path) -> tuple[Path, Path | None]:
     """The largest real trace by uncompressed size, as (.json, .json.gz or None)."""
+    from benchmarks.real_traces import real_trace_files, real_traces_dir
+
     root = real_traces_dir()
     if root is None:
         raise SystemExit("real traces not found: set MOE_HARNESS_REAL_TRACES")
