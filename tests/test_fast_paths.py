@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped, _overlapped_arrays, _overlapped_loop, main_chain
+import analysis.attribution.chain as chain_module
+from analysis.attribution.chain import OVERLAP_SLACK_US, _overlapped_loop, _overlapped_rows, main_chain
 from analysis.attribution.overlap import exposed_durations
 import analysis.attribution.steps as steps_module
 from analysis.attribution.steps import _by_windows
@@ -119,7 +120,7 @@ def test_a_kernel_is_overlapped_exactly_where_another_stream_runs_past_its_start
         streams = [k.stream for k in kernels]
         order = sorted(range(len(kernels)), key=lambda x: (starts[x], ends[x], x))
         rank = {x: n for n, x in enumerate(order)}
-        swept = _overlapped(order, starts, ends, streams)  # in the sweep's order
+        swept = _overlapped_loop(order, starts, ends, streams)  # in the sweep's order
         flags = [swept[rank[i]] for i in range(len(kernels))]
 
         def runs_past(first: int, then: int) -> bool:
@@ -170,8 +171,11 @@ def test_slice_boundaries_found_near_the_end_are_the_last_ones_of_the_whole_slic
 
 @pytest.mark.parametrize("streams", [2, 3, 5])
 def test_the_array_sweep_flags_what_the_loop_flags(streams):
-    """A step's whole chain is swept by array passes, a fork's few kernels by the loop: the same
-    flags, kernel for kernel, on SYNTHETIC steps with ties, touching kernels and a subset swept."""
+    """A step's whole chain is swept by array passes (a row of them, or one row per step of a shape),
+    a fork's few kernels by the loop: the same flags, kernel for kernel, on SYNTHETIC steps with ties,
+    touching kernels and a subset swept."""
+    import numpy as np
+
     rng = random.Random(streams)
     for _ in range(20):
         kernels = _kernels(rng, 300, streams, shuffled=False)
@@ -182,18 +186,19 @@ def test_the_array_sweep_flags_what_the_loop_flags(streams):
         subset = [i for i in order if rng.random() < 0.7]
         for swept in (order, subset):
             want = _overlapped_loop(swept, starts, ends, ids)
-            assert _overlapped_arrays(swept, starts, ends, ids) == want
+            rows = _overlapped_rows(np.array(starts)[None, swept], np.array(ends)[None, swept], np.array(ids)[swept])
+            assert rows.shape == (1, len(swept)) and rows[0].tolist() == want
             assert any(want) and not all(want)
 
 
 @pytest.mark.parametrize("streams", [2, 3, 4])
-def test_the_chain_from_a_steps_time_arrays_is_the_chain_from_its_lists(streams):
+def test_the_chain_from_a_steps_time_arrays_is_the_chain_from_its_lists(streams, monkeypatch):
     """chain_positions hands main_chain the step's time arrays beside the lists (the sweep reads them
     as they are instead of making arrays of the lists again). SYNTHETIC steps of several hundred
-    kernels (the array sweep's size): in strict start order (the arrays are read), with equal starts
-    and shuffled (the kernels are sorted, so arrays in the input's order must not be read); anchors
-    on some streams, so forks are read again on part of their streams. The chain is the one the lists
-    alone give."""
+    kernels (the array sweep's size): in strict start order, with equal starts and shuffled (the
+    kernels are sorted, so the arrays are read in the sweep's order, not the input's); anchors on some
+    streams, so forks are read again on part of their streams. The chain is the one the lists give,
+    with arrays and without, and the one the loop alone gives (no sweep by arrays at all)."""
     import numpy as np
 
     rng = random.Random(streams)
@@ -210,8 +215,12 @@ def test_the_chain_from_a_steps_time_arrays_is_the_chain_from_its_lists(streams)
         stream_list = [k.stream for k in kernels]
         anchors = [rng.random() < 0.3 and k.stream != 0 for k in kernels]
         arrays = (np.array(starts), np.array(ends), np.array(stream_list, dtype=np.int64))
+        with monkeypatch.context() as patch:
+            patch.setattr(chain_module, "ARRAY_SWEEP_FROM", 10**9)  # every sweep by the loop
+            loop_only = main_chain(starts, ends, stream_list, anchors), main_chain(starts, ends, stream_list)
         assert main_chain(starts, ends, stream_list, anchors, arrays) == main_chain(starts, ends, stream_list, anchors)
         assert main_chain(starts, ends, stream_list, None, arrays) == main_chain(starts, ends, stream_list)
+        assert (main_chain(starts, ends, stream_list, anchors), main_chain(starts, ends, stream_list)) == loop_only
 
 
 def test_a_fork_read_again_on_its_anchored_streams_reads_its_own_times():

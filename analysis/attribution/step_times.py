@@ -37,6 +37,16 @@ class StepTimes:
         return cls(np.array([k.start_us for k in kernels], dtype=np.float64),
                    np.array([k.dur_us for k in kernels], dtype=np.float64), [k.stream for k in kernels])
 
+    @classmethod
+    def shared(cls, start_us: np.ndarray, dur_us: np.ndarray, end_us: np.ndarray, stream_list: list[int],
+               stream: np.ndarray, streams: set[int]) -> StepTimes:
+        """Times of arrays already read (a step read with others of its shape: step_shapes.py), its streams
+        (a list, an array, a set: never changed) shared with the steps that run on the same streams."""
+        times = cls.__new__(cls)
+        times.start_us, times.dur_us, times.end_us = start_us, dur_us, end_us
+        times.stream_list, times.stream, times.streams = stream_list, stream, streams
+        return times
+
     def __len__(self) -> int:
         return len(self.dur_us)
 

@@ -685,12 +685,14 @@ def routed_rules(kinds: list[str], gemm_calls: list[int | None]) -> list[Named]:
     return [(role, _ROUTED_RULE[role]) for role in routed_roles(kinds, gemm_calls)]
 
 
-def cut_structural(kernels: list[Kernel], times: StepTimes | None = None) -> LayerCut | None:
+def cut_structural(kernels: list[Kernel], times: StepTimes | None = None, chain: list[int] | None = None
+                   ) -> LayerCut | None:
     """Layers and roles of one step's kernels (in start order, as steps hold them), or None when
-    no attention core is found; `times`: the kernels' times, where the caller has them."""
+    no attention core is found; `times`: the kernels' times, where the caller has them; `chain`: the
+    positions chain_positions gives, where they were read with other steps (step_shapes.py)."""
     if not kernels:
         return None
-    main_idx = chain_positions(kernels, times)
+    main_idx = chain if chain is not None else chain_positions(kernels, times)
     plan = _layer_plan(_chain_key(kernels, main_idx))
     if plan is None:
         return None

@@ -36,6 +36,10 @@ class Namer:
     def name(self, step: Step) -> Naming:
         raise NotImplementedError
 
+    def before_steps(self, steps: list[Step]) -> None:
+        """Called once with the rank's steps before the first is named: a namer that reads steps
+        together does it here (most read each step alone)."""
+
     def rank_notes(self) -> list[str]:
         return []
 

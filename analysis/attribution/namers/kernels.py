@@ -7,6 +7,7 @@ from analysis.attribution.layers import cut_by_template, cut_generic
 from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
 from analysis.attribution.stages import DRAFT
+from analysis.attribution.step_shapes import read_steps_together
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
 from analysis.attribution.two_batch import two_batch_cut
@@ -22,13 +23,24 @@ class TemplateNamer(Namer):
 
 
 class StructureNamer(Namer):
+    """`first`: no namer is asked before this one, so every step is this namer's to read, and steps of
+    one shape are read together (step_shapes.py)."""
+
+    def __init__(self, first: bool = False):
+        self.first = first
+        self._chains: dict[int, list[int]] = {}
+
+    def before_steps(self, steps: list[Step]) -> None:
+        if self.first:
+            self._chains = read_steps_together(steps)
+
     def name(self, step: Step) -> Naming:
         plan = step_two_batch_order(step)
         if plan is not None:
             cut = two_batch_cut(step.kernels, plan, cut_structural)
             if cut is not None:
                 return Naming(cut, "structure")
-        cut = cut_structural(step.kernels, step.times)
+        cut = cut_structural(step.kernels, step.times, self._chains.pop(step.index, None))
         return Naming(cut, "structure" if cut is not None else "")
 
 

@@ -29,5 +29,5 @@ def namers_for(trace: RankTrace, sig: Signature, attribution: str, steps: list[S
     if not sig.generic:
         namers.append(TemplateNamer(sig))
     else:
-        namers += [StructureNamer(), GenericNamer(sig)]
+        namers += [StructureNamer(first=not namers), GenericNamer(sig)]
     return namers

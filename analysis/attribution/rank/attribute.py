@@ -173,8 +173,12 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     rows = ColumnsBuilder(options.run, trace.rank.label, sum(len(s.kernels) + len(s.side) for s in steps))
     step_rows: list[StepRow] = []
     previous_end: float | None = None
+    for namer in namers:
+        namer.before_steps(steps)
     for step in steps:
-        times = step.times = StepTimes.of(step.kernels)
+        if step.times is None:  # not read with the other steps of its shape (step_shapes.py)
+            step.times = StepTimes.of(step.kernels)
+        times = step.times
         cut, how, reasons = name_step(namers, step)
         exposed = exposed_of_times(times)
         capture_note = "; ".join(reasons)
