@@ -239,16 +239,18 @@ def _overlapped_rows(start, end, stream):
     m, n = start.shape
     flags = np.zeros((m, n), dtype=bool)
     positions = np.arange(n)
+    no_end, no_kernel = np.full((m, 1), -np.inf), np.full((m, 1), -1)
     for own in set(stream.tolist()):  # not np.unique: it imports numpy.ma
         mine = stream == own
         reach = np.maximum.accumulate(np.where(mine, end, -np.inf), axis=1)
-        before = np.concatenate((np.full((m, 1), -np.inf), reach[:, :-1]), axis=1)  # the stream's latest end before
-        holder = np.maximum.accumulate(np.where(mine & (end > before), positions, -1), axis=1)
-        held_before = np.concatenate((np.full((m, 1), -1), holder[:, :-1]), axis=1)  # the kernel that set it
+        before = np.concatenate((no_end, reach[:, :-1]), axis=1)  # the stream's latest end before each kernel
         runs_past = ~mine & (before - start > OVERLAP_SLACK_US)
-        flags |= runs_past
-        row, col = np.nonzero(runs_past)
-        flags[row, held_before[row, col]] = True
+        if runs_past.any():
+            holder = np.maximum.accumulate(np.where(mine & (end > before), positions, -1), axis=1)
+            held_before = np.concatenate((no_kernel, holder[:, :-1]), axis=1)  # the kernel that set it
+            flags |= runs_past
+            row, col = np.nonzero(runs_past)
+            flags[row, held_before[row, col]] = True
     return flags
 
 
