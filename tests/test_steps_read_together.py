@@ -14,7 +14,7 @@ import pytest
 
 import analysis.attribution.chain as chain_module
 from analysis.attribution.chain import main_chain, main_chains_of
-from analysis.attribution.step_shapes import READ_TOGETHER_FROM, read_steps_together
+from analysis.attribution.step_shapes import READ_TOGETHER_FROM, ROWS_AT_ONCE, StepShapes
 from analysis.attribution.step_times import StepTimes
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import chain_positions
@@ -118,24 +118,24 @@ def _step(index: int, starts: list[float], durs: list[float], streams: list[int]
     return Step(index=index, stage="decode", kernels=kernels, segmented_by="gpu_annotation")
 
 
-def test_read_steps_together_gives_each_step_its_own_times_and_chain():
+def test_steps_read_together_get_their_own_times_and_chains():
     """SYNTHETIC steps: five of one shape on two streams (one of them with two kernels starting at once),
-    three of another (too few to read together), five on one stream, one a two-batch reader claims.
-    Every step of a kernel count that four steps share has its times (rows of one array each, the
-    values StepTimes.of reads); a chain is given for each step of the five-step shape but the one with
-    the tie, and it is the chain chain_positions gives that step alone."""
+    three of another (too few to read together), five on one stream, one a two-batch reader claims,
+    and then more steps of the first shape than a block holds. Each step of a shape that four steps or
+    more share on several streams has its times when it is asked for its chain (rows of one array each,
+    the values StepTimes.of reads) and a chain, but the one with the tie; the chain is the one
+    chain_positions gives the step alone. A block is read when its first step is asked: the steps after
+    it have no times yet."""
     rng = random.Random(5)
     names = ["attention_fwd" if i % 7 == 3 else f"gemm_{i % 5}" for i in range(60)]
     two = [0 if i % 3 else 1 for i in range(60)]
-    steps, index = [], 0
+    steps = []
 
     def add(stream_of, tie=False):
-        nonlocal index
         starts, ends = _times(rng, len(stream_of))
         if tie:
             starts[10] = starts[9]
-        steps.append(_step(index, starts, [e - s for s, e in zip(starts, ends)], stream_of, names))
-        index += 1
+        steps.append(_step(len(steps), starts, [e - s for s, e in zip(starts, ends)], stream_of, names))
 
     for i in range(5):
         add(two, tie=i == 2)
@@ -145,21 +145,27 @@ def test_read_steps_together_gives_each_step_its_own_times_and_chain():
     for _ in range(5):
         add([0] * 60)
     add(two)
-    steps[-1].__dict__["_two_batch"] = object()  # claimed: read alone, by the two-batch reader
-    for step in steps[:-1]:
-        step.__dict__["_two_batch"] = None
-    chains = read_steps_together(steps)
-    assert sorted(chains) == [0, 1, 3, 4]
+    claimed = steps[-1].index
+    for _ in range(2 * ROWS_AT_ONCE + 3):
+        add(two)
     for step in steps:
-        if step.index == len(steps) - 1:
-            assert step.times is None
+        step.__dict__["_two_batch"] = object() if step.index == claimed else None  # claimed: the two-batch reader's
+    shapes = StepShapes(steps)
+    read_together = set()
+    for step in steps:
+        if step.index == 14:  # read with the shape's first block, as steps 0-4 were; the next block not yet
+            assert steps[14].times is not None and steps[14 + ROWS_AT_ONCE].times is None
+        chain = shapes.chain_of(step)
+        if chain is None:
+            assert step.times is None or step.index < 14  # read alone, or read with its block, tie and all
             continue
+        read_together.add(step.index)
         alone = StepTimes.of(step.kernels)
-        assert step.times is not None
         assert step.times.start_us.tolist() == alone.start_us.tolist()
         assert step.times.end_us.tolist() == alone.end_us.tolist()
         assert step.times.dur_us.tolist() == alone.dur_us.tolist()
         assert step.times.stream_list == alone.stream_list and step.times.streams == alone.streams
-        if step.index in chains:
-            assert chains[step.index] == chain_positions(step.kernels, alone)
+        assert chain == chain_positions(step.kernels, alone)
+    assert read_together == {0, 1, 3, 4, *range(14, len(steps))}
+    assert steps[2].times is not None  # the tie: its times read with its shape, its chain left to it alone
     assert READ_TOGETHER_FROM == 4  # the counts above are set against it

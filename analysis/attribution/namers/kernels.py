@@ -7,7 +7,8 @@ from analysis.attribution.layers import cut_by_template, cut_generic
 from analysis.attribution.namers import Namer, Naming
 from analysis.attribution.signature import Signature
 from analysis.attribution.stages import DRAFT
-from analysis.attribution.step_shapes import read_steps_together
+from analysis.attribution.step_shapes import StepShapes
+from analysis.attribution.step_times import StepTimes
 from analysis.attribution.steps import Step
 from analysis.attribution.structure import cut_structural
 from analysis.attribution.two_batch import two_batch_cut
@@ -28,11 +29,11 @@ class StructureNamer(Namer):
 
     def __init__(self, first: bool = False):
         self.first = first
-        self._chains: dict[int, list[int]] = {}
+        self._shapes: StepShapes | None = None
 
     def before_steps(self, steps: list[Step]) -> None:
         if self.first:
-            self._chains = read_steps_together(steps)
+            self._shapes = StepShapes(steps)
 
     def name(self, step: Step) -> Naming:
         plan = step_two_batch_order(step)
@@ -40,7 +41,10 @@ class StructureNamer(Namer):
             cut = two_batch_cut(step.kernels, plan, cut_structural)
             if cut is not None:
                 return Naming(cut, "structure")
-        cut = cut_structural(step.kernels, step.times, self._chains.pop(step.index, None))
+        chain = self._shapes.chain_of(step) if self._shapes is not None else None
+        if step.times is None:
+            step.times = StepTimes.of(step.kernels)
+        cut = cut_structural(step.kernels, step.times, chain)
         return Naming(cut, "structure" if cut is not None else "")
 
 

@@ -176,10 +176,10 @@ def _rows_of_steps(trace: RankTrace, steps: list[Step], namers: list, annotation
     for namer in namers:
         namer.before_steps(steps)
     for step in steps:
-        if step.times is None:  # not read with the other steps of its shape (step_shapes.py)
+        cut, how, reasons = name_step(namers, step)  # a namer may read the step's times with others' first
+        if step.times is None:
             step.times = StepTimes.of(step.kernels)
         times = step.times
-        cut, how, reasons = name_step(namers, step)
         exposed = exposed_of_times(times)
         capture_note = "; ".join(reasons)
         if annotations is not None:
