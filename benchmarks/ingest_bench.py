@@ -37,11 +37,11 @@ import time
 import zlib
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # the repository root, worked out here: the child (one load, timed as the loader's baseline) imports
 # nothing the loader does not need (benchmarks.real_traces brings urllib, tarfile and the test helpers)
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(REPO_ROOT))
 
 CHILD_TIMEOUT_S = 900
 _CHECKOUT_ENV = "MOE_BENCH_CHECKOUT"  # set for a child that runs another checkout's analysis code

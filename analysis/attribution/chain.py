@@ -255,7 +255,8 @@ def _overlapped_rows(start, end, stream):
 
 
 def _overlapped_loop(order: list[int], starts, ends, streams) -> list[bool]:
-    """_overlapped as one sweep in start order (a fork's few kernels)."""
+    """Per kernel of the sweep `order` (in its order): does a kernel of another stream run past its
+    start? One pass in start order (a fork's few kernels; _overlapped_rows gives the same flags)."""
     flags = [False] * len(order)
     # latest end seen so far per stream, swept in start order
     until_of: dict[int, float] = {}  # per stream, its latest end so far

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.attribution.chain import ANCHOR_CLASSES, main_chains_of
+from analysis.attribution.chain import main_chains_of
 from analysis.attribution.step_times import StepTimes
+from analysis.attribution.structure import chain_anchors
 from analysis.attribution.two_batch_steps import step_two_batch_order
-from analysis.ingest.kernel_classes import class_test
 
 READ_TOGETHER_FROM = 4  # steps of one shape from which they are read together (fewer: each alone)
 ROWS_AT_ONCE = 32  # steps of one shape read at once: the rows of the arrays and sweeps held at a time
@@ -43,13 +43,12 @@ class StepShapes:
         for step in steps:
             if len(step.kernels) > 1 and step_two_batch_order(step) is None:
                 by_count.setdefault(len(step.kernels), []).append(step)
-        is_anchor = class_test(ANCHOR_CLASSES)
         for members in by_count.values():
             if len(members) < READ_TOGETHER_FROM:
                 continue
             shapes: dict[tuple, list] = {}
             for step in members:
-                key = (tuple([k.stream for k in step.kernels]), tuple([is_anchor[k.root or k.name] for k in step.kernels]))
+                key = (tuple([k.stream for k in step.kernels]), tuple(chain_anchors(step.kernels)))
                 shapes.setdefault(key, []).append(step)
             for (streams, anchors), alike in shapes.items():
                 if len(alike) >= READ_TOGETHER_FROM and len(set(streams)) > 1:
@@ -71,8 +70,8 @@ class StepShapes:
     def _read(self, shape: _Shape, block: list) -> None:
         from analysis.numeric import np
 
-        rows = (len(block), len(shape.stream_list))
-        start_us, dur_us = np.empty(rows, dtype=np.float64), np.empty(rows, dtype=np.float64)
+        size = (len(block), len(shape.stream_list))
+        start_us, dur_us = np.empty(size, dtype=np.float64), np.empty(size, dtype=np.float64)
         for row, step in enumerate(block):  # step by step: a step's kernel objects are read while in cache
             start_us[row] = [k.start_us for k in step.kernels]
             dur_us[row] = [k.dur_us for k in step.kernels]

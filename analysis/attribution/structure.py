@@ -105,8 +105,7 @@ def chain_positions(kernels: list[Kernel], times: StepTimes | None = None) -> li
         raise ValueError(f"times of {len(times)} kernels given for {len(kernels)}")
     streams = times.stream_list if times is not None else [k.stream for k in kernels]
     if len(set(streams)) > 1:
-        is_anchor = class_test(ANCHOR_CLASSES)
-        anchors = [is_anchor[k.root or k.name] for k in kernels]
+        anchors = chain_anchors(kernels)
         if times is not None:
             starts, ends = times.start_us.tolist(), times.end_us.tolist()
             return main_chain(starts, ends, streams, anchors, (times.start_us, times.end_us, times.stream))
@@ -115,6 +114,13 @@ def chain_positions(kernels: list[Kernel], times: StepTimes | None = None) -> li
         return main_chain(starts, ends, streams, anchors)
     return list(range(len(kernels)))
 
+
+
+def chain_anchors(kernels: list[Kernel]) -> list[bool]:
+    """Per kernel, whether it is of the layers' own line (chain.ANCHOR_CLASSES; a CPU operator by its
+    outermost call)."""
+    is_anchor = class_test(ANCHOR_CLASSES)
+    return [is_anchor[k.root or k.name] for k in kernels]
 
 
 _ChainKey = tuple[tuple[str, ...], "tuple[str, ...] | None", "tuple[int, ...] | None"]
