@@ -3,7 +3,7 @@
 The truth here is the code that reads KernelRows (still what a filtered analysis, a saved analysis read
 again and a node result without digests use):
 d4.step_cells, overlap.stream_summary, share_overlap.share_cells, comm_split.rank_collectives,
-self_check_parts.rank_checks and the kernel table's list writer. The columns' versions share none of
+the self-checks' plain loops over rows (tests/self_check_rows.py) and the kernel table's list writer. The columns' versions share none of
 their loops. Inputs: REAL traces chosen so that each path is taken (DeepEP low-latency send / recv
 labels, two micro-batches, copies off the step's threads, a shared expert beside the all-to-all,
 collectives, MTP), and the same traces PERTURBED with a seed (known only by their effect: the checks
@@ -34,10 +34,10 @@ from analysis.tables.column_cells import share_cells_of_columns, step_cells_of_c
 from analysis.tables.d4 import main_stage, step_cells
 from analysis.tables.kernel_table import COLUMNS, METADATA, encode_kernel_columns, encode_kernel_table, read_kernel_rows
 from analysis.tables.self_check_columns import rank_checks_of_columns
-from analysis.tables.self_check_parts import rank_checks, rows_by_step
 from analysis.tables.self_checks import thresholds
 from analysis.tables.share_overlap import share_cells
 from conftest import ROOT
+from self_check_rows import rank_checks, rows_by_step
 
 REAL = ROOT / "tests" / "data" / "sglang-real"
 TRACES = {

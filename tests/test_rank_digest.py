@@ -24,10 +24,10 @@ from analysis.attribution.kernel_columns import KernelColumns
 from analysis.pipeline.lazy_rows import LazyRows
 from analysis.tables.kernel_table import read_kernel_rows
 from analysis.pipeline.rank_digest import Digest, digest_rank
-from analysis.tables.self_check_parts import rank_checks, rows_by_step
 from analysis.tables.self_checks import FAIL, run_checks, thresholds
 from conftest import ROOT
 from synthetic_deepseek import write_rank_trace
+from self_check_rows import rank_checks, rows_by_step
 
 EP = ROOT / "tests" / "data" / "sglang-real" / "ep"
 EP4 = sorted(EP.glob("sglang-0.5.17-dsv3-4l-fp8-h100x4-deepep-ll-eager-TP-*.trace.json.gz"))

@@ -327,23 +327,36 @@ def _row(start_us: float, busy_us: float, name: str) -> KernelRow:
                      "structure")
 
 
-@pytest.mark.parametrize("seed", range(30))
+def _read_as_columns(rows: list[KernelRow]):
+    """The self-checks' reading (analysis/tables/self_check_columns.py) of these rows of one rank, each
+    step's rows together: what its check functions take."""
+    from analysis.attribution.kernel_columns import KernelColumns
+    from analysis.tables.column_cells import step_bounds
+    from analysis.tables.self_check_columns import _Rows
+
+    columns = KernelColumns.of_rows(rows)
+    return _Rows(columns, {int(columns.step[first]): (first, end) for first, end in step_bounds(columns.step)})
+
+
+@pytest.mark.parametrize("seed", range(60))
 def test_the_far_gap_found_in_the_durations_pass_is_the_one_sorting_finds(seed):
-    """SYNTHETIC rows, random: one wide idle gap among small ones, found in the durations check's own
-    pass while the rows come by start; _far_gap, which sorts them first, gives the answer (rows out of
-    order, a negative or non-finite first duration, ties, a first row ending after the gap)."""
+    """SYNTHETIC rows, random: one wide idle gap among small ones, found by the durations check's array
+    pass where the rows come by start; _far_gap, which sorts them first, gives the answer (rows out of
+    order, a negative or non-finite duration first or later, ties, a first row ending after the gap)."""
     import random
 
     from analysis.attribution.rows import StepRow
-    from analysis.tables.self_check_parts import RankChecks, _durations, _far_gap
+    from analysis.tables.self_check_columns import _durations
+    from analysis.tables.self_check_parts import RankChecks, _far_gap
 
     rng = random.Random(seed)
     count = rng.randint(3, 40)
     wide_at = rng.randrange(1, count)
+    odd_at = 0 if seed % 2 else rng.randrange(count)
     rows, t = [], 1e12
     for i in range(count):
         t += 1e6 if i == wide_at else rng.choice([0.0, 1.0, 5.0])
-        busy = rng.choice([10.0, 10.0, -3.0, math.inf, math.nan, 3e6]) if i == 0 else rng.choice([2.0, 10.0])
+        busy = rng.choice([10.0, -3.0, math.inf, math.nan, math.nan, 3e6]) if i == odd_at else rng.choice([2.0, 10.0])
         rows.append(_row(t, busy, f"k{i}"))
     if seed % 3 == 0:  # one row out of start order
         i = rng.randrange(1, count)
@@ -352,7 +365,7 @@ def test_the_far_gap_found_in_the_durations_pass_is_the_one_sorting_finds(seed):
     step = StepRow("run", "TP0", 0, "decode", rows[0].start_us, rows[-1].start_us, 1.0, 1.0, 1.0, 1.0, count, 1, 1,
                    "ok", "gap")
     part = RankChecks("TP0", "decode", False)
-    _durations(part, [step], {("TP0", 0): rows}, limits)
+    _durations(part, [step], _read_as_columns(rows), limits)
     said = [b for b in part.first_bad_durations if "from the rest of its step" in b]
     expected = _far_gap(rows, limits["far_gap_s"] * 1e6, limits["far_gap_ratio"])
     assert said == ([f"TP0 step 0: {expected}"] if expected else [])
@@ -371,6 +384,48 @@ def _random_step_rows(rng, step: int, count: int) -> list[KernelRow]:
                               rng.choice([rng.uniform(0.1, 9.9), rng.uniform(50.0, 90.0), 0.1, 0.2, 0.7]), 0.0,
                               "structure"))
     return rows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_reading_of_rows_is_the_plain_loops_on_odd_times_and_steps_apart(seed):
+    """SYNTHETIC rows of one rank, random (tests/self_check_rows.py's plain loops are the truth): times
+    that are not numbers, infinite or negative anywhere, a step with no layer kernel, two micro-batches,
+    several streams, and the steps' rows interleaved (each step's in order): the part read through
+    columns (rank_checks_of_rows) is the part the loops read."""
+    import random
+
+    from analysis.attribution.rows import StepRow
+    from analysis.tables.self_check_columns import rank_checks_of_rows
+    from analysis.tables.self_checks import thresholds
+    from self_check_rows import rank_checks, rows_by_step
+
+    rng = random.Random(seed)
+    steps, every = [], []
+    for step in range(4):
+        rows = _random_step_rows(rng, step, rng.randint(0, 40))
+        if step == 3:  # no layer kernel
+            rows = [msgspec.structs.replace(r, section="post", layer=-1) for r in rows]
+        for r in rows:
+            r.start_us += 1000.0 * step
+            r.stream = rng.choice([7, 7, 7, 9])
+            r.micro_batch = rng.choice([0, 1]) if seed % 2 else 0
+            r.kernel_name = rng.choice(["flash_attn_fwd", "nccl_allreduce", "gemm_bf16", "rmsnorm", r.kernel_name])
+        for r in rng.sample(rows, min(len(rows), rng.randint(0, 3))):
+            if rng.random() < 0.5:
+                r.start_us = rng.choice([math.nan, math.inf, -math.inf, r.start_us + 5000.0])
+            else:
+                r.busy_us = rng.choice([math.nan, math.inf, -2.0, 3000.0])
+        starts = [r.start_us for r in rows if math.isfinite(r.start_us)]
+        steps.append(StepRow("run", "TP0", step, "decode", min(starts, default=1000.0 * step), 1.0, 1.0, 1.0, 1.0, 1.0,
+                             len(rows), 1, 1, rng.choice(["ok", "ok", "no_layers"]), "gap"))
+        every.append(rows)
+    interleaved = []
+    while any(every):  # the steps' rows apart, each step's in its order
+        interleaved.append(rng.choice([rows for rows in every if rows]).pop(0))
+    limits = thresholds()
+    for strict in (False, True):
+        expected = rank_checks("TP0", steps, rows_by_step(interleaved), "decode", strict, {}, limits)
+        assert repr(rank_checks_of_rows("TP0", steps, interleaved, "decode", strict, {}, limits)) == repr(expected)
 
 
 def _mixes_written_out(rows: list[KernelRow]) -> dict[str, list[tuple[int, dict]]]:
@@ -394,25 +449,25 @@ def _mixes_written_out(rows: list[KernelRow]) -> dict[str, list[tuple[int, dict]
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
-    """SYNTHETIC rows, random: the one pass over a used step (_read_step) gives what each check read
-    in a pass of its own, written out plainly here: a kernel outside the layers at or after the first
-    layer kernel, the step-time sums added in row order across steps, the routed and shared experts'
-    time, each layer's kind and compute, and step_layer_mixes each layer's kernels."""
+def test_the_array_pass_over_the_used_steps_reads_what_each_check_reads(seed):
+    """SYNTHETIC rows, random: the array pass over the used steps (self_check_columns._used_steps and
+    _layer_sums) gives what each check reads, written out plainly here: a kernel outside the layers at
+    or after the first layer kernel, the step-time sums added in row order across steps, the routed and
+    shared experts' time, each layer's kind and compute, and step_layer_mixes each layer's kernels."""
     import random
 
     from analysis.attribution.rows import StepRow
-    from analysis.tables.self_check_parts import _read_step, _StepTimeSums, step_layer_mixes
+    from analysis.tables.self_check_columns import _layer_sums, _used_steps
+    from analysis.tables.self_check_parts import RankChecks, step_layer_mixes
 
     rng = random.Random(seed)
-    sums, expected_sums = _StepTimeSums(), dict.fromkeys(("busy", "in_layers", "other", "unattributed", "waiting"), 0.0)
+    expected_sums = dict.fromkeys(("busy", "in_layers", "other", "unattributed", "waiting"), 0.0)
+    every, used, expected_ratios, expected_routed, expected_shared = [], [], [], 0.0, 0.0
     for step in range(3):  # the sums run on across the steps
         rows = _random_step_rows(rng, step, rng.randint(0, 30))
         layer_starts = [r.start_us for r in rows if r.section == "layer"]
         if seed % 2 and layer_starts and any(r.section != "layer" for r in rows):  # a tie at the first layer kernel
             next(r for r in rows if r.section != "layer").start_us = min(layer_starts)
-        first = min(layer_starts) if layer_starts else math.inf
-        after = any(r.section != "layer" and r.start_us >= first for r in rows)
         routed = shared = 0.0
         for r in rows:
             expected_sums["busy"] += r.busy_us
@@ -428,19 +483,35 @@ def test_one_pass_over_a_used_step_reads_what_each_check_reads(seed):
                     shared += r.busy_us
                 elif r.group == "moe" and r.module not in ("dispatch", "combine"):
                     routed += r.busy_us
+        expected_routed += routed
+        expected_shared += shared
+        if shared:
+            expected_ratios.append(routed / shared)
+        every += rows
+        used.append(StepRow("run", "TP0", step, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 1, 1, "ok", "gap"))
+    read = _read_as_columns(every)
+    for step_row in used:
+        rows = [r for r in every if r.step == step_row.step]
+        layer_starts = [r.start_us for r in rows if r.section == "layer"]
+        first = min(layer_starts) if layer_starts else math.inf
         mixes = _mixes_written_out(rows)
-        reading = _read_step(rows, sums)
-        assert reading.after_layers == after
-        assert (reading.routed_us, reading.shared_us) == (routed, shared)
-        assert {kind: [layer for layer, _us in members] for kind, members in reading.layer_us.items()} \
+        if not rows:
+            assert step_row.step not in read.at
+            continue
+        layer_us, after = _layer_sums(read, *read.at[step_row.step])
+        assert after == any(r.section != "layer" and r.start_us >= first for r in rows)
+        assert {kind: [layer for layer, _us in members] for kind, members in layer_us.items()} \
             == {kind: [layer for layer, _mix in members] for kind, members in mixes.items()}
-        assert list(reading.layer_us) == list(mixes)
-        for kind, members in reading.layer_us.items():  # the same compute, summed in another order
+        assert list(layer_us) == list(mixes)
+        for kind, members in layer_us.items():  # the same compute, summed in another order
             assert [us for _layer, us in members] == pytest.approx([sum(m.values()) for _l, m in mixes[kind]], rel=1e-12)
-        step_row = StepRow("run", "TP0", step, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 1, 1, "ok", "gap")
-        got = step_layer_mixes(step_row, {("TP0", step): rows})
+        got = step_layer_mixes(step_row, {("TP0", step_row.step): rows})
         assert {kind: [(layer, dict(mix)) for layer, mix in members] for kind, members in got.items()} == mixes
-        assert {name: getattr(sums, name) for name in expected_sums} == expected_sums
+    part = RankChecks("TP0", "decode", False)
+    _used_steps(part, used, read, None)
+    assert (part.busy_us, part.in_layers_us, part.other_us, part.unattributed_us, part.waiting_us) \
+        == tuple(expected_sums.values())
+    assert (part.routed_us, part.shared_us, part.routed_to_shared) == (expected_routed, expected_shared, expected_ratios)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -452,7 +523,8 @@ def test_layer_time_outliers_are_judged_on_each_layers_kernel_sums(seed):
     import statistics
 
     from analysis.attribution.rows import StepRow
-    from analysis.tables.self_check_parts import RankChecks, _used_steps, foreign_kernels
+    from analysis.tables.self_check_columns import _used_steps
+    from analysis.tables.self_check_parts import RankChecks, foreign_kernels
 
     rng = random.Random(seed)
     limits = {"max_to_median": 1.5, "slack_us": 20.0}
@@ -491,7 +563,7 @@ def test_layer_time_outliers_are_judged_on_each_layers_kernel_sums(seed):
                     expected.append((("TP0", kind), place, ("TP0", kind, s.step, layer, t, median,
                                                             foreign_kernels(mix, others), layer == last)))
     part = RankChecks("TP0", "decode", False)
-    _used_steps(part, used, by_step, limits)
+    _used_steps(part, used, _read_as_columns([r for s in used for r in by_step[("TP0", s.step)]]), limits)
     assert (part.time_layers, part.time_outliers) == (expected_layers, expected)
 
 
@@ -501,7 +573,8 @@ def test_layer_time_judges_from_the_kernel_sums_where_a_time_is_negative():
     kernel gives 60 us, far above the other layers' 5 us: judged from the kernel sums, it is the
     outlier (the row-by-row shortcut holds only for times of 0 us or more)."""
     from analysis.attribution.rows import StepRow
-    from analysis.tables.self_check_parts import RankChecks, _used_steps
+    from analysis.tables.self_check_columns import _used_steps
+    from analysis.tables.self_check_parts import RankChecks
 
     def row(layer: int, kernel: str, busy: float) -> KernelRow:
         return KernelRow("run", "TP0", 0, "decode", "layer", layer, 0, "attention", "attn", kernel, kernel, 7,
@@ -512,6 +585,6 @@ def test_layer_time_judges_from_the_kernel_sums_where_a_time_is_negative():
                       "structure")]
     step = StepRow("run", "TP0", 0, "decode", 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, len(rows), 3, 3, "ok", "gap")
     part = RankChecks("TP0", "decode", False)
-    _used_steps(part, [step], {("TP0", 0): rows}, {"max_to_median": 1.5, "slack_us": 20.0})
+    _used_steps(part, [step], _read_as_columns(rows), {"max_to_median": 1.5, "slack_us": 20.0})
     assert part.time_layers == 3
     assert [(outlier[2][3], outlier[2][4]) for outlier in part.time_outliers] == [(0, 60.0)]

@@ -93,21 +93,18 @@ class KernelColumns:
                         self.start_us[part].tolist(), self.busy_us[part].tolist(), self.exposed_us[part].tolist(),
                         source, role, rule, module_path))
 
-    def rows_at(self, indices) -> list[KernelRow]:
-        """The rows at these positions (in the order given) as KernelRows."""
+    def taken(self, indices) -> KernelColumns:
+        """The rows at these positions (in the order given), as columns of the same tables."""
         part = KernelColumns()
         part.run, part.rank = self.run, self.rank
         part.slots, part.names, part.stages, part.streams = self.slots, self.names, self.stages, self.streams
         for name in (*_CODES, *_INTS, *_FLOATS):
             setattr(part, name, getattr(self, name)[indices])
-        return part.rows()
+        return part
 
-    def __getstate__(self):
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __setstate__(self, state) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
+    def rows_at(self, indices) -> list[KernelRow]:
+        """The rows at these positions (in the order given) as KernelRows."""
+        return self.taken(indices).rows()
 
 
 def _coded(values: list, codes: dict) -> list[int]:

@@ -1,14 +1,15 @@
-"""A rank's self-check part (self_check_parts.RankChecks) read from its columns instead of KernelRows.
+"""A rank's self-check part (self_check_parts.RankChecks) read from its columns.
 
 Why: the checks read every row of every step four times (sequences, sums, attention cores,
-durations); on a large decode trace that was the largest table after the kernel table, and the
-columns the attribution writes (analysis/attribution/kernel_columns.py) would have to be made into
-KernelRows again for it. Here the sums are `numpy.bincount`s (added in row order from 0.0, as the
-loops add them), the per-layer class sequences are read once per distinct chain shape, and a
-step's KernelRows are made only where a check has something to say about it (a layer far above
-its kind, a step with nothing after its layers, a bad duration, a far gap, an outlier's
-difference): those reuse self_check_parts' own functions, so every message reads the same.
-A rank whose times are not all finite, or whose durations are not all >= 0, is read from rows.
+durations); from the columns the attribution writes (analysis/attribution/kernel_columns.py) the sums
+are `numpy.bincount`s (added in row order from 0.0, as a loop adds them), the per-layer class sequences
+are read once per distinct chain shape, and a step's KernelRows are made only where a check has
+something to say about it (a layer far above its kind, a step with nothing after its layers, a bad
+duration, a far gap, an outlier's difference): those use self_check_parts' functions, so every
+message reads the same. Rows from elsewhere (a saved table, a rank no worker reduced) are read as
+columns too (rank_checks_of_rows): one reading. Times that are not numbers or not >= 0 (no loader
+makes them; a table read back may hold them) are read as a loop over the rows would read them.
+tests/self_check_rows.py holds that loop, the truth these are held to.
 """
 from __future__ import annotations
 
@@ -16,19 +17,19 @@ import functools
 from collections import defaultdict
 
 from analysis.attribution.kernel_columns import LABELS, KernelColumns
-from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, StepRow
-from analysis.attribution.stages import EXTEND
+from analysis.attribution.rows import SECTION_LAYER, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
+from analysis.attribution.stages import EXTEND, UNKNOWN
 from analysis.ingest.kernel_classes import class_of_name, class_test
 from analysis.numeric import np, sequential_sum
 from analysis.tables.column_cells import step_bounds
 from analysis.tables.self_check_parts import (
     _ATTENTION_CORE, _COMMUNICATION, _MOE_GROUPS, _MOE_MODULES, _NOT_ROUTED, _SHARED, RankChecks, _after_layers,
-    _far_gap, _far_gap_said, _layer_time, _on_chain, _trimmed, bad_duration, judge_sequences, rank_checks, read_part,
-    rows_by_step,
+    _far_gap, _far_gap_said, _layer_time, _on_chain, _trimmed, bad_duration, judge_sequences,
     without_repeats,
 )
 
 _SECTION, _GROUP, _MODULE = (LABELS.index(f) for f in ("section", "group", "module"))
+_INF = float("inf")
 
 
 class _Rows:
@@ -79,17 +80,30 @@ class _Rows:
         return self._made[step]
 
 
+def rank_checks_of_rows(rank: str, steps: list[StepRow], kernel_rows: list[KernelRow], stage: str, strict: bool,
+                        chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
+    """The part of one rank from its KernelRows (`steps`: its StepRows, every stage, in order)."""
+    return rank_checks_of_columns(rank, steps, KernelColumns.of_rows(kernel_rows), stage, strict, chains, limits)
+
+
 def rank_checks_of_columns(rank: str, steps: list[StepRow], columns: KernelColumns, stage: str, strict: bool,
                            chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
-    """self_check_parts.rank_checks of the columns' rows: the same part."""
+    """The part of one rank from its columns (`steps`: its StepRows, every stage, in order)."""
     bounds = step_bounds(columns.step)
-    finite = bool(np.isfinite(columns.start_us).all() and np.isfinite(columns.busy_us).all()
-                  and (columns.busy_us >= 0.0).all())
-    if bounds is None or not finite:
-        return rank_checks(rank, steps, rows_by_step(columns.rows()), stage, strict, chains, limits)
+    if bounds is None:  # a step's rows apart (rows from elsewhere): each step's rows together, in their order
+        columns = columns.taken(np.argsort(columns.step, kind="stable"))
+        bounds = step_bounds(columns.step)
     rows = _Rows(columns, {int(columns.step[first]): (first, end) for first, end in bounds})
-    return read_part(rank, steps, rows, stage, strict, chains, limits,
-                     (_layer_sequence, _used_steps, _attention_cores, _durations))
+    part = RankChecks(rank, stage, strict)
+    table_steps = [s for s in steps if s.stage == stage]
+    used = [s for s in table_steps if s.status in usable_statuses(strict)]
+    part.used_steps = len(used)
+    if stage != UNKNOWN:
+        _layer_sequence(part, table_steps, rows, limits["layer_sequence"], chains)
+    _used_steps(part, used, rows, limits["layer_time"] if stage != UNKNOWN else None)
+    _attention_cores(part, steps, rows)
+    _durations(part, steps, rows, limits["durations"])
+    return part
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -109,7 +123,11 @@ def _sequence_of(codes: tuple[int, ...], classes: tuple[str, ...], ignore: froze
 
 def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits: dict,
                     chains: dict[tuple[str, int], list[int]]) -> None:
-    """self_check_parts._layer_sequence: each step's layers' class sequences, read once per chain shape."""
+    """Layers of one kind carry the same sequence of kernel classes: each step's layers' sequences (read
+    once per chain shape) and those that differ from their kind's usual one (judge_sequences). A layer
+    compares with layers of its kind after the same kind (after a MoE layer the tokens are gathered from
+    the expert-parallel ranks first), and an extend step's with the same step's only (with a chunk whose
+    earlier part is cached, SGLang's MLA runs the absorbed path, with fresh prompts the plain one)."""
     ignore = frozenset(limits.get("ignore_classes") or ())
     classes = tuple(rows.classes)
     seen: dict = defaultdict(lambda: defaultdict(list))
@@ -128,9 +146,13 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits:
         present = _distinct(layers_all)
         moe = _distinct(layers_all[rows.moe[slot][in_layer]])
         at = np.flatnonzero(on & in_layer)
-        at = at[np.lexsort((rows.start[first:end][at], rows.layer[first:end][at]))]  # by layer, then start: stable
-        layer = rows.layer[first:end][at]
-        micro_batch = rows.micro_batch[first:end][at]
+        start, layer, micro_batch = rows.start[first:end], rows.layer[first:end], rows.micro_batch[first:end]
+        if np.isnan(start[at]).any():
+            at = _in_python_order(at, start.tolist(), layer, micro_batch)
+        else:
+            at = at[np.lexsort((start[at], layer[at]))]  # by layer, then start: stable
+        layer = layer[at]
+        micro_batch = micro_batch[at]
         code = rows.class_code[rows.names(first, end)[at]]
         shared = rows.shared[slot[at]]
         key = (present.tobytes(), moe.tobytes(), layer.tobytes(), micro_batch.tobytes(), code.tobytes(), shared.tobytes())
@@ -138,7 +160,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits:
         if layers is None:
             layers = shapes[key] = _layers_of(present, moe, layer, micro_batch, code, shared, classes, ignore)
         previous = "none"
-        own = s.step if s.stage == EXTEND else None  # as self_check_parts._layer_sequence says why
+        own = s.step if s.stage == EXTEND else None
         for number, kind, seq in layers:
             seen[(kind, previous, own)][seq].append((s.step, number))
             previous = kind
@@ -148,6 +170,18 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits:
         on = chain_of[step]
         return [r for i, r in enumerate(step_rows) if on[i] and r.section == SECTION_LAYER and r.layer == layer]
     judge_sequences(part, seen, rows_of)
+
+
+def _in_python_order(at: np.ndarray, start: list[float], layer: np.ndarray, micro_batch: np.ndarray) -> np.ndarray:
+    """`at` by layer, then each layer's rows (each micro-batch's apart, where the layer has two) by
+    start as Python's sort orders them: a start that is not a number compares false both ways, and
+    a loop over the rows sorts them so."""
+    two = set(layer[at][micro_batch[at] != 0].tolist())
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, number, mb in zip(at.tolist(), layer[at].tolist(), micro_batch[at].tolist()):
+        groups[(number, mb if number in two else 0)].append(i)
+    return np.asarray([i for key in sorted(groups) for i in sorted(groups[key], key=start.__getitem__)],
+                      dtype=np.int64)
 
 
 def _on_chain_mask(s: StepRow, rows: _Rows, chains: dict, first: int, end: int) -> np.ndarray:
@@ -164,8 +198,10 @@ def _on_chain_mask(s: StepRow, rows: _Rows, chains: dict, first: int, end: int) 
 
 def _layers_of(present, moe, layer, micro_batch, code, shared, classes: tuple[str, ...],
                ignore: frozenset[str]) -> list[tuple[int, str, tuple[str, ...]]]:
-    """(layer, kind, class sequence) of each layer that has rows, by layer (self_check_parts._layer_classes
-    of its chain rows: `layer`... `shared` are theirs, sorted by layer and start)."""
+    """(layer, kind, class sequence) of each layer that has rows, by layer (`layer`... `shared`: its chain
+    rows', sorted by layer and start): the classes without repeats and the collectives a layer ends with,
+    shared experts left out (where they fall beside the routed experts is a matter of timing); under
+    two-batch overlap micro-batch 0's, then 1's, as one micro-batch alone would run them."""
     out = []
     moe_layers = set(moe.tolist())
     bounds = np.searchsorted(layer, present, side="left").tolist(), np.searchsorted(layer, present, side="right").tolist()
@@ -185,7 +221,8 @@ def _layers_of(present, moe, layer, micro_batch, code, shared, classes: tuple[st
 
 
 def _used_steps(part: RankChecks, used: list[StepRow], rows: _Rows, time_limits: dict | None) -> None:
-    """self_check_parts._used_steps: the same sums, added in the same order (row after row, step after step)."""
+    """The checks that read each used step's rows: layer_time and after_layers (where the stage is known:
+    time_limits given), expert sizes and step time shares; each sum added row after row, step after step."""
     busy_us = in_layers_us = other_us = unattributed_us = waiting_us = 0.0
     empty: list[StepRow] = []
     for place, s in enumerate(used):
@@ -210,7 +247,7 @@ def _used_steps(part: RankChecks, used: list[StepRow], rows: _Rows, time_limits:
         if shared:
             part.routed_to_shared.append(routed / shared)
         if time_limits is not None:
-            _layer_time(part, s, place, layer_us, rows, time_limits)
+            _layer_time(part, s, place, layer_us, rows, time_limits)  # None: judged from the mixes
             if not after_layers:
                 empty.append(s)
     part.busy_us, part.in_layers_us, part.other_us = busy_us, in_layers_us, other_us
@@ -219,16 +256,17 @@ def _used_steps(part: RankChecks, used: list[StepRow], rows: _Rows, time_limits:
         _after_layers(part, empty, rows)
 
 
-def _layer_sums(rows: _Rows, first: int, end: int) -> tuple[dict[str, list[tuple[int, float]]], bool]:
-    """A step's compute per layer by kind (layers in order, kinds as they first come) and whether a kernel
-    outside the layers starts at or after its first layer kernel."""
+def _layer_sums(rows: _Rows, first: int, end: int) -> tuple[dict[str, list[tuple[int, float]]] | None, bool]:
+    """A step's compute per layer by kind (layers in order, kinds as they first come; None where a layer
+    kernel's time is not a number >= 0: _layer_time says why) and whether a kernel outside the layers
+    starts at or after its first layer kernel."""
     slot = rows.slots(first, end)
     in_layer = rows.in_layer[slot]
     start = rows.start[first:end]
     layer = rows.layer[first:end][in_layer]
     by_kind: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    if not len(layer):
-        return by_kind, False  # no layer kernel: nothing starts at or after an infinite first layer start
+    if not len(layer):  # nothing starts at or after an infinite first layer start
+        return by_kind, bool((start >= _INF).any())
     layer_slot = slot[in_layer]
     compute = rows.compute[layer_slot]
     present = _distinct(layer)
@@ -237,8 +275,11 @@ def _layer_sums(rows: _Rows, first: int, end: int) -> tuple[dict[str, list[tuple
     moe = np.bincount(index, weights=rows.moe[layer_slot], minlength=len(present)) > 0
     for number, us, is_moe in zip(present.tolist(), sums.tolist(), moe.tolist()):
         by_kind["MoE" if is_moe else "dense"].append((number, us))
-    first_layer_start = start[in_layer].min()
-    return by_kind, bool((start[~in_layer] >= first_layer_start).any())
+    layer_starts = start[in_layer]
+    # the first layer kernel's start as min() finds it: a start that is not a number, first, stays
+    first_layer_start = layer_starts[0] if np.isnan(layer_starts[0]) else np.nanmin(layer_starts)
+    unsigned = bool((rows.busy[first:end][in_layer] >= 0.0).all())
+    return by_kind if unsigned else None, bool((start[~in_layer] >= first_layer_start).any())
 
 
 # ---------------------------------------------------------------- the other per-rank checks
@@ -274,8 +315,8 @@ class _Named:
 
 
 def _durations(part: RankChecks, steps: list[StepRow], rows: _Rows, limits: dict) -> None:
-    """self_check_parts._durations: every duration here is finite and >= 0 and every start finite, so
-    a kernel is only looked at where it ends after the next step starts (plus the slack)."""
+    """Kernel durations present, finite, not negative, inside their step and near the rest of it: a
+    kernel is looked at (bad_duration) only where one of those may not hold."""
     slack = float(limits["slack_us"])
     far_us, far_ratio = float(limits["far_gap_s"]) * 1e6, float(limits["far_gap_ratio"])
     bad: list[str] = []
@@ -290,14 +331,14 @@ def _durations(part: RankChecks, steps: list[StepRow], rows: _Rows, limits: dict
         part.duration_kernels += end - first
         start, busy = rows.start[first:end], rows.busy[first:end]
         ends = start + busy
-        if nxt is not None:
-            late = np.flatnonzero(ends > nxt.start_us + slack)
-            if len(late):
-                step_rows = rows.get((s.rank, s.step))
-                bad.extend(said for i in late.tolist() if (said := bad_duration(rank, s, nxt, step_rows[i], slack)))
+        limit = nxt.start_us + slack if nxt is not None else _INF
+        doubtful = np.flatnonzero(~((busy >= 0.0) & (busy < _INF) & (np.abs(start) < _INF) & (ends <= limit)))
+        if len(doubtful):
+            step_rows = rows.get((s.rank, s.step))
+            bad.extend(said for i in doubtful.tolist() if (said := bad_duration(rank, s, nxt, step_rows[i], slack)))
         gap = ""
         if end - first >= 2:
-            if (start[1:] >= start[:-1]).all():
+            if np.isfinite(ends).all() and (start[1:] >= start[:-1]).all():
                 reach = np.maximum.accumulate(ends)
                 gaps = start[1:] - reach[:-1]
                 widest_at = int(np.argmax(gaps))

@@ -1,11 +1,12 @@
-"""What the self-checks read from one rank's rows, reduced to a small picklable part per rank.
+"""What the self-checks read from one rank's rows, reduced to a small picklable part per rank, and
+the functions that judge and describe what a part holds.
 
 Why: every self-check but the layer count, the stage labels and the profiler's overhead looks at one
 rank's kernels at a time; only its verdict needs every rank. With several ranks, each rank's worker
-process reduces its own rows to a RankChecks beside the other workers, and the parent judges from
-the parts instead of walking every rank's rows again on one core. The parts are exact: judged from
-them, a check says what it said when it walked the rows (analysis/tables/self_checks.py judges;
-tests/test_reference_outputs.py holds the checks.csv of every bundled trace).
+process reduces its own rows to a RankChecks beside the other workers (from its columns:
+analysis/tables/self_check_columns.py), and the parent judges from the parts instead of walking every
+rank's rows again on one core (analysis/tables/self_checks.py judges; tests/test_reference_outputs.py
+holds the checks.csv of every bundled trace).
 
 A part is made for one stage (the table's) and one --strict: the parent makes it again from the
 rows when the table's stage turns out to be another than the one a worker guessed from its rank.
@@ -18,12 +19,10 @@ import operator
 import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from analysis.attribution.chain import ANCHOR_CLASSES, main_chain
 from analysis.ingest.kernel_classes import class_of_name, class_test
-from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, UNATTRIBUTED, KernelRow, StepRow, usable_statuses
-from analysis.attribution.stages import EXTEND, UNKNOWN
+from analysis.attribution.rows import SECTION_LAYER, SECTION_SIDE, KernelRow, StepRow
 from analysis.tables.shown_names import shown_names
 
 _MOE_GROUPS = frozenset({"moe", "combine/share overlap"})
@@ -75,139 +74,6 @@ class RankChecks:
     first_bad_durations: list[str] = field(default_factory=list)
 
 
-def rows_by_step(kernel_rows: list[KernelRow], ranks: set[str] | None = None) -> dict[tuple[str, int], list[KernelRow]]:
-    """(rank, step) -> its rows in order (of the given ranks, or all)."""
-    by_step: dict[tuple[str, int], list[KernelRow]] = defaultdict(list)
-    rank = step = bucket = None  # rows come step by step: each step's list is looked up once
-    for row in kernel_rows:
-        if row.step != step or row.rank != rank:
-            rank, step = row.rank, row.step
-            bucket = by_step[(rank, step)] if ranks is None or rank in ranks else None
-        if bucket is not None:
-            bucket.append(row)
-    return by_step
-
-
-def rank_checks(rank: str, steps: list[StepRow], by_step: dict, stage: str, strict: bool,
-                chains: dict[tuple[str, int], list[int]], limits: dict) -> RankChecks:
-    """The part of one rank: `steps` are its StepRows (every stage) in order, `by_step` holds its rows."""
-    return read_part(rank, steps, by_step, stage, strict, chains, limits,
-                     (_layer_sequence, _used_steps, _attention_cores, _durations))
-
-
-def read_part(rank: str, steps: list[StepRow], rows, stage: str, strict: bool, chains: dict, limits: dict,
-              readers: tuple) -> RankChecks:
-    """The part of one rank read by `readers` (layer sequence, used steps, attention cores, durations:
-    these over `rows`, or self_check_columns.py's over a rank's columns)."""
-    layer_sequence, used_steps, attention_cores, durations = readers
-    part = RankChecks(rank, stage, strict)
-    usable = usable_statuses(strict)
-    table_steps = [s for s in steps if s.stage == stage]
-    used = [s for s in table_steps if s.status in usable]
-    part.used_steps = len(used)
-    if stage != UNKNOWN:
-        layer_sequence(part, table_steps, rows, limits["layer_sequence"], chains)
-    used_steps(part, used, rows, limits["layer_time"] if stage != UNKNOWN else None)
-    attention_cores(part, steps, rows)
-    durations(part, steps, rows, limits["durations"])
-    return part
-
-
-class _StepTimeSums:
-    """step_time_shares' sums over the used steps' rows, each added in row order across the steps."""
-
-    __slots__ = ("busy", "in_layers", "other", "unattributed", "waiting")
-
-    def __init__(self):
-        self.busy = self.in_layers = self.other = self.unattributed = self.waiting = 0.0
-
-
-class _StepReading(NamedTuple):
-    """What one pass over a used step's rows gives the checks."""
-
-    # kind -> [(layer, its compute us)] by layer, kinds as step_layer_mixes orders them; the us summed
-    # in row order, where the check sums each kernel's us first (equal but for rounding: _layer_time)
-    layer_us: dict[str, list[tuple[int, float]]]
-    routed_us: float  # routed experts' busy us (expert sizes)
-    shared_us: float  # shared experts' busy us
-    after_layers: bool  # a kernel outside the layers starts at or after the first layer kernel
-    unsigned: bool  # every layer kernel's busy us is a number >= 0 (what bounds the rounding: _layer_time)
-
-
-def _read_step(rows: list[KernelRow], sums: _StepTimeSums) -> _StepReading:
-    """One used step's rows read once for the layer-time, after-layers, expert-size and step-time
-    checks (four passes before; each sum is still added term by term in row order). Each layer's
-    compute is one sum here: its mix of kernels (step_layer_mixes) is made only where one is needed."""
-    busy, in_layers, other, unattributed, waiting = sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting
-    routed = shared = 0.0
-    layer_us: dict[int, float] = {}
-    moe: dict[int, bool] = {}
-    layer = None
-    unsigned = True
-    first_layer_start = None  # as min() finds it: the first, then each one below it
-    outside_starts = []
-    for r in rows:
-        us = r.busy_us
-        group = r.group
-        busy += us
-        if group == UNATTRIBUTED:
-            unattributed += us
-        if r.section != SECTION_LAYER:
-            if group == _COMMUNICATION:
-                waiting += us  # a collective before or after the layers absorbs the ranks' skew
-            outside_starts.append(r.start_us)
-            continue
-        in_layers += us
-        if not us >= 0.0:  # negative or not a number
-            unsigned = False
-        if group == "other":
-            other += us
-        module = r.module
-        if module == _SHARED:
-            shared += us
-        elif group == "moe" and module not in _NOT_ROUTED:
-            routed += us
-        start = r.start_us
-        if first_layer_start is None or start < first_layer_start:
-            first_layer_start = start
-        if r.layer != layer:
-            layer = r.layer
-            if layer not in moe:
-                layer_us[layer] = 0.0
-                moe[layer] = False
-        if not moe[layer] and (group in _MOE_GROUPS or module in _MOE_MODULES):
-            moe[layer] = True
-        if group != _COMMUNICATION and module not in _NOT_ROUTED:
-            layer_us[layer] += us
-    sums.busy, sums.in_layers, sums.other, sums.unattributed, sums.waiting = busy, in_layers, other, unattributed, waiting
-    by_kind: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for layer in sorted(layer_us):
-        by_kind["MoE" if moe[layer] else "dense"].append((layer, layer_us[layer]))
-    first = _INF if first_layer_start is None else first_layer_start
-    return _StepReading(by_kind, routed, shared, any(start >= first for start in outside_starts), unsigned)
-
-
-def _used_steps(part: RankChecks, used: list[StepRow], by_step: dict, time_limits: dict | None) -> None:
-    """The checks that read each used step's rows (one pass per step, _read_step): layer_time and
-    after_layers (where the stage is known: time_limits given), expert sizes and step time shares."""
-    sums = _StepTimeSums()
-    empty: list[StepRow] = []  # the steps with nothing after their layers
-    for place, s in enumerate(used):
-        reading = _read_step(by_step.get((s.rank, s.step), []), sums)
-        part.routed_us += reading.routed_us
-        part.shared_us += reading.shared_us
-        if reading.shared_us:
-            part.routed_to_shared.append(reading.routed_us / reading.shared_us)
-        if time_limits is not None:
-            _layer_time(part, s, place, reading.layer_us if reading.unsigned else None, by_step, time_limits)
-            if not reading.after_layers:
-                empty.append(s)
-    part.busy_us, part.in_layers_us, part.other_us = sums.busy, sums.in_layers, sums.other
-    part.unattributed_us, part.waiting_us = sums.unattributed, sums.waiting
-    if time_limits is not None:
-        _after_layers(part, empty, by_step)
-
-
 # ---------------------------------------------------------------- layer_kernel_sequence
 
 
@@ -229,18 +95,6 @@ def _on_chain(rows: list[KernelRow]) -> set[int]:
                               [r.stream for r in rows], [is_anchor[r.kernel_name] for r in rows]))
     main = _main_stream(rows)
     return {i for i, r in enumerate(rows) if r.stream == main}
-
-
-def _class_sequence(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
-    """The kernel classes of one layer's chain rows in order. Shared-expert kernels are left out:
-    they run beside the router and the routed experts, so where they fall is a matter of timing."""
-    return _classes_of_names(tuple([r.kernel_name for r in sorted(rows, key=_BY_START) if r.module != _SHARED]), ignore)
-
-
-@functools.lru_cache(maxsize=4096)
-def _classes_of_names(names: tuple[str, ...], ignore: frozenset[str]) -> tuple[str, ...]:
-    """_class_sequence of the names (cached: the layers of a decode run repeat a few sequences)."""
-    return without_repeats(tuple(c for c in map(class_of_name, names) if c not in ignore))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -272,15 +126,6 @@ def _trimmed(seq: tuple[str, ...]) -> tuple[str, ...]:
     return seq[:end]
 
 
-def _layer_classes(rows: list[KernelRow], ignore: frozenset[str]) -> tuple[str, ...]:
-    """A layer's class sequence: under two-batch overlap micro-batch 0's, then 1's (each in launch order,
-    each without the collectives it ends with), as one micro-batch alone would run them: interleaved,
-    the last layer (no next layer's micro-batch 0 between) would read differently from the others."""
-    if not any(r.micro_batch for r in rows):
-        return _trimmed(_class_sequence(rows, ignore))
-    return tuple(c for mb in (0, 1) for c in _trimmed(_class_sequence([r for r in rows if r.micro_batch == mb], ignore)))
-
-
 def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...], rows: list[KernelRow]) -> str:
     """Where the layer's classes first differ from its kind's usual ones, naming the kernel there."""
     i = next((i for i, (a, b) in enumerate(zip(seq, usual)) if a != b), min(len(seq), len(usual)))
@@ -291,49 +136,6 @@ def _first_difference(seq: tuple[str, ...], usual: tuple[str, ...], rows: list[K
               f"named {example.group} / {example.module})"
               if example is not None else "")
     return f"has {got}{kernel} where the others have {want} (class {i + 1} of {len(usual)})"
-
-
-def _layer_sequence(part: RankChecks, steps: list[StepRow], by_step: dict, limits: dict,
-                    chains: dict[tuple[str, int], list[int]]) -> None:
-    """Layers of one kind carry the same sequence of kernel classes: this rank's layers, and the ones
-    that differ from their kind's usual sequence (the kind's usual one is the rank's own)."""
-    ignore = frozenset(limits.get("ignore_classes") or ())
-    # (kind, previous kind, the step for an extend step else None) -> sequence -> [(step, layer)]
-    seen: dict[tuple[str, str, int | None], dict[tuple[str, ...], list[tuple[int, int]]]] = defaultdict(lambda: defaultdict(list))
-    where_rows: dict[tuple[int, int], list[KernelRow]] = {}
-    for s in steps:
-        rows = by_step.get((s.rank, s.step), [])
-        known = chains.get((s.rank, s.step))
-        chain = set(known) if known is not None else (_on_chain(rows) if rows else set())
-        layer_rows: dict[int, list[KernelRow]] = {}  # each layer's rows on the chain
-        moe: dict[int, bool] = {}  # each layer's kind (MoE where a row is), found in the same pass
-        layer = on_chain = None  # a layer's rows mostly come together: look its list up once
-        for i, r in enumerate(rows):
-            if r.section == SECTION_LAYER:
-                if r.layer != layer:
-                    layer = r.layer
-                    on_chain = layer_rows.get(layer)
-                    if on_chain is None:
-                        on_chain = layer_rows[layer] = []
-                        moe[layer] = False
-                if not moe[layer] and (r.group in _MOE_GROUPS or r.module in _MOE_MODULES):
-                    moe[layer] = True
-                if i in chain:
-                    on_chain.append(r)
-        previous = "none"
-        # a prefill step's path depends on its batch: with a chunk whose earlier part is cached, SGLang's
-        # MLA runs the absorbed path (w_kc / w_vc bmm), with fresh prompts only the plain one (seen on
-        # 0.5.17): an extend step's layers compare with the same step's layers only
-        own = s.step if s.stage == EXTEND else None
-        for layer in sorted(layer_rows):
-            kind = "MoE" if moe[layer] else "dense"
-            # a layer's prologue depends on the layer before it (after a MoE layer the tokens are
-            # gathered from the expert-parallel ranks first): layers compare with those of the same
-            # kind after the same kind
-            seen[(kind, previous, own)][_layer_classes(layer_rows[layer], ignore)].append((s.step, layer))
-            where_rows[(s.step, layer)] = layer_rows[layer]
-            previous = kind
-    judge_sequences(part, seen, lambda step, layer: where_rows.get((step, layer), []))
 
 
 def judge_sequences(part: RankChecks, seen: dict, rows_of) -> None:
@@ -456,19 +258,6 @@ def _after_layers(part: RankChecks, empty: list[StepRow], by_step: dict) -> None
 # ---------------------------------------------------------------- the other per-rank checks
 
 
-def _attention_cores(part: RankChecks, steps: list[StepRow], by_step: dict) -> None:
-    is_core = class_test(frozenset({_ATTENTION_CORE}))
-    for s in steps:
-        for r in by_step.get((s.rank, s.step), []):
-            if not is_core[r.kernel_name]:
-                continue
-            part.cores += 1
-            if r.section != SECTION_LAYER:
-                if not part.cores_outside:
-                    part.first_core_outside = f"first: {s.rank} step {s.step}, {r.section} section, {r.kernel_name[:80]}"
-                part.cores_outside += 1
-
-
 def _far_gap(rows: list, far_us: float, far_ratio: float) -> str:
     """Why a kernel lies far from the rest of its step: an idle gap inside the step longer than far_us
     and than far_ratio times the rest of the step's wall time; "" when there is none. (The real
@@ -507,50 +296,3 @@ def bad_duration(rank: str, s: StepRow, nxt: StepRow | None, r: KernelRow, slack
         return (f"{rank} step {s.step}: {r.kernel_name[:60]} ({dur:g} us) runs "
                 f"{r.start_us + dur - nxt.start_us:.1f} us into step {nxt.step}")
     return ""
-
-
-def _durations(part: RankChecks, steps: list[StepRow], by_step: dict, limits: dict) -> None:
-    """Kernel durations present, finite, not negative, inside their step and near the rest of it."""
-    slack = float(limits["slack_us"])
-    far_us, far_ratio = float(limits["far_gap_s"]) * 1e6, float(limits["far_gap_ratio"])
-    bad: list[str] = []
-    rank = part.rank
-    steps = sorted(steps, key=lambda s: s.start_us)
-    for s, nxt in zip(steps, [*steps[1:], None]):
-        rows = by_step.get((s.rank, s.step), [])
-        part.duration_kernels += len(rows)
-        # fast path: a float duration >= 0, a finite start, and the kernel ends before the next step
-        # starts (or starts after it); anything else goes through the checks below, which name it
-        limit = nxt.start_us + slack if nxt is not None else _INF
-        # the widest idle gap inside the step (_far_gap), found in the same pass while the rows come by
-        # start (they do but for a few steps: then _far_gap sorts them); term by term as _far_gap finds it
-        head = rows[0] if rows else None
-        in_order, widest, after = True, 0.0, None
-        latest = end = 0.0
-        if head is not None:
-            latest, end = head.start_us, head.start_us + head.busy_us
-        for r in rows:
-            dur = r.busy_us
-            start = r.start_us
-            if in_order and r is not head:
-                if not start >= latest:  # out of start order (or not a number): sorted below instead
-                    in_order = False
-                else:
-                    latest = start
-                    if start - end > widest:
-                        widest, after = start - end, r
-                    if start + dur > end:
-                        end = start + dur
-            if dur.__class__ is float and 0.0 <= dur < _INF and -_INF < start < _INF and start + dur <= limit:
-                continue
-            said = bad_duration(rank, s, nxt, r, slack)
-            if said:
-                bad.append(said)
-        if in_order and len(rows) >= 2:
-            gap = _far_gap_said(widest, after, (end - head.start_us) - widest, far_us, far_ratio)
-        else:
-            gap = _far_gap(rows, far_us, far_ratio)
-        if gap:
-            bad.append(f"{rank} step {s.step}: {gap}")
-    part.bad_durations = len(bad)
-    part.first_bad_durations = bad[:3]

@@ -24,7 +24,7 @@ from analysis.attribution.steps import KNOWN_STAGES
 from analysis.io.data_files import read_yaml_file
 from analysis.ingest.model_spec import ModelSpec
 from analysis.tables.d4 import D4Column
-from analysis.tables.self_check_parts import RankChecks, describe, rank_checks, rows_by_step
+from analysis.tables.self_check_parts import RankChecks, describe
 
 THRESHOLDS_FILE = Path(__file__).with_name("self_checks.yaml")
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "n/a"
@@ -69,9 +69,14 @@ def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D
     parts = dict(parts or {})
     missing = {r for r in ranks if (p := parts.get(r)) is None or p.stage != stage or p.strict != strict}
     if missing:
-        by_step = rows_by_step(kernel_rows, missing)
+        from analysis.tables.self_check_columns import rank_checks_of_rows  # numpy: kernel_columns.py says why
+
+        by_rank: dict[str, list[KernelRow]] = {rank: [] for rank in missing}
+        for row in kernel_rows:
+            if row.rank in by_rank:
+                by_rank[row.rank].append(row)
         for rank in missing:
-            parts[rank] = rank_checks(rank, ranks[rank], by_step, stage, strict, chains or {}, limits)
+            parts[rank] = rank_checks_of_rows(rank, ranks[rank], by_rank[rank], stage, strict, chains or {}, limits)
     ordered = [parts[r] for r in ranks]
     used = _used_steps(step_rows, column, strict)
     checks = [*_layer_count(step_rows, stage, model, layers)]
