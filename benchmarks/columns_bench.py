@@ -26,7 +26,8 @@ from analysis.attribution.signature import load_signature  # noqa: E402
 from analysis.ingest.trace_loader import load_trace  # noqa: E402
 from analysis.tables.column_cells import share_cells_of_columns, step_cells_of_columns, stream_summary_of_columns  # noqa: E402
 from analysis.tables.d4 import main_stage, step_cells  # noqa: E402
-from analysis.tables.kernel_table import encode_kernel_columns, encode_kernel_table  # noqa: E402
+from analysis.io.parquet_writer import encode_row_groups  # noqa: E402
+from analysis.tables.kernel_table import COLUMNS, encode_kernel_columns  # noqa: E402
 from analysis.tables.self_check_columns import rank_checks_of_columns  # noqa: E402
 from analysis.tables.self_checks import thresholds  # noqa: E402
 from analysis.tables.share_overlap import share_cells  # noqa: E402
@@ -59,7 +60,7 @@ def main(trace: str) -> None:
     rows, rows_s = _timed(columns.rows)
     print(f"{len(columns)} rows; making them KernelRows {rows_s:.3f} CPU-s")
     parts = [
-        ("kernel table", lambda: encode_kernel_columns(columns), lambda: encode_kernel_table(rows), _pages),
+        ("kernel table", lambda: encode_kernel_columns(columns), lambda: list(encode_row_groups(rows, COLUMNS)), _pages),
         ("step cells", lambda: step_cells_of_columns(columns), lambda: step_cells(rows), _cells),
         ("stream summary", lambda: stream_summary_of_columns(columns), lambda: stream_summary(rows), repr),
         ("shared-expert cells", lambda: share_cells_of_columns(columns), lambda: share_cells(rows), repr),

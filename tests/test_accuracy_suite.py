@@ -20,7 +20,7 @@ import pytest
 from accuracy.judge import judge, judge_case
 from accuracy.table import COMPARED_ROWS
 from accuracy.truth import compare
-from analysis.attribution.rank.agreement import compare_with_ranges
+from analysis.attribution.rank.agreement import RangeTruth
 from benchmarks.accuracy.suite_cases import bundled_cases, corpus_cases, ep_cases, mtp_ep_cases, public_cases
 from conftest import REAL, real_trace
 
@@ -165,7 +165,7 @@ def test_a_trace_without_ranges_cannot_be_its_own_truth():
 
     graph = next(c for c in CASES if c.truth is not None)
     with pytest.raises(AnalysisError, match="no nn.Module ranges"):
-        compare_with_ranges(str(graph.path))
+        RangeTruth(str(graph.path))
 
 
 def test_the_seed_rows_appear_for_an_eager_deepseek_trace():

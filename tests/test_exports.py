@@ -72,7 +72,7 @@ def test_a_table_written_before_a_column_was_added_exports_its_default(tmp_path,
     """An analysis written before `module_path` existed: exported with the column empty, its other
     columns as they were; a column without a default missing is still an error."""
     from analysis.pipeline import KERNEL_TABLE
-    from analysis.io.parquet_writer import write_parquet
+    from analysis.io.parquet_writer import encode_row_groups, write_row_groups
     from analysis.tables.kernel_table import COLUMNS
 
     run_dir = synthetic_run.build(tmp_path, kernel_table=kernel_table)
@@ -89,7 +89,7 @@ def test_a_table_written_before_a_column_was_added_exports_its_default(tmp_path,
         older = [(name, kind) for name, kind in COLUMNS if name != "module_path"]
         kernel_rows = read_kernel_rows(run_dir / "analysis" / KERNEL_TABLE)
         with open(run_dir / "analysis" / KERNEL_TABLE, "wb") as handle:
-            write_parquet(handle, kernel_rows, older, {"table": "kernels_long"})
+            write_row_groups(handle, encode_row_groups(kernel_rows, older), older, {"table": "kernels_long"})
     synthetic_run.seal(run_dir)
     export_run(run_dir, "csv", tables=("kernels_long",))
     exported = _source_rows(run_dir / "exports" / "kernels_long.csv")

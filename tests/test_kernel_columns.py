@@ -32,7 +32,8 @@ from analysis.io.parquet_writer import FLOAT64, INT64, STRING, _Chunk, write_row
 from analysis.tables import column_cells
 from analysis.tables.column_cells import share_cells_of_columns, step_cells_of_columns, stream_summary_of_columns
 from analysis.tables.d4 import main_stage, step_cells
-from analysis.tables.kernel_table import COLUMNS, METADATA, encode_kernel_columns, encode_kernel_table, read_kernel_rows
+from analysis.io.parquet_writer import encode_row_groups
+from analysis.tables.kernel_table import COLUMNS, METADATA, encode_kernel_columns, read_kernel_rows
 from analysis.tables.self_check_columns import rank_checks_of_columns
 from analysis.tables.self_checks import thresholds
 from analysis.tables.share_overlap import share_cells
@@ -72,7 +73,7 @@ def test_the_tables_of_the_columns_are_the_tables_of_the_rows(attributed):
     name, columns, steps, chains = attributed
     rows = columns.rows()
     assert len(rows) == len(columns) > 0
-    assert _pages(encode_kernel_columns(columns)) == _pages(encode_kernel_table(rows))
+    assert _pages(encode_kernel_columns(columns)) == _pages(encode_row_groups(rows, COLUMNS))
     assert _cells(step_cells_of_columns(columns)) == _cells(step_cells(rows))
     assert stream_summary_of_columns(columns) == stream_summary(rows)
     assert share_cells_of_columns(columns) == share_cells(rows)

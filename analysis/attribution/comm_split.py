@@ -222,22 +222,19 @@ def collectives_of(kernel_rows: list[KernelRow]) -> dict[str, RankCollectives]:
     return {rank: rank_collectives(rank, rows) for rank, rows in rows_by_rank(kernel_rows).items()}
 
 
-def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow] | None = None,
+def split_collectives(kernel_rows: list[KernelRow], step_rows: list[StepRow],
                       parts: dict[str, RankCollectives] | None = None) -> list[CommRow]:
     """Every communication kernel of every rank as a CommRow, split where all ranks have it.
     `parts`: rank -> its RankCollectives (collectives_of the rows, where not given)."""
     if parts is None:
         parts = collectives_of(kernel_rows)
     ranks_of_step: dict[tuple[int, str], set[str]] = defaultdict(set)
-    if step_rows is not None:
-        for s in step_rows:
-            ranks_of_step[(s.step, s.stage)].add(s.rank)
+    for s in step_rows:
+        ranks_of_step[(s.step, s.stage)].add(s.rank)
     out: dict[tuple, dict[str, CommRow]] = defaultdict(dict)
     for rank, part in parts.items():
         for found in part.rows:
             c = msgspec.structs.replace(found)  # the split fills it in: a worker's part stays as it came
-            if step_rows is None:
-                ranks_of_step[(c.step, c.stage)].add(rank)
             out[(c.step, c.stage, c.micro_batch, c.layer, c.module, c.occurrence)][rank] = c
     matched = {key: copies for key, copies in out.items()
                if len(copies) > 1 and set(copies) == ranks_of_step[(key[0], key[1])]}

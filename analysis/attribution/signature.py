@@ -194,11 +194,6 @@ class Signature(_Strict):
                 raise ValueError(f"`anchor` is only allowed in `layer`, not in `{key}`")
 
     @property
-    def unverified(self) -> bool:
-        """No real trace confirms it: its rows are its own names, checked only on traces made from it."""
-        return self.evidence.startswith(UNVERIFIED)
-
-    @property
     def anchor_index(self) -> int:
         return next(i for i, e in enumerate(self.layer) if e.anchor)
 

@@ -112,14 +112,6 @@ class Step:
     def aggregates(self) -> dict[str, int]:
         return label_aggregates(self.label) if self.label else {}
 
-    @property
-    def start_us(self) -> float:
-        return min(k.start_us for k in self.kernels)
-
-    @property
-    def end_us(self) -> float:
-        return max(k.end_us for k in self.kernels)
-
 
 def stage_of(label: str | None, default: str = UNKNOWN) -> str:
     if not label:

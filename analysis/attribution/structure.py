@@ -719,12 +719,11 @@ class _Layout:
     is MoE; which chain positions are in layers."""
 
     units: tuple[_Unit, ...]
-    unit_slots: tuple[tuple[str, int, Named, bool], ...]
     core_ends: tuple[int, ...]  # chain position of each layer's last attention-core kernel
     layer_moe: dict[int, bool]
     layer_firsts: tuple[tuple[int, int], ...]  # (layer, chain position of its first kernel), by layer
     in_layers: tuple[int, ...]  # chain positions of the kernels in layers
-    position_slots: tuple[tuple[str, int, Named, bool], ...]  # unit_slots per chain position
+    position_slots: tuple[tuple[str, int, Named, bool], ...]  # (section, layer, named, MoE) per chain position
     layers: int
     moe_layers: int
     detail: str
@@ -827,7 +826,7 @@ def _layout(shape: _ChainShape) -> _Layout | None:
     detail = f"{len(clusters)} layers by attention cores ({moe_layers} MoE, {len(clusters) - moe_layers} dense)"
     position_slots = tuple(placed for unit, placed in zip(units, placed_slots) for _p in range(unit.lo, unit.hi + 1))
     combine_candidates = tuple(p for p in in_layers if position_slots[p][2][0] in ("combine", "all_reduce"))
-    return _Layout(tuple(units), placed_slots, tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
+    return _Layout(tuple(units), tuple(units[hi].hi for _lo, hi in clusters), layer_moe,
                    tuple(sorted(firsts.items())), in_layers, position_slots, len(clusters), moe_layers, detail,
                    combine_candidates)
 

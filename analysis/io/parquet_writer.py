@@ -195,14 +195,6 @@ def write_columns(out: BinaryIO, values: dict[str, list], columns: list[tuple[st
     return write_row_groups(out, encode_columns(values, columns), columns, metadata)
 
 
-def write_parquet(out: BinaryIO, rows: list, columns: list[tuple[str, str]], metadata: dict[str, str]) -> int:
-    """Write `rows` (objects with an attribute per column) as Parquet into `out` (a file opened for
-    binary writing, at its start); columns: (name, kind): STRING, INT64, INT32 or FLOAT64, ending in
-    NULLABLE where a value may be None. metadata: the footer's key / value pairs. Returns the bytes
-    written."""
-    return write_row_groups(out, encode_row_groups(rows, columns), columns, metadata)
-
-
 def write_row_groups(out: BinaryIO, groups: Iterable[RowGroup], columns: list[tuple[str, str]],
                      metadata: dict[str, str]) -> int:
     """Write row groups encoded with these columns (encode_row_groups, here or in another process) as

@@ -3,6 +3,7 @@ process per rank (which also digests its rows for the tables), before any table 
 fails is reported, never fatal; the same trace given twice under two names is refused."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -244,31 +245,17 @@ def _guarded(fn, args):
         return False, str(exc)
 
 
-class _progress:
-    """A rich progress bar on stderr over ranks, or nothing. Redrawn when a rank is done, by no thread
-    of its own: the rank workers are forked from this process, and a thread running there would be
-    copied half-way through whatever it held."""
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int):
+    """A rich progress bar on stderr over ranks (yields: one rank done), or nothing. Redrawn when a rank
+    is done, by no thread of its own: the rank workers are forked from this process, and a thread
+    running there would be copied half-way through whatever it held."""
+    if not enabled or not total:
+        yield lambda: None
+        return
+    from rich.progress import Progress
 
-    def __init__(self, enabled: bool, total: int):
-        self.enabled = enabled and total > 0
-        self.total = total
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda: None
-        from rich.progress import Progress
-
-        self._bar = Progress(transient=True, auto_refresh=False)
-        self._bar.__enter__()
-        task = self._bar.add_task(f"analysing {self.total} rank trace(s)", total=self.total)
-        self._bar.refresh()
-
-        def advance() -> None:
-            self._bar.advance(task)
-            self._bar.refresh()
-        return advance
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self._bar.__exit__(*exc)
-        return False
+    with Progress(transient=True, auto_refresh=False) as bar:
+        task = bar.add_task(f"analysing {total} rank trace(s)", total=total)
+        bar.refresh()
+        yield lambda: (bar.advance(task), bar.refresh())

@@ -57,10 +57,6 @@ class ModuleMap(msgspec.Struct, frozen=True):
     entries: tuple[MapEntry, ...]
     never_classes: frozenset[str] = frozenset()
 
-    @property
-    def term(self) -> str:
-        return "+".join(self.terms)
-
 
 @functools.lru_cache(maxsize=4096)
 def pattern_text(kernel: str) -> str:
@@ -109,12 +105,6 @@ def _entry_terms(item: object) -> tuple[str, ...] | None:
     if not isinstance(listed, list) or not listed or not all(isinstance(t, str) and t for t in listed):
         return None
     return tuple(listed)
-
-
-def match_terms(mapping: ModuleMap, group: str, module: str, kernel: str,
-                available: Collection[str] | None = None) -> tuple[str, ...]:
-    """The terms one row alone would get (assign_terms of that row)."""
-    return assign_terms(mapping, [(group, module, kernel)], available)[0]
 
 
 def assign_terms(mapping: ModuleMap, rows: list[tuple[str, str, str]],

@@ -41,16 +41,10 @@ _CODED = {"stage": ("stage", "stages"), "kernel_name": ("name", "names"), "strea
 
 def write_kernel_table(out: BinaryIO, rows: list[KernelRow], encoded: list[RowGroup] | None = None) -> int:
     """The rows as kernels_long.parquet into a file opened for binary writing; the bytes written.
-    `encoded`: the same rows already encoded (encode_kernel_table, in the ranks' worker processes),
+    `encoded`: the same rows already encoded (encode_kernel_columns, in the ranks' worker processes),
     written as they are."""
     groups = encode_row_groups(rows, COLUMNS) if encoded is None else encoded
     return write_row_groups(out, groups, COLUMNS, METADATA)
-
-
-def encode_kernel_table(rows: list[KernelRow]) -> list[RowGroup]:
-    """One rank's rows as the kernel table's row groups: a worker encodes them beside the other
-    ranks' workers, and the parent writes the groups of every rank in rank order."""
-    return list(encode_row_groups(rows, COLUMNS))
 
 
 def kernel_table_in(folder: str | Path) -> Path | None:
@@ -88,8 +82,8 @@ def rows_of_table(table: ParquetTable, where: str) -> list[KernelRow]:
 
 
 def encode_kernel_columns(columns: KernelColumns) -> list[RowGroup]:
-    """A rank's kernel rows held as columns, as the kernel table's row groups: the bytes
-    encode_kernel_table makes of the same rows (analysis/io/parquet_columns.py)."""
+    """A rank's kernel rows held as columns, as the kernel table's row groups: the bytes the list
+    writer (encode_row_groups) makes of the same rows (analysis/io/parquet_columns.py)."""
     from analysis.io.parquet_columns import coded_chunk, float_chunk, int_chunk  # numpy: kernel_columns.py says why
     from analysis.numeric import np
 

@@ -156,7 +156,3 @@ class RangeTruth:
         return Agreement(self.path, shares(truth_rows, truth_steps), shares(rows, steps), how, notes)
 
 
-def compare_with_ranges(path: str, truth_path: str | None = None, signature: str = "generic") -> Agreement:
-    """Attribution of `path` without its ranges against the ranges of `truth_path` (default: itself)."""
-    sig = load_signature(signature)  # a bad signature fails before any trace is read
-    return RangeTruth(path, truth_path).against(sig)
