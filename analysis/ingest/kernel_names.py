@@ -92,12 +92,17 @@ def kernel_family(name: str, families_file: str | None = None) -> str:
 
 def qualified_name(name: str, wrappers: frozenset[str] = frozenset()) -> str:
     """`void cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>(...)` -> `flash::FlashAttnFwdSm90`."""
+    return _unwrapped(name, wrappers)[0]
+
+
+def _unwrapped(name: str, wrappers: frozenset[str]) -> tuple[str, str]:
+    """(qualified name, template arguments) with up to four wrappers (cutlass::device_kernel<Real>...) taken off."""
     qual, args = split_signature(name)
     for _ in range(4):
         if qual.split("::")[-1] not in wrappers or not args:
             break
         qual, args = split_signature(_split_top(args, ",")[0].strip())
-    return qual
+    return qual, args
 
 
 # ---- readable names ----------------------------------------------------------------------------
@@ -244,14 +249,7 @@ def readable_name(name: str, families_file: str | None = None) -> str:
     cute = _CUTE_DSL.search(text)
     if text.startswith("kernel_cutlass_kernel") and cute:
         return f"{cute.group(1)} (CuTe DSL)"
-    wrappers = _load(families_file or str(FAMILIES_FILE)).wrappers
-    qual, args = split_signature(text)
-    # unwrap cutlass::device_kernel<Real> and friends
-    seen = 0
-    while qual.split("::")[-1] in wrappers and args and seen < 4:
-        first = _split_top(args, ",")[0].strip()
-        qual, args = split_signature(first)
-        seen += 1
+    qual, args = _unwrapped(text, _load(families_file or str(FAMILIES_FILE)).wrappers)
     parts = [p for p in qual.split("::") if p and p != "anon"]
     base = parts[-1] if parts else qual
     if base in ("GemmKernel", "Kernel", "kernel") and len(parts) >= 2:
