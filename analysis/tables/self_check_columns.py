@@ -61,6 +61,8 @@ class _Rows:
         self.classes = list(classes)
         self.start, self.busy, self.layer, self.micro_batch = (columns.start_us, columns.busy_us, columns.layer,
                                                                columns.micro_batch)
+        # every time a number, every duration >= 0 (what a loader makes): no step needs the odd cases' care
+        self.plain = bool(np.isfinite(self.start).all() and np.isfinite(self.busy).all() and (self.busy >= 0.0).all())
 
     def span(self, s: StepRow) -> tuple[int, int] | None:
         return self.at.get(s.step) if s.rank == self.columns.rank else None
@@ -147,7 +149,7 @@ def _layer_sequence(part: RankChecks, steps: list[StepRow], rows: _Rows, limits:
         moe = _distinct(layers_all[rows.moe[slot][in_layer]])
         at = np.flatnonzero(on & in_layer)
         start, layer, micro_batch = rows.start[first:end], rows.layer[first:end], rows.micro_batch[first:end]
-        if np.isnan(start[at]).any():
+        if not rows.plain and np.isnan(start[at]).any():
             at = _in_python_order(at, start.tolist(), layer, micro_batch)
         else:
             at = at[np.lexsort((start[at], layer[at]))]  # by layer, then start: stable
@@ -277,8 +279,11 @@ def _layer_sums(rows: _Rows, first: int, end: int) -> tuple[dict[str, list[tuple
         by_kind["MoE" if is_moe else "dense"].append((number, us))
     layer_starts = start[in_layer]
     # the first layer kernel's start as min() finds it: a start that is not a number, first, stays
-    first_layer_start = layer_starts[0] if np.isnan(layer_starts[0]) else np.nanmin(layer_starts)
-    unsigned = bool((rows.busy[first:end][in_layer] >= 0.0).all())
+    if rows.plain:
+        first_layer_start, unsigned = layer_starts.min(), True
+    else:
+        first_layer_start = layer_starts[0] if np.isnan(layer_starts[0]) else np.nanmin(layer_starts)
+        unsigned = bool((rows.busy[first:end][in_layer] >= 0.0).all())
     return by_kind if unsigned else None, bool((start[~in_layer] >= first_layer_start).any())
 
 
@@ -332,13 +337,16 @@ def _durations(part: RankChecks, steps: list[StepRow], rows: _Rows, limits: dict
         start, busy = rows.start[first:end], rows.busy[first:end]
         ends = start + busy
         limit = nxt.start_us + slack if nxt is not None else _INF
-        doubtful = np.flatnonzero(~((busy >= 0.0) & (busy < _INF) & (np.abs(start) < _INF) & (ends <= limit)))
+        if rows.plain:
+            doubtful = np.flatnonzero(ends > limit) if nxt is not None else ()
+        else:
+            doubtful = np.flatnonzero(~((busy >= 0.0) & (busy < _INF) & (np.abs(start) < _INF) & (ends <= limit)))
         if len(doubtful):
             step_rows = rows.get((s.rank, s.step))
             bad.extend(said for i in doubtful.tolist() if (said := bad_duration(rank, s, nxt, step_rows[i], slack)))
         gap = ""
         if end - first >= 2:
-            if np.isfinite(ends).all() and (start[1:] >= start[:-1]).all():
+            if (rows.plain or np.isfinite(ends).all()) and (start[1:] >= start[:-1]).all():
                 reach = np.maximum.accumulate(ends)
                 gaps = start[1:] - reach[:-1]
                 widest_at = int(np.argmax(gaps))
