@@ -63,6 +63,22 @@ def test_kernel_attribution_agrees_with_module_ranges(rel, signature):
     assert groups["attention"] > 5.0
 
 
+@pytest.mark.parametrize("rel,signature", [
+    ("nvidia/vllm_gpt-oss-120b_b200_eager/eager_trace.json.gz", "vllm-gpt-oss-sm100"),
+    ("amd/sglang_qwen3-8b_mi300x_prefilldecode/sglang_Qwen3-8B_prefilldecode.json.gz", "sglang-qwen3-dense-mi300"),
+])
+def test_a_signatures_own_module_map_names_the_kernels_it_launched(rel, signature):
+    """A signature with its own module_ranges map, on a trace recorded with stacks: each kernel is named
+    by the module range around the CPU point that launched it (a GPU kernel's launch call, a CPU
+    operator's own start). Where that point is lost, no range encloses the kernels and the signature's
+    template names the step instead (seen so: the note and every source change)."""
+    result = analyze([real_trace(rel)], signature=signature)
+    (step,) = result.step_rows
+    assert step.note.startswith("attributed by module_range") and step.layers_found == 36
+    sources = Counter(r.source for r in result.kernel_rows)
+    assert set(sources) <= {"module_range", "unattributed"} and sources["module_range"] >= 0.95 * step.kernels
+
+
 def test_graph_capture_trace_names_replayed_kernels():
     replay = real_trace("amd/sglang_qwen3-8b_mi300x_decode/sglang_Qwen3-8B_decode.json.gz")
     capture = real_trace("amd/sglang_qwen3-8b_mi300x_decode/capture_traces/bs_32_rank0.json.gz")

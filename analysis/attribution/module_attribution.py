@@ -27,7 +27,7 @@ from analysis.attribution.rows import (
     RULE_NONE,
     UNATTRIBUTED,
 )
-from analysis.ingest.trace_model import Kernel, Launch, Range, RankTrace
+from analysis.ingest.trace_model import Kernel, Range, RankTrace
 
 
 def module_class(range_name: str) -> str:
@@ -130,21 +130,11 @@ def name_label(kernel_name: str) -> str:
     return kernel_name[5:] if kernel_name.startswith("void ") else kernel_name
 
 
-def slots_from_module_ranges(kernels: list[Kernel], launches: dict[int, Launch], spec: ModuleRanges,
+def slots_from_module_ranges(kernels: list[Kernel], points: list[tuple[int, float] | None], spec: ModuleRanges,
                              index: ModuleIndex) -> list[Slot] | None:
-    """Slots for a step's kernels from the trace's own module ranges, or None if none enclose them.
-
-    `launches` is the rank's launch calls by correlation id (RankTrace.launch_by_correlation), built
-    once per rank rather than once per step.
-    """
-    names: list[_Named | None] = []
-    for k in kernels:
-        if k.launcher == "cpu":
-            stack = index.stack_at(k.stream, k.start_us)
-        else:
-            launch = launches.get(k.correlation)
-            stack = index.stack_at(launch.tid, launch.start_us) if launch is not None else []
-        names.append(_name_from_stack(stack, spec))
+    """Slots for a step's kernels from the trace's own module ranges, or None if none enclose them;
+    `points`: where each kernel was launched (module_roles.launch_points)."""
+    names = [_name_from_stack(index.stack_at(*point) if point is not None else [], spec) for point in points]
     return _slots_from_names(kernels, names, [name_label(k.name) for k in kernels], SOURCE_MODULE_RANGE)
 
 

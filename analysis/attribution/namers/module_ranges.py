@@ -56,7 +56,8 @@ class ModuleRangeNamer(Namer):
 
     def _cut(self, step: Step) -> LayerCut | None:
         if self.own_map is not None:
-            slots = slots_from_module_ranges(step.kernels, self.points.launches, self.sig.module_ranges, self.own_map)
+            slots = slots_from_module_ranges(step.kernels, self.points.of(step), self.sig.module_ranges,
+                                             self.own_map)
             return LayerCut.counted(slots) if slots is not None else None
         layers, roles, rules, paths = roles_from_ranges(step.kernels, self.points.of(step), self.namer)
         slots, moe_layers = slots_from_roles(step.kernels, layers, roles, rules, paths)
