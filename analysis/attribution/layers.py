@@ -224,31 +224,36 @@ COPY_PREFIXES = ("Memcpy", "Memset")
 def find_period(names: list[str], coarse: list[str] | None = None) -> tuple[list[int], int] | None:
     """Layer starts (indices) and the layer-unit length from the repeating kernel sequence.
 
-    The anchor is the kernel name whose occurrences cut the sequence into the most identical
-    segments (highest share of the modal segment, then the most occurrences). The layer start is
-    moved back from the anchor by as many kernels as the first two layers share before it, so
-    the preamble (embedding, input prep) stays out of layer 0.
+    The anchor is a kernel name whose occurrences cut the sequence into mostly identical segments
+    (the modal segment at least 60% of them) and, among those, whose repeats span the most kernels
+    (occurrences times the modal segment's length; then the higher share, then fewer occurrences):
+    a kernel of every layer spans more than one of some layers only (a MoE kernel where the first
+    layers are dense, which ranked first by share and left the dense layers out of the count), and
+    a kernel twice a layer no more than one once a layer. The layer start is moved back from the
+    anchor by as many kernels as the first two layers share before it, so the preamble (embedding,
+    input prep) stays out of layer 0.
 
     Models that alternate layer kinds (sliding-window and full attention) repeat every two
     layers in exact names; when the repeating unit is itself periodic in `coarse` tokens (kernel
     families), it is split into its sub-periods.
     """
     counts = Counter(names)
-    best: tuple[float, int, list[int]] | None = None
+    best: tuple[tuple[int, float, int], list[int]] | None = None
     for name, count in counts.items():
         if count < 3 or name.startswith(COPY_PREFIXES):
             continue
         positions = [i for i, n in enumerate(names) if n == name]
         segments = Counter(tuple(names[a:b]) for a, b in zip(positions, positions[1:]))
-        share = round(segments.most_common(1)[0][1] / (len(positions) - 1), 2)
+        ((segment, times),) = segments.most_common(1)
+        share = round(times / (len(positions) - 1), 2)
         if share < 0.6:
             continue
-        key = (share, count, positions)
-        if best is None or key[:2] > best[:2]:
-            best = key
+        key = (count * len(segment), share, -count)
+        if best is None or key > best[0]:
+            best = (key, positions)
     if best is None:
         return None
-    positions = best[2]
+    positions = best[1]
     back = 0
     limit = positions[1] - positions[0] - 1
     while back < limit and positions[0] - back - 1 >= 0 and names[positions[0] - back - 1] == names[positions[1] - back - 1]:
