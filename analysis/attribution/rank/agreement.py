@@ -3,8 +3,8 @@
 Why: the attribution that matters is the one users get on traces without ranges (CUDA-graph
 replays); a trace that has ranges is its own ground truth. Strip the ranges, attribute the kernels
 (by structure, or by a signature), and compare per D4 group and module, as shares of step busy
-time. Used by the accuracy suite (tests/test_accuracy_suite.py, docs/accuracy.md), by
-`moe-harness agreement`, and to check a shipped signature against a calibration trace.
+time. Used to check a shipped signature against a calibration trace (`moe-harness calibrate`) and by
+the accuracy suite (tests/test_accuracy_suite.py, docs/accuracy.md).
 """
 from __future__ import annotations
 
@@ -93,62 +93,25 @@ class Agreement:
                 all(a is None or b is None or a == b for a, b in zip(moe(self.truth), moe(self.found))))
 
 
-def transfer_names(named: list[KernelRow], target: list[KernelRow]) -> list[KernelRow]:
-    """`target`'s kernels named as the same kernels of `named` are (step by step, in launch order).
-
-    Why order works: a CUDA graph replays the kernels its capture launched, in the same order;
-    kernels the two runs do not share (a replay has no host-side copies) stay unattributed.
-    """
-    from analysis.attribution.align import matching_pairs
-    from analysis.attribution.rows import RULE_NONE, SOURCE_UNATTRIBUTED, UNATTRIBUTED
-
-    by_step: dict[int, list[KernelRow]] = {}
-    for r in named:
-        by_step.setdefault(r.step, []).append(r)
-    target_steps: dict[int, list[int]] = {}
-    for i, r in enumerate(target):
-        target_steps.setdefault(r.step, []).append(i)
-    out = [msgspec.structs.replace(r, group=UNATTRIBUTED, module=UNATTRIBUTED, source=SOURCE_UNATTRIBUTED,
-                                   role=UNATTRIBUTED, rule=RULE_NONE) for r in target]
-    for step, indices in target_steps.items():
-        source = sorted(by_step.get(step, []), key=lambda r: r.start_us)
-        ordered = sorted(indices, key=lambda i: target[i].start_us)
-        for a, b in matching_pairs([r.kernel_name for r in source], [target[i].kernel_name for i in ordered]):
-            src, i = source[a], ordered[b]
-            out[i] = msgspec.structs.replace(target[i], section=src.section, layer=src.layer, group=src.group,
-                                             module=src.module, source=src.source, role=src.role, rule=src.rule)
-    return out
-
-
 def _attribute(trace: RankTrace, sig: Signature, attribution: str):
     return attribute_rank(trace, sig, None, RankOptions(attribution=attribution))
 
 
 class RangeTruth:
     """A trace's own nn.Module ranges as the truth, loaded and attributed once, against which
-    attributions from kernels alone (one per signature) are compared.
+    attributions from kernels alone (one per signature) are compared."""
 
-    A CUDA-graph replay has no ranges; its truth is an eager trace of the same model and batch
-    (`truth_path`), whose shares of busy time it is compared with.
-    """
-
-    def __init__(self, path: str, truth_path: str | None = None):
+    def __init__(self, path: str):
         self.path = path
-        self.truth_path = truth_path
         trace = load_trace(path)
-        truth_trace = load_trace(truth_path) if truth_path else trace
-        if not truth_trace.module_ranges:
-            raise AnalysisError(f"{truth_path or path}: no nn.Module ranges to compare with (record with with_stack=True)")
-        self.truth = _attribute(truth_trace, load_signature("generic"), "modules")
+        if not trace.module_ranges:
+            raise AnalysisError(f"{path}: no nn.Module ranges to compare with (record with with_stack=True)")
+        self.truth = _attribute(trace, load_signature("generic"), "modules")
         self.stripped = strip_ranges(trace)
 
     def against(self, sig: Signature) -> Agreement:
         rows, steps = _attribute(self.stripped, sig, "template" if not sig.generic else "auto")
         truth_rows, truth_steps = self.truth
-        if self.truth_path:
-            # the twin's names, kernel by kernel, on this trace's own durations: a replay waits and
-            # overlaps differently from the eager run, so only its own times are a fair comparison
-            truth_rows, truth_steps = transfer_names(truth_rows, rows), steps
         how = "structure" if sig.generic else f"signature {sig.name}"
         notes = []
         if any(s.segmented_by == "gap" for s in steps):
