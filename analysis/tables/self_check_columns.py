@@ -338,7 +338,7 @@ def _durations(part: RankChecks, steps: list[StepRow], rows: _Rows, limits: dict
         ends = start + busy
         limit = nxt.start_us + slack if nxt is not None else _INF
         if rows.plain:
-            doubtful = np.flatnonzero(ends > limit) if nxt is not None else ()
+            doubtful = np.flatnonzero(ends > limit)
         else:
             doubtful = np.flatnonzero(~((busy >= 0.0) & (busy < _INF) & (np.abs(start) < _INF) & (ends <= limit)))
         if len(doubtful):

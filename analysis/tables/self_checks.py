@@ -69,14 +69,13 @@ def run_checks(kernel_rows: list[KernelRow], step_rows: list[StepRow], column: D
     parts = dict(parts or {})
     missing = {r for r in ranks if (p := parts.get(r)) is None or p.stage != stage or p.strict != strict}
     if missing:
+        from analysis.attribution.comm_split import rows_by_rank
         from analysis.tables.self_check_columns import rank_checks_of_rows  # numpy: kernel_columns.py says why
 
-        by_rank: dict[str, list[KernelRow]] = {rank: [] for rank in missing}
-        for row in kernel_rows:
-            if row.rank in by_rank:
-                by_rank[row.rank].append(row)
+        by_rank = rows_by_rank(kernel_rows)
         for rank in missing:
-            parts[rank] = rank_checks_of_rows(rank, ranks[rank], by_rank[rank], stage, strict, chains or {}, limits)
+            parts[rank] = rank_checks_of_rows(rank, ranks[rank], by_rank.get(rank, []), stage, strict, chains or {},
+                                              limits)
     ordered = [parts[r] for r in ranks]
     used = _used_steps(step_rows, column, strict)
     checks = [*_layer_count(step_rows, stage, model, layers)]
